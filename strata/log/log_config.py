@@ -76,3 +76,47 @@ class LogConfig(AbstractConfig):
     def local_retention_bytes(self) -> int:
         v = self.values["local.retention.bytes"]
         return self.values["retention.bytes"] if v == -2 else v
+
+
+# Broker-level synonyms of each topic config, highest priority first (Kafka's LogConfig synonyms).
+BROKER_SYNONYMS: dict[str, list[tuple[str, int]]] = {
+    # topic key: [(broker key, multiplier to the topic key's unit)]
+    "segment.bytes": [("log.segment.bytes", 1)],
+    "segment.ms": [("log.roll.ms", 1), ("log.roll.hours", 3_600_000)],
+    "segment.jitter.ms": [("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)],
+    "segment.index.bytes": [("log.index.size.max.bytes", 1)],
+    "flush.messages": [("log.flush.interval.messages", 1)],
+    "flush.ms": [("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)],
+    "retention.bytes": [("log.retention.bytes", 1)],
+    "retention.ms": [("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                     ("log.retention.hours", 3_600_000)],
+    "max.message.bytes": [("message.max.bytes", 1)],
+    "index.interval.bytes": [("log.index.interval.bytes", 1)],
+    "delete.retention.ms": [("log.cleaner.delete.retention.ms", 1)],
+    "file.delete.delay.ms": [("log.segment.delete.delay.ms", 1)],
+    "cleanup.policy": [("log.cleanup.policy", 1)],
+    "min.insync.replicas": [("min.insync.replicas", 1)],
+    "compression.type": [("compression.type", 1)],
+    "unclean.leader.election.enable": [("unclean.leader.election.enable", 1)],
+    "preallocate": [("log.preallocate", 1)],
+    "message.timestamp.type": [("log.message.timestamp.type", 1)],
+    "message.timestamp.before.max.ms": [("log.message.timestamp.before.max.ms", 1)],
+    "message.timestamp.after.max.ms": [("log.message.timestamp.after.max.ms", 1)],
+    "local.retention.ms": [("log.local.retention.ms", 1)],
+    "local.retention.bytes": [("log.local.retention.bytes", 1)],
+    "remote.storage.enable": [("log.remote.storage.enable", 1)],
+}
+
+
+def topic_defaults_from_broker(props) -> dict[str, object]:
+    """Topic-level default values implied by broker ``server.properties`` keys."""
+    out: dict[str, object] = {}
+    for topic_key, synonyms in BROKER_SYNONYMS.items():
+        for broker_key, unit in synonyms:
+            if broker_key in props and props[broker_key] not in (None, ""):
+                value = props[broker_key]
+                if unit != 1:
+                    value = int(str(value).strip()) * unit
+                out[topic_key] = value
+                break
+    return out

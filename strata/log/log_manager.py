@@ -1,0 +1,187 @@
+"""LogManager: every partition log under the broker's ``log.dirs``, as Kafka keeps them.
+
+Per log dir: one subdirectory per partition (``topic-partition``), the checkpoint files
+``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``, and the
+``.kafka_cleanshutdown`` marker written after a clean shutdown and removed once the logs are
+loaded (its absence at start means every log recovers from its recovery point).
+
+Thread-safety: the log map is guarded by a lock; each log guards itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable
+
+from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.scheduler import ImmediateScheduler, Scheduler
+from strata.common.types import TopicPartition
+from strata.log.checkpoint import OffsetCheckpointFile
+from strata.log.log_config import LogConfig
+from strata.log.unified_log import UnifiedLog
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogManager:
+    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig, *,
+                 topic_config: Callable[[str], LogConfig] | None = None,
+                 clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
+                 producer_id_expiration_ms: int = 86_400_000):
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._topic_config = topic_config or (lambda topic: default_config)
+        self._clock = clock
+        self._scheduler = scheduler or ImmediateScheduler()
+        self._pid_expiration_ms = producer_id_expiration_ms
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._lock = threading.Lock()
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # ---- startup ----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._load_dir(d)
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        self.had_clean_shutdown[log_dir] = clean
+        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        for sub in sorted(log_dir.iterdir()):
+            if not sub.is_dir() or sub.name.startswith("."):
+                continue
+            if sub.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(sub, ignore_errors=True)
+                continue
+            try:
+                tp = TopicPartition.from_dir_name(sub.name)
+            except ValueError:
+                continue
+            ulog = UnifiedLog(sub, self._topic_config(tp.topic),
+                              recovery_point=recovery_points.get(tp, 0),
+                              log_start_offset=start_offsets.get(tp, 0),
+                              had_clean_shutdown=clean, clock=self._clock,
+                              scheduler=self._scheduler, topic_partition=tp,
+                              producer_id_expiration_ms=self._pid_expiration_ms)
+            self._logs[tp] = ulog
+            self._log_dir_of[tp] = log_dir
+        log.info("loaded %d logs from %s (%s shutdown)", len(self._logs), log_dir,
+                 "clean" if clean else "unclean")
+        marker.unlink(missing_ok=True)
+        _fsync_dir(log_dir)
+
+    # ---- lookup and creation ----------------------------------------------------------------
+
+    def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
+        return self._logs.get(tp)
+
+    def all_logs(self) -> list[UnifiedLog]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._logs)
+
+    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> UnifiedLog:
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            log_dir = self._next_log_dir()
+            ulog = UnifiedLog(log_dir / f"{tp.topic}-{tp.partition}",
+                              config or self._topic_config(tp.topic), clock=self._clock,
+                              scheduler=self._scheduler, topic_partition=tp,
+                              producer_id_expiration_ms=self._pid_expiration_ms)
+            _fsync_dir(log_dir)
+            self._logs[tp] = ulog
+            self._log_dir_of[tp] = log_dir
+            return ulog
+
+    def _next_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Close the log and rename its directory ``-delete``; the files go in the background."""
+        with self._lock:
+            ulog = self._logs.pop(tp, None)
+            log_dir = self._log_dir_of.pop(tp, None)
+        if ulog is None or log_dir is None:
+            return
+        ulog.local_log.close()
+        target = log_dir / f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(ulog.directory, target)
+        _fsync_dir(log_dir)
+        self._scheduler.schedule_once(f"delete-{target.name}",
+                                      lambda: shutil.rmtree(target, ignore_errors=True),
+                                      self.default_config.get("file.delete.delay.ms"))
+        self.checkpoint()
+
+    # ---- periodic work ----------------------------------------------------------------------
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log (``log.retention.check.interval.ms``)."""
+        deleted = 0
+        for ulog in self.all_logs():
+            deleted += ulog.delete_old_segments()
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        """``flush.ms``: flush logs whose last flush is older than their setting."""
+        for ulog in self.all_logs():
+            ulog.flush_if_due()
+
+    def checkpoint(self) -> None:
+        """Write both offset checkpoints for every log dir."""
+        by_dir: dict[Path, dict[TopicPartition, UnifiedLog]] = {d: {} for d in self.log_dirs}
+        with self._lock:
+            for tp, ulog in self._logs.items():
+                by_dir[self._log_dir_of[tp]][tp] = ulog
+        for d, logs in by_dir.items():
+            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(
+                {tp: ul.recovery_point for tp, ul in logs.items()})
+            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(
+                {tp: ul.log_start_offset for tp, ul in logs.items()
+                 if ul.log_start_offset > ul.local_log.first_segment.base_offset
+                 or ul.remote_log_enabled})
+
+    # ---- shutdown ---------------------------------------------------------------------------
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Close every log, write the checkpoints, then the clean-shutdown markers."""
+        for ulog in self.all_logs():
+            ulog.close()
+        self.checkpoint()
+        for d in self.log_dirs:
+            marker = d / CLEAN_SHUTDOWN_FILE
+            marker.write_text(json.dumps({"version": 0, "broker_epoch": broker_epoch}))
+            with open(marker, "rb") as f:
+                os.fsync(f.fileno())
+            _fsync_dir(d)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
