@@ -259,20 +259,35 @@ class LocalLog:
 
     # ---- durability -------------------------------------------------------------------------
 
-    def flush(self, up_to_offset_exclusive: int) -> None:
-        """fsync the segments holding offsets in [recovery point, offset); advance the recovery point."""
+    def segments_to_flush(self, up_to_offset_exclusive: int) -> list[LogSegment]:
+        """Segments holding offsets in [recovery point, offset): what a flush must fsync."""
         if up_to_offset_exclusive <= self.recovery_point:
-            return
-        for seg in list(self.segments_from(self.recovery_point)):
+            return []
+        out = []
+        for seg in self.segments_from(self.recovery_point):
             if seg.base_offset >= up_to_offset_exclusive:
                 break
+            out.append(seg)
+        return out
+
+    @staticmethod
+    def fsync_segments(segments: list[LogSegment]) -> None:
+        """fsync without the log lock: a segment deleted meanwhile has nothing left to make durable."""
+        for seg in segments:
             try:
                 seg.flush()
             except (OSError, ValueError):
-                # deleted concurrently (retention) - nothing left to make durable
                 log.debug("skipped flushing closed segment %s", seg.base_offset)
-        self.recovery_point = max(self.recovery_point, up_to_offset_exclusive)
+
+    def mark_flushed(self, up_to_offset_exclusive: int) -> None:
+        self.recovery_point = max(self.recovery_point,
+                                  min(up_to_offset_exclusive, self.log_end_offset))
         self.last_flush_ms = self._clock.milliseconds()
+
+    def flush(self, up_to_offset_exclusive: int) -> None:
+        """fsync the segments below ``up_to_offset_exclusive`` and advance the recovery point."""
+        self.fsync_segments(self.segments_to_flush(up_to_offset_exclusive))
+        self.mark_flushed(up_to_offset_exclusive)
 
     def close(self) -> None:
         for s in self.segments:

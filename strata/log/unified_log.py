@@ -463,10 +463,19 @@ class UnifiedLog:
     # ---- durability and lifecycle -----------------------------------------------------------
 
     def flush(self, up_to_offset_exclusive: int | None = None) -> None:
-        """Make offsets below ``up_to_offset_exclusive`` (default: the log end) durable."""
+        """Make offsets below ``up_to_offset_exclusive`` (default: the log end) durable.
+
+        The fsyncs run outside the log lock, so appends continue while a rolled segment is
+        written back (this runs on the scheduler after every roll).
+        """
         with self.lock:
             target = self.log_end_offset if up_to_offset_exclusive is None else up_to_offset_exclusive
-            self._flush_locked(target)
+            segments = self.local_log.segments_to_flush(target)
+        self.local_log.fsync_segments(segments)
+        with self.lock:
+            self.local_log.mark_flushed(target)
+            if target >= self.log_end_offset:
+                self._unflushed_messages = 0
 
     def _flush_locked(self, target: int) -> None:
         self.local_log.flush(target)

@@ -13,9 +13,20 @@ On-disk and on-wire layout, big-endian (61-byte header):
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+import time
+from enum import IntEnum
+from typing import Iterable, Iterator, NamedTuple
 
+import cramjam
 import crc32c as _crc32c
+
+from strata.common.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -161,3 +172,548 @@ def control_type(buf, header: BatchHeader) -> int:
         raise ValueError("control record key too short")
     _version, ctype = _CONTROL_KEY.unpack_from(buf, pos)
     return ctype
+
+
+class Compression(IntEnum):
+    """The codec in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49: the smallest legal batchLength
+_LEGACY_MIN_LENGTH = 14  # smallest magic 0 message after offset+size; any format's floor
+# The first 17 bytes; magic sits at byte 16 in every message format (v0, v1 and v2).
+_PREFIX = struct.Struct(">qiib")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+_INT64_MAX = 2**63 - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Produce path: header-level validation and in-place offset assignment (no per-record work).
+# ---------------------------------------------------------------------------------------------
+
+def validate_batches(
+    buf,
+    *,
+    max_message_bytes: int,
+    produce_version: int | None = None,
+    from_client: bool = True,
+    now_ms: int | None = None,
+    timestamp_before_max_ms: int = _INT64_MAX,
+    timestamp_after_max_ms: int = _INT64_MAX,
+    log_append_time: bool = False,
+) -> list[BatchHeader]:
+    """Check the record data sent for one partition and return its batch headers.
+
+    Looks only at the headers and the CRC (C speed); records are never decoded here. Raises the
+    ``KafkaError`` whose code Kafka's broker would answer with.
+    """
+    end = len(buf)
+    if end == 0:
+        raise InvalidRecordError("no record batch in the produce data")
+    prefix = _PREFIX.unpack_from
+    unpack = HEADER.unpack_from
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < end:
+        if end - pos < _PREFIX.size:
+            raise CorruptRecordError(f"{end - pos} trailing bytes at position {pos}")
+        _, length, _, magic = prefix(buf, pos)
+        if length < _LEGACY_MIN_LENGTH:
+            raise CorruptRecordError(f"batch length {length} at position {pos} is too small")
+        if magic != CURRENT_MAGIC:
+            raise InvalidRecordError(f"batch at {pos} has magic {magic}; only 2 is accepted")
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"batch length {length} at position {pos} is below the header")
+        size = length + LOG_OVERHEAD
+        if pos + size > end:
+            raise CorruptRecordError(
+                f"partial batch at position {pos}: {size} bytes declared, {end - pos} present")
+        headers.append(BatchHeader(*unpack(buf, pos), pos))
+        pos += size
+
+    if produce_version is not None and len(headers) != 1:
+        raise InvalidRecordError(
+            f"produce v{produce_version} needs exactly one batch per partition, got {len(headers)}")
+
+    # CreateTime bounds; a bound of i64 max (Kafka's default) means none, so the exact Python
+    # arithmetic never rejects what Java's overflowing arithmetic would let through.
+    latest = earliest = None
+    if now_ms is not None and not log_append_time:
+        if timestamp_after_max_ms < _INT64_MAX:
+            latest = now_ms + timestamp_after_max_ms
+        if timestamp_before_max_ms < _INT64_MAX:
+            earliest = now_ms - timestamp_before_max_ms
+
+    with memoryview(buf) as view:
+        for h in headers:
+            pos = h.position
+            codec = h.attributes & COMPRESSION_MASK
+            if codec > Compression.ZSTD:
+                raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
+            if codec == Compression.ZSTD and produce_version is not None and produce_version < 7:
+                raise UnsupportedCompressionTypeError(
+                    f"zstd needs produce v7 or later, got v{produce_version}")
+            if from_client and h.base_offset != 0:
+                raise InvalidRecordError(f"batch base offset is {h.base_offset}, must be 0")
+            size = h.batch_length + LOG_OVERHEAD
+            if size > max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
+            if crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size]) != h.crc:
+                raise CorruptRecordError(f"CRC mismatch in batch at position {pos}")
+            if h.record_count <= 0 or h.record_count != h.last_offset_delta + 1:
+                raise InvalidRecordError(
+                    f"record count {h.record_count} does not match last offset delta "
+                    f"{h.last_offset_delta}")
+            if from_client:
+                if h.attributes & CONTROL_MASK:
+                    raise InvalidRecordError("clients may not write control batches")
+                if h.producer_id >= 0 and h.base_sequence < 0:
+                    raise InvalidRecordError(
+                        f"producer id {h.producer_id} with invalid base sequence {h.base_sequence}")
+                # Only brokers set LogAppendTime; Kafka refuses it from producers on LogAppendTime
+                # topics, and on CreateTime topics when the record timestamp is missing.
+                if h.attributes & TIMESTAMP_TYPE_MASK and (
+                        log_append_time or h.max_timestamp == NO_TIMESTAMP):
+                    raise InvalidTimestampError("producers may not set the LogAppendTime type")
+            # Kafka checks every record's timestamp; from the header we can only bound the batch
+            # by its max timestamp and its first record's (base) timestamp.
+            if latest is not None and h.max_timestamp > latest:
+                raise InvalidTimestampError(
+                    f"max timestamp {h.max_timestamp} is more than {timestamp_after_max_ms} ms "
+                    f"after now ({now_ms})")
+            if (earliest is not None and h.base_timestamp != NO_TIMESTAMP
+                    and h.base_timestamp < earliest):
+                raise InvalidTimestampError(
+                    f"base timestamp {h.base_timestamp} is more than {timestamp_before_max_ms} "
+                    f"ms before now ({now_ms})")
+    return headers
+
+
+class AssignResult(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int  # last offset of the batch holding max_timestamp
+    headers: list[BatchHeader]
+
+
+def assign_offsets(
+    buf: bytearray | memoryview,
+    headers: list[BatchHeader],
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> AssignResult:
+    """Give the batches consecutive offsets from ``base_offset``, rewriting them in place.
+
+    baseOffset and partitionLeaderEpoch lie outside the CRC, so the CRC is only recomputed when
+    ``log_append_time_ms`` stamps the attributes and maxTimestamp (LogAppendTime topics).
+    """
+    if not headers:
+        raise ValueError("no batches to assign offsets to")
+    pack64 = _INT64.pack_into
+    pack32 = _INT32.pack_into
+    updated: list[BatchHeader] = []
+    offset = base_offset
+    max_timestamp = 0
+    shallow = -1
+    with memoryview(buf) as view:
+        for h in headers:
+            pos = h.position
+            pack64(view, pos, offset)
+            pack32(view, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+            if log_append_time_ms is None:
+                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+            else:
+                attributes = h.attributes | TIMESTAMP_TYPE_MASK
+                _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes)
+                pack64(view, pos + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+                crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + h.batch_length + LOG_OVERHEAD])
+                _UINT32.pack_into(view, pos + CRC_OFFSET, crc)
+                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch,
+                               attributes=attributes, max_timestamp=log_append_time_ms, crc=crc)
+            last = offset + h.last_offset_delta
+            if shallow < 0 or h.max_timestamp > max_timestamp:
+                max_timestamp = h.max_timestamp
+                shallow = last
+            updated.append(h)
+            offset = last + 1
+    return AssignResult(base_offset, offset - 1, max_timestamp, shallow, updated)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding (tools, tests, Spark; never on the produce path).
+# ---------------------------------------------------------------------------------------------
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+# snappy-java's stream format, written by Java clients: this 8-byte magic, version i32 and
+# compatible-version i32, then blocks of [length i32][raw snappy].
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK_SIZE = 32 * 1024  # uncompressed bytes per block, snappy-java's default
+
+
+def _xerial_decode(data: bytes) -> bytes:
+    end = len(data)
+    pos = len(_XERIAL_HEADER)
+    if end < pos:
+        raise CorruptRecordError("truncated xerial snappy header")
+    parts = []
+    decompress = cramjam.snappy.decompress_raw
+    while pos < end:
+        if end - pos < 4:
+            raise CorruptRecordError("truncated xerial snappy block length")
+        (n,) = _INT32.unpack_from(data, pos)
+        pos += 4
+        if n < 0 or pos + n > end:
+            raise CorruptRecordError(f"bad xerial snappy block length {n}")
+        parts.append(bytes(decompress(data[pos:pos + n])))
+        pos += n
+    return b"".join(parts)
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    try:
+        if codec == Compression.GZIP:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == Compression.SNAPPY:
+            if data[:8] == _XERIAL_MAGIC:
+                return _xerial_decode(data)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if codec == Compression.LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == Compression.ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except cramjam.DecompressionError as e:
+        raise CorruptRecordError(f"cannot decompress {Compression(codec).name} records: {e}") from e
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def _parse_records(data: bytes, count: int, base_offset: int, base_timestamp: int,
+                   append_time: int | None) -> list[Record]:
+    """Decode ``count`` records filling all of ``data``.
+
+    Varints are decoded inline for the common short cases (zig-zag: (z >> 1) ^ -(z & 1)) and
+    through ``read_varint`` otherwise.
+    """
+    slow = read_varint
+    end = len(data)
+    pos = 0
+    records: list[Record] = []
+    append = records.append
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                length, pos = slow(data, pos)
+            record_end = pos + length
+            if length <= 0 or record_end > end:
+                raise CorruptRecordError(f"record length {length} at {pos} overruns the batch")
+            pos += 1  # attributes: unused in magic 2
+            b = data[pos]
+            if b < 0x80:
+                timestamp_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                timestamp_delta, pos = slow(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = slow(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = slow(data, pos)
+            if n >= 0:
+                key = data[pos:pos + n]
+                pos += n
+            elif n == -1:
+                key = None
+            else:
+                raise CorruptRecordError(f"invalid key length {n}")
+            b = data[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                n = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                n, pos = slow(data, pos)
+            if n >= 0:
+                value = data[pos:pos + n]
+                pos += n
+            elif n == -1:
+                value = None
+            else:
+                raise CorruptRecordError(f"invalid value length {n}")
+            b = data[pos]
+            if b == 0:
+                headers: tuple = ()
+                pos += 1
+            else:
+                header_count, pos = slow(data, pos)
+                if header_count < 0:
+                    raise CorruptRecordError(f"invalid header count {header_count}")
+                items = []
+                for _ in range(header_count):
+                    b = data[pos]
+                    if b < 0x80:
+                        n = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        n, pos = slow(data, pos)
+                    if n < 0:
+                        raise CorruptRecordError(f"invalid header key length {n}")
+                    header_key = data[pos:pos + n].decode()
+                    pos += n
+                    b = data[pos]
+                    if b < 0x80:
+                        n = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        n, pos = slow(data, pos)
+                    if n >= 0:
+                        items.append((header_key, data[pos:pos + n]))
+                        pos += n
+                    elif n == -1:
+                        items.append((header_key, None))
+                    else:
+                        raise CorruptRecordError(f"invalid header value length {n}")
+                headers = tuple(items)
+            if pos != record_end:
+                raise CorruptRecordError(f"record fields do not fill its declared length {length}")
+            append(Record(
+                base_offset + offset_delta,
+                base_timestamp + timestamp_delta if append_time is None else append_time,
+                key, value, headers))
+    except (IndexError, ValueError) as e:  # truncated data, overlong varint, bad UTF-8
+        raise CorruptRecordError(f"malformed record at byte {pos}: {e}") from e
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records")
+    return records
+
+
+def decode_batch(buf, header: BatchHeader, *, check_crc: bool = False) -> list[Record]:
+    """All records of one batch (control batches included), decompressed.
+
+    LogAppendTime batches give every record the batch's maxTimestamp, as Kafka does.
+    """
+    if header.magic != CURRENT_MAGIC:
+        raise CorruptRecordError(f"cannot decode magic {header.magic} at {header.position}")
+    start = header.position + HEADER_SIZE
+    end = header.position + header.batch_length + LOG_OVERHEAD
+    if header.batch_length < MIN_BATCH_LENGTH or end > len(buf):
+        raise CorruptRecordError(f"batch at {header.position} has bad length {header.batch_length}")
+    if header.record_count < 0:
+        raise CorruptRecordError(f"negative record count {header.record_count}")
+    if check_crc and not batch_crc_ok(buf, header):
+        raise CorruptRecordError(f"CRC mismatch in batch at position {header.position}")
+    with memoryview(buf) as view:
+        data = bytes(view[start:end])  # one copy; bytes index fastest
+    if header.record_count == 0 and not data:
+        return []  # compaction can leave empty batches behind
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        data = _decompress(codec, data)
+    append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    return _parse_records(data, header.record_count, header.base_offset, header.base_timestamp,
+                          append_time)
+
+
+def iter_records(buf, start: int = 0, end: int | None = None, *, include_control: bool = False,
+                 check_crc: bool = False) -> Iterator[Record]:
+    """Records of every complete batch in ``buf[start:end]``; a partial tail is ignored.
+
+    Control batches (transaction markers) are skipped unless ``include_control``.
+    """
+    for header in iter_headers(buf, start, end):
+        if header.attributes & CONTROL_MASK and not include_control:
+            continue
+        yield from decode_batch(buf, header, check_crc=check_crc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building (tests and internal topics).
+# ---------------------------------------------------------------------------------------------
+
+class SimpleRecord(NamedTuple):
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp: int | None = None  # None: wall-clock ms when the batch is built
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _write_varint(out: bytearray, n: int) -> None:
+    """Append ``n`` as a zig-zag varint."""
+    z = n << 1 if n >= 0 else ((-n) << 1) - 1
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out.append(1)  # zig-zag of -1
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
+def _write_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers) -> None:
+    body = bytearray(b"\x00")  # attributes
+    _write_varint(body, timestamp_delta)
+    _write_varint(body, offset_delta)
+    _write_bytes(body, key)
+    _write_bytes(body, value)
+    _write_varint(body, len(headers))
+    for header_key, header_value in headers:
+        _write_bytes(body, header_key.encode() if isinstance(header_key, str) else header_key)
+        _write_bytes(body, header_value)
+    _write_varint(out, len(body))
+    out += body
+
+
+def _xerial_encode(data: bytes) -> bytes:
+    parts = [_XERIAL_HEADER]
+    compress = cramjam.snappy.compress_raw
+    view = memoryview(data)
+    for i in range(0, len(data), _XERIAL_BLOCK_SIZE):
+        block = bytes(compress(view[i:i + _XERIAL_BLOCK_SIZE]))
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == Compression.GZIP:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == Compression.SNAPPY:
+        return _xerial_encode(data)
+    if codec == Compression.LZ4:
+        # Kafka's Java reader decompresses each block on its own: blocks must be independent.
+        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        compressor.compress(data)
+        return bytes(compressor.finish())
+    if codec == Compression.ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=3))  # 3: zstd's and Kafka's default
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def _assemble(payload: bytes, *, base_offset: int, partition_leader_epoch: int, attributes: int,
+              last_offset_delta: int, base_timestamp: int, max_timestamp: int, producer_id: int,
+              producer_epoch: int, base_sequence: int, record_count: int) -> bytes:
+    buf = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(buf, 0, base_offset, MIN_BATCH_LENGTH + len(payload), partition_leader_epoch,
+                     CURRENT_MAGIC, 0, attributes, last_offset_delta, base_timestamp,
+                     max_timestamp, producer_id, producer_epoch, base_sequence, record_count)
+    buf[HEADER_SIZE:] = payload
+    with memoryview(buf) as view:
+        _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def build_batch(
+    records: Iterable[SimpleRecord],
+    *,
+    base_offset: int = 0,
+    compression: int = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    log_append_time: bool = False,
+    base_timestamp: int | None = None,
+) -> bytes:
+    """Encode ``records`` as one batch with offset deltas 0..n-1.
+
+    baseTimestamp is the first record's timestamp unless ``base_timestamp`` is given; maxTimestamp
+    is the greatest record timestamp (with ``log_append_time`` it is also what readers report for
+    every record).
+    """
+    items = [r if isinstance(r, SimpleRecord) else SimpleRecord(*r) for r in records]
+    if not items:
+        raise ValueError("a batch needs at least one record")
+    codec = Compression(compression)
+    now = None
+    timestamps = []
+    for r in items:
+        ts = r.timestamp
+        if ts is None:
+            if now is None:
+                now = _now_ms()
+            ts = now
+        timestamps.append(ts)
+    base_ts = timestamps[0] if base_timestamp is None else base_timestamp
+    body = bytearray()
+    for i, (r, ts) in enumerate(zip(items, timestamps)):
+        _write_record(body, i, ts - base_ts, r.key, r.value, r.headers)
+    payload = _compress(codec, bytes(body)) if codec else body
+    attributes = (int(codec) | (TRANSACTIONAL_MASK if transactional else 0)
+                  | (TIMESTAMP_TYPE_MASK if log_append_time else 0))
+    return _assemble(payload, base_offset=base_offset,
+                     partition_leader_epoch=partition_leader_epoch,
+                     attributes=attributes, last_offset_delta=len(items) - 1,
+                     base_timestamp=base_ts, max_timestamp=max(timestamps),
+                     producer_id=producer_id, producer_epoch=producer_epoch,
+                     base_sequence=base_sequence, record_count=len(items))
+
+
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(
+    control_type: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    timestamp: int | None = None,
+) -> bytes:
+    """A transaction marker: one control record, key (version 0, type), value (version 0, epoch)."""
+    ts = _now_ms() if timestamp is None else timestamp
+    body = bytearray()
+    _write_record(body, 0, 0, _CONTROL_KEY.pack(0, control_type),
+                  _CONTROL_VALUE.pack(0, coordinator_epoch), ())
+    return _assemble(bytes(body), base_offset=base_offset,
+                     partition_leader_epoch=partition_leader_epoch,
+                     attributes=TRANSACTIONAL_MASK | CONTROL_MASK, last_offset_delta=0,
+                     base_timestamp=ts, max_timestamp=ts, producer_id=producer_id,
+                     producer_epoch=producer_epoch, base_sequence=-1, record_count=1)
