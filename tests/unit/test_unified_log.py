@@ -495,3 +495,35 @@ def test_deleting_a_log_removes_its_directory(tmp_path):
     mgr.delete_log(TopicPartition("gone", 0))
     assert not any(p.name.startswith("gone-0") for p in tmp_path.iterdir())
     assert mgr.get_log(TopicPartition("gone", 0)) is None
+
+
+# ---- flush policy ---------------------------------------------------------------------------
+
+def test_flush_messages_moves_the_recovery_point_after_that_many_messages(tmp_path):
+    ulog = open_log(tmp_path, cfg(flush_messages=5))
+    for _ in range(4):
+        ulog.append_as_leader(batch(1), 0)
+    assert ulog.recovery_point == 0
+    ulog.append_as_leader(batch(1), 0)
+    assert ulog.recovery_point == 5
+
+
+def test_flush_ms_flushes_when_the_interval_has_passed(tmp_path):
+    clock = MockClock(T0)
+    ulog = open_log(tmp_path, cfg(flush_ms=1000), clock)
+    ulog.append_as_leader(batch(3), 0)
+    ulog.flush_if_due()
+    assert ulog.recovery_point == 0
+    clock.advance_ms(1000)
+    ulog.flush_if_due()
+    assert ulog.recovery_point == 3
+
+
+def test_by_default_only_a_roll_or_close_makes_data_durable(tmp_path):
+    ulog = open_log(tmp_path, cfg(internal_segment_bytes=500))
+    ulog.append_as_leader(batch(1), 0)
+    assert ulog.recovery_point == 0
+    append_n(ulog, 20)
+    assert 0 < ulog.recovery_point <= ulog.local_log.active_segment.base_offset
+    ulog.close()
+    assert ulog.recovery_point == ulog.log_end_offset
