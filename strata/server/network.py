@@ -1,0 +1,237 @@
+"""The Kafka listener: connections, frames, in-order processing and backpressure.
+
+Per connection, requests are handled one at a time in arrival order and answered in that
+order, as Kafka does (clients pipeline up to ``max.in.flight`` requests; they queue here). At
+most ``max_queued_requests`` frames wait per connection: beyond that the transport stops
+reading until the queue drains (TCP pushes back on the client). Writes wait for the transport
+to drain past its high-water mark, so a slow reader cannot make the broker buffer without bound.
+
+A frame whose length is negative or above ``socket.request.max.bytes``, or that the codec
+cannot parse, closes that connection only. An unsupported ApiVersions version is answered
+with the v0 fallback; any other unsupported version closes the connection (Kafka's behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from typing import Awaitable, Callable
+
+from strata.protocol.codec import (
+    ApiKey, DecodedRequest, MalformedRequest, UnsupportedVersion, encode_api_versions_fallback,
+    encode_response_parts, parse_request)
+
+log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">i")
+
+# A handler returns the response body, or None when no response is sent (Produce acks=0).
+Handler = Callable[[DecodedRequest, "ConnectionInfo"], Awaitable[object | None]]
+
+
+class ConnectionInfo:
+    """What a handler may know about the peer."""
+
+    __slots__ = ("peer", "connection_id")
+
+    def __init__(self, peer: str, connection_id: int):
+        self.peer = peer
+        self.connection_id = connection_id
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, server: "KafkaServer", connection_id: int):
+        self._server = server
+        self._id = connection_id
+        self._buf = bytearray()
+        self._frames: deque[bytes] = deque()
+        self._wakeup = asyncio.Event()
+        self._transport: asyncio.Transport | None = None
+        self._paused_reading = False
+        self._closed = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._task: asyncio.Task | None = None
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._handling = False
+        self.info: ConnectionInfo | None = None
+
+    # ---- transport callbacks ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id)
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self._server._connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._process())
+        self._touch()
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        self._touch()
+        self._parse_frames()
+
+    def _parse_frames(self) -> None:
+        """Move whole frames from the buffer to the queue while it has room; pause reading when full."""
+        limit = self._server.max_request_size
+        room = self._server.max_queued_requests - len(self._frames)
+        buf = self._buf
+        start = 0
+        while room > 0 and len(buf) - start >= 4:
+            (size,) = _LENGTH.unpack_from(buf, start)
+            if size < 0 or size > limit:
+                log.warning("closing %s: frame of %d bytes (limit %d)", self.info.peer, size, limit)
+                self.close()
+                return
+            if len(buf) - start - 4 < size:
+                break
+            self._frames.append(bytes(buf[start + 4:start + 4 + size]))
+            start += 4 + size
+            room -= 1
+        if start:
+            del buf[:start]
+        if self._frames:
+            self._wakeup.set()
+        full = room <= 0
+        if full and not self._paused_reading:
+            self._paused_reading = True
+            self._transport.pause_reading()
+        elif not full and self._paused_reading:
+            self._paused_reading = False
+            self._transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._wakeup.set()
+        self._drained.set()
+        self._server._connections.discard(self)
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    # ---- processing -------------------------------------------------------------------------
+
+    async def _process(self) -> None:
+        try:
+            while not self._closed:
+                if not self._frames:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                frame = self._frames.popleft()
+                if self._paused_reading:
+                    self._parse_frames()
+                await self._handle_frame(frame)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one connection's failure never reaches the server
+            log.exception("connection %s failed; closing it", self.info.peer if self.info else "?")
+            self.close()
+
+    async def _handle_frame(self, frame: bytes) -> None:
+        try:
+            request = parse_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.api_key == ApiKey.API_VERSIONS:
+                await self._write([encode_api_versions_fallback(exc.correlation_id)])
+                return
+            log.info("closing %s: %s", self.info.peer, exc)
+            self.close()
+            return
+        except MalformedRequest as exc:
+            log.info("closing %s: malformed request: %s", self.info.peer, exc)
+            self.close()
+            return
+        self._server.requests_in_flight += 1
+        self._handling = True
+        try:
+            body = await self._server.handler(request, self.info)
+        finally:
+            self._handling = False
+            self._server.requests_in_flight -= 1
+        if body is None or self._closed:
+            return
+        await self._write(encode_response_parts(request, body))
+
+    async def _write(self, parts: list) -> None:
+        if self._closed:
+            return
+        self._transport.writelines(parts)
+        if not self._drained.is_set():
+            await self._drained.wait()
+
+    def _touch(self) -> None:
+        idle_ms = self._server.idle_timeout_ms
+        if idle_ms <= 0:
+            return
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        self._idle_handle = asyncio.get_running_loop().call_later(idle_ms / 1000, self._idle)
+
+    def _idle(self) -> None:
+        if self._frames or self._handling:
+            self._touch()
+            return
+        log.debug("closing idle connection %s", self.info.peer)
+        self.close()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+        self._closed = True
+        self._wakeup.set()
+
+
+class KafkaServer:
+    """Accepts connections on one listener and feeds their requests to ``handler``."""
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 9092, *,
+                 max_request_size: int = 104_857_600, max_queued_requests: int = 64,
+                 idle_timeout_ms: int = 600_000):
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.max_request_size = max_request_size
+        self.max_queued_requests = max_queued_requests
+        self.idle_timeout_ms = idle_timeout_ms
+        self.requests_in_flight = 0
+        self._connections: set[KafkaConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._next_id = 0
+
+    def _new_connection(self) -> KafkaConnection:
+        self._next_id += 1
+        return KafkaConnection(self, self._next_id)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._new_connection, self.host, self.port,
+                                                reuse_address=True, backlog=512)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        log.info("listening on %s:%d", self.host, self.port)
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace_s``), close connections."""
+        if self._server is not None:
+            self._server.close()
+        deadline = asyncio.get_running_loop().time() + grace_s
+        while self.requests_in_flight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)

@@ -1,0 +1,162 @@
+"""The Kafka listener: framing, ordering, bad input and backpressure, over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+
+import pytest
+
+from strata.protocol.codec import ApiKey, api_versions_response
+from strata.server.network import KafkaServer
+
+
+def api_versions_v0_request(correlation_id: int) -> bytes:
+    client = b"test"
+    body = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, correlation_id, len(client)) + client
+    return struct.pack(">i", len(body)) + body
+
+
+def api_versions_request(version: int, correlation_id: int) -> bytes:
+    client = b"test"
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, version, correlation_id, len(client)) + client
+    if version >= 3:
+        header += b"\x00"  # header tagged fields
+        body = b"\x05strt" + b"\x040.1" + b"\x00"  # compact strings + tagged fields
+    else:
+        body = b""
+    frame = header + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    payload = await reader.readexactly(size)
+    return struct.unpack_from(">i", payload)[0], payload[4:]
+
+
+async def serve(handler, **kw) -> KafkaServer:
+    server = KafkaServer(handler, "127.0.0.1", 0, **kw)
+    await server.start()
+    return server
+
+
+async def answer_api_versions(request, conn):
+    return api_versions_response(request.api_version)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_api_versions_v3_is_answered_with_a_v0_response_header():
+    async def main():
+        server = await serve(answer_api_versions)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(api_versions_request(3, 42))
+        corr, body = await read_response(r)
+        assert corr == 42
+        assert struct.unpack_from(">h", body)[0] == 0  # error code right after the v0 header
+        w.close()
+        await server.stop()
+    run(main())
+
+
+def test_an_unsupported_api_versions_version_gets_the_v0_fallback_with_error_35():
+    async def main():
+        server = await serve(answer_api_versions)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(api_versions_request(99, 7))
+        corr, body = await read_response(r)
+        error, count = struct.unpack_from(">hi", body)
+        assert (corr, error) == (7, 35) and count > 0
+        keys = {struct.unpack_from(">h", body, 6 + 6 * i)[0] for i in range(count)}
+        assert ApiKey.PRODUCE in keys and ApiKey.FETCH in keys
+        w.close()
+        await server.stop()
+    run(main())
+
+
+def test_pipelined_requests_are_answered_in_order():
+    async def slow(request, conn):
+        await asyncio.sleep(random.random() / 200)
+        return api_versions_response(request.api_version)
+
+    async def main():
+        server = await serve(slow)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(b"".join(api_versions_request(3, i) for i in range(50)))
+        got = [(await read_response(r))[0] for _ in range(50)]
+        assert got == list(range(50))
+        w.close()
+        await server.stop()
+    run(main())
+
+
+def test_a_request_without_a_response_does_not_break_the_order():
+    async def sometimes_silent(request, conn):
+        return None if request.correlation_id % 2 else api_versions_response(request.api_version)
+
+    async def main():
+        server = await serve(sometimes_silent)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(b"".join(api_versions_request(3, i) for i in range(10)))
+        got = [(await read_response(r))[0] for _ in range(5)]
+        assert got == [0, 2, 4, 6, 8]
+        w.close()
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("frame", [
+    struct.pack(">i", 200 * 1024 * 1024),       # over socket.request.max.bytes
+    struct.pack(">i", -5),                     # negative length
+    struct.pack(">i", 6) + b"\xff" * 6,        # too short to hold a header
+    struct.pack(">i", 10) + struct.pack(">hhi", 3, 9, 1) + b"\x7f\xff",  # string past the end
+], ids=["oversized", "negative", "garbage", "truncated-client-id"])
+def test_bad_frames_close_only_that_connection(frame):
+    async def main():
+        server = await serve(answer_api_versions)
+        bad_r, bad_w = await asyncio.open_connection("127.0.0.1", server.port)
+        good_r, good_w = await asyncio.open_connection("127.0.0.1", server.port)
+        bad_w.write(frame)
+        assert await bad_r.read() == b""  # closed by the broker
+        good_w.write(api_versions_request(3, 1))
+        assert (await read_response(good_r))[0] == 1
+        good_w.close()
+        await server.stop()
+    run(main())
+
+
+def test_reading_pauses_when_too_many_requests_are_queued_and_all_are_answered():
+    gate = asyncio.Event()
+
+    async def gated(request, conn):
+        await gate.wait()
+        return api_versions_response(request.api_version)
+
+    async def main():
+        server = await serve(gated, max_queued_requests=4)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(b"".join(api_versions_request(3, i) for i in range(100)))
+        await asyncio.sleep(0.2)
+        (conn,) = server._connections
+        assert conn._paused_reading and len(conn._frames) <= 4
+        gate.set()
+        got = [(await read_response(r))[0] for _ in range(100)]
+        assert got == list(range(100))
+        w.close()
+        await server.stop()
+    run(main())
+
+
+def test_idle_connections_are_closed():
+    async def main():
+        server = await serve(answer_api_versions, idle_timeout_ms=100)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(api_versions_request(3, 1))
+        await read_response(r)
+        assert await asyncio.wait_for(r.read(), 2) == b""
+        await server.stop()
+    run(main())
