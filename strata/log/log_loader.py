@@ -129,11 +129,22 @@ def load_log(directory: Path, config: LogConfig, topic_partition: TopicPartition
                                      clock)
     active = ordered[-1]
     next_offset = max(active.read_next_offset(), active.base_offset)
+    if next_offset < log_start_offset:
+        # What is left ends below the checkpointed log start offset (a torn tail after
+        # DeleteRecords): Kafka drops every segment and restarts the log at the log start offset.
+        log.warning("log end offset %d below log start offset %d in %s: deleting all segments",
+                    next_offset, log_start_offset, directory)
+        for seg in ordered:
+            seg.delete_files()
+        epoch_cache.clear_and_flush()
+        psm.truncate_fully_and_start_at(log_start_offset)
+        ordered = [open_segment(directory, log_start_offset, config, clock)]
+        active = ordered[0]
+        next_offset = log_start_offset
     active.resize_indexes()
 
     if not remote_log_enabled:
         log_start_offset = max(log_start_offset, ordered[0].base_offset)
-    log_start_offset = min(log_start_offset, next_offset)
     epoch_cache.truncate_from_end(next_offset)
     epoch_cache.truncate_from_start(log_start_offset)
     rebuild_producer_state(psm, ordered, log_start_offset, next_offset, clock.milliseconds())

@@ -48,6 +48,11 @@ class LogManager:
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._recovery_checkpoints = {d: OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT)
+                                      for d in self.log_dirs}
+        self._start_offset_checkpoints = {d: OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT)
+                                          for d in self.log_dirs}
         self.had_clean_shutdown: dict[Path, bool] = {}
 
     # ---- startup ----------------------------------------------------------------------------
@@ -61,8 +66,8 @@ class LogManager:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         self.had_clean_shutdown[log_dir] = clean
-        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
-        start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        recovery_points = self._recovery_checkpoints[log_dir].read()
+        start_offsets = self._start_offset_checkpoints[log_dir].read()
         for sub in sorted(log_dir.iterdir()):
             if not sub.is_dir() or sub.name.startswith("."):
                 continue
@@ -151,18 +156,19 @@ class LogManager:
             ulog.flush_if_due()
 
     def checkpoint(self) -> None:
-        """Write both offset checkpoints for every log dir."""
+        """Write both offset checkpoints for every log dir (one writer at a time: they share tmp files)."""
         by_dir: dict[Path, dict[TopicPartition, UnifiedLog]] = {d: {} for d in self.log_dirs}
         with self._lock:
             for tp, ulog in self._logs.items():
                 by_dir[self._log_dir_of[tp]][tp] = ulog
-        for d, logs in by_dir.items():
-            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: ul.recovery_point for tp, ul in logs.items()})
-            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: ul.log_start_offset for tp, ul in logs.items()
-                 if ul.log_start_offset > ul.local_log.first_segment.base_offset
-                 or ul.remote_log_enabled})
+        with self._checkpoint_lock:
+            for d, logs in by_dir.items():
+                self._recovery_checkpoints[d].write(
+                    {tp: ul.recovery_point for tp, ul in logs.items()})
+                self._start_offset_checkpoints[d].write(
+                    {tp: ul.log_start_offset for tp, ul in logs.items()
+                     if ul.log_start_offset > ul.local_log.first_segment.base_offset
+                     or ul.remote_log_enabled})
 
     # ---- shutdown ---------------------------------------------------------------------------
 

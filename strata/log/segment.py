@@ -88,7 +88,11 @@ class LogSegment:
         self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX), base_offset,
                                     max_index_size=max_index_size, writable=not readonly)
         self.txn_index = TransactionIndex(self._path(TXN_INDEX_SUFFIX), base_offset)
-        self._bytes_since_last_index_entry = 0
+        # Bytes appended since the batch of the last index entry: what decides the next entry,
+        # so a reopened segment keeps indexing exactly where recovery would.
+        self._bytes_since_last_index_entry = self._size - (
+            self.offset_index.entry(self.offset_index.entries - 1).position
+            if self.offset_index.entries else 0)
         # Greatest batch max timestamp seen and the last offset of its batch.
         last = self.time_index.last_entry
         self.max_timestamp_so_far = last.timestamp
@@ -342,7 +346,8 @@ class LogSegment:
                 if h.max_timestamp > self.max_timestamp_so_far:
                     self.max_timestamp_so_far = h.max_timestamp
                     self.offset_of_max_timestamp_so_far = h.last_offset
-                if position - last_index_entry > self.index_interval_bytes:
+                if position - last_index_entry > self.index_interval_bytes and \
+                        not self.offset_index.is_full():
                     self.offset_index.append(h.last_offset, position)
                     self.time_index.maybe_append(self.max_timestamp_so_far,
                                                  self.offset_of_max_timestamp_so_far)

@@ -527,3 +527,26 @@ def test_by_default_only_a_roll_or_close_makes_data_durable(tmp_path):
     assert 0 < ulog.recovery_point <= ulog.local_log.active_segment.base_offset
     ulog.close()
     assert ulog.recovery_point == ulog.log_end_offset
+
+
+def test_concurrent_checkpoints_never_leave_a_broken_file(tmp_path):
+    import threading
+    mgr = LogManager([tmp_path], cfg(), clock=MockClock(T0))
+    mgr.startup()
+    for p in range(30):
+        append_n(mgr.get_or_create_log(TopicPartition("c", p)), 1)
+    errors = []
+
+    def loop():
+        try:
+            for _ in range(40):
+                mgr.checkpoint()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+    threads = [threading.Thread(target=loop) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read()) == 30
