@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from strata.common.files import TMP_SUFFIX, atomic_write
 from strata.common.errors import KafkaStorageError
 from strata.common.types import TopicPartition
 from strata.log.leader_epoch import EpochEntry
@@ -148,14 +149,6 @@ def decode_checkpoint(text: str, version: int, formatter: EntryFormatter[T],
     return entries
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class CheckpointFile(Generic[T]):
     """A versioned list of entries stored as text, rewritten atomically on every write."""
 
@@ -171,7 +164,7 @@ class CheckpointFile(Generic[T]):
 
     @property
     def tmp_path(self) -> Path:
-        return self._path.with_name(self._path.name + ".tmp")
+        return self._path.with_name(self._path.name + TMP_SUFFIX)
 
     def write(self, entries: Iterable[T], sync: bool = True) -> None:
         """Replace the file's content; raises KafkaStorageError on an I/O failure."""
@@ -193,23 +186,8 @@ class CheckpointFile(Generic[T]):
 
     def _write(self, entries: Iterable[T], sync: bool) -> None:
         data = encode_checkpoint(self._version, entries, self._formatter).encode("utf-8")
-        tmp = self.tmp_path
         with self._lock:
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    if sync:
-                        os.fsync(f.fileno())
-                os.replace(tmp, self._path)
-            except BaseException:
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
-                raise
-            if sync:
-                _fsync_dir(self._path.parent)
+            atomic_write(self._path, data, sync)
 
     def read(self) -> list[T]:
         """The file's entries; ``[]`` if it is missing or empty."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.files import atomic_write, fsync_dir
 from strata.common.scheduler import ImmediateScheduler, Scheduler
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import OffsetCheckpointFile
@@ -89,7 +90,7 @@ class LogManager:
         log.info("loaded %d logs from %s (%s shutdown)", len(self._logs), log_dir,
                  "clean" if clean else "unclean")
         marker.unlink(missing_ok=True)
-        _fsync_dir(log_dir)
+        fsync_dir(log_dir)
 
     # ---- lookup and creation ----------------------------------------------------------------
 
@@ -114,7 +115,7 @@ class LogManager:
                               config or self._topic_config(tp.topic), clock=self._clock,
                               scheduler=self._scheduler, topic_partition=tp,
                               producer_id_expiration_ms=self._pid_expiration_ms)
-            _fsync_dir(log_dir)
+            fsync_dir(log_dir)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
             return ulog
@@ -135,7 +136,7 @@ class LogManager:
         ulog.local_log.close()
         target = log_dir / f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.rename(ulog.directory, target)
-        _fsync_dir(log_dir)
+        fsync_dir(log_dir)
         self._scheduler.schedule_once(f"delete-{target.name}",
                                       lambda: shutil.rmtree(target, ignore_errors=True),
                                       self.default_config.get("file.delete.delay.ms"))
@@ -178,16 +179,5 @@ class LogManager:
             ulog.close()
         self.checkpoint()
         for d in self.log_dirs:
-            marker = d / CLEAN_SHUTDOWN_FILE
-            marker.write_text(json.dumps({"version": 0, "broker_epoch": broker_epoch}))
-            with open(marker, "rb") as f:
-                os.fsync(f.fileno())
-            _fsync_dir(d)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            atomic_write(d / CLEAN_SHUTDOWN_FILE,
+                         json.dumps({"version": 0, "broker_epoch": broker_epoch}).encode())

@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Iterable, Mapping, NamedTuple
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.files import TMP_SUFFIX, atomic_write
 from strata.common.errors import (
     CorruptRecordError, ErrorCode, InvalidProducerEpochError, InvalidTxnStateError, KafkaError,
     KafkaStorageError, OutOfOrderSequenceError)
@@ -49,7 +50,7 @@ NUM_BATCHES_TO_RETAIN = 5
 
 SNAPSHOT_SUFFIX = ".snapshot"
 DELETED_SUFFIX = ".deleted"
-TMP_SUFFIX = ".tmp"
+
 PRODUCER_SNAPSHOT_VERSION = 1
 
 _SNAPSHOT_HEADER = struct.Struct(">hIi")     # version, crc, entry count
@@ -536,21 +537,9 @@ def write_snapshot(path: Path,
     if isinstance(entries, Mapping):
         entries = entries.values()
     data = encode_snapshot(entries)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if sync:
-            _fsync_dir(path.parent)
+        atomic_write(path, data, sync)
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise KafkaStorageError(f"failed to write producer snapshot {path}: {e}") from e
 
 
@@ -558,19 +547,6 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     """Entries of a snapshot file; ``CorruptSnapshotError`` if it fails validation."""
     path = Path(path)
     return decode_snapshot(path.read_bytes(), path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import typing
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -539,7 +539,15 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.sampled_from(DECODABLE).flatmap(lambda kv: st.from_type(request_class(*kv))))
 def test_hypothesis_generated_requests_round_trip(body):
-    assert parse_request(client_frame(body)).body == body
+    try:
+        parsed = parse_request(client_frame(body))
+    except MalformedRequest as exc:
+        # kio writes an i64 milliseconds field (OffsetCommit retention_time) up to i64 max but
+        # cannot read back one beyond datetime.timedelta's range; clients send -1 there.
+        if "timedelta" in str(exc):
+            reject()
+        raise
+    assert parsed.body == body
 
 
 # ---------------------------------------------------------------------------------------------
