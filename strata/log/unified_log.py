@@ -384,31 +384,33 @@ class UnifiedLog:
             return True
 
     def delete_old_segments(self) -> int:
-        """Apply retention to inactive local segments; returns how many were deleted.
+        """Apply retention to local segments, as Kafka does; returns how many were deleted.
 
-        Without tiering: ``retention.ms``, ``retention.bytes`` and the log start offset, and the
-        log start offset follows. With tiering: ``local.retention.*`` and only segments already in
-        remote storage; the log start offset stays (the remote tier still serves those offsets).
+        Every topic frees segments wholly below the log start offset; ``cleanup.policy=delete``
+        topics also apply ``retention.bytes`` then ``retention.ms``. Only offsets below the high
+        watermark go; an expired active segment is rolled first (an idle topic still expires).
+        With tiering, ``local.retention.*`` applies and only segments already in remote storage
+        go, and the log start offset stays (the remote tier still serves those offsets).
         """
         with self.lock:
-            if self.config.is_compacted and "delete" not in self.config.get("cleanup.policy"):
-                return 0
             n = self._delete_log_start_offset_breached()
-            n += self._delete_retention_ms_breached()
-            n += self._delete_retention_size_breached()
+            if "delete" in self.config.get("cleanup.policy"):
+                n += self._delete_retention_size_breached()
+                n += self._delete_retention_ms_breached()
             return n
 
     def _deletable(self, predicate) -> list[LogSegment]:
-        """Inactive segments from the oldest while ``predicate(segment, next_segment)`` holds."""
+        """Segments from the oldest while ``predicate(segment, upper_bound_offset)`` holds."""
         out = []
         hw = self.high_watermark
         segments = self.local_log.segments
-        for seg, nxt in zip(segments, segments[1:]):
-            if nxt.base_offset > hw or not predicate(seg, nxt):
+        for i, seg in enumerate(segments):
+            last = i + 1 == len(segments)
+            upper = self.log_end_offset if last else segments[i + 1].base_offset
+            if hw < upper or (last and seg.size == 0) or not predicate(seg, upper):
                 break
-            if self.remote_log_enabled and \
-                    nxt.base_offset - 1 > self.highest_offset_in_remote_storage and \
-                    nxt.base_offset > self._log_start_offset:
+            if self.remote_log_enabled and upper - 1 > self.highest_offset_in_remote_storage \
+                    and upper > self._log_start_offset:
                 break  # not tiered yet
             out.append(seg)
         return out
@@ -416,22 +418,21 @@ class UnifiedLog:
     def _delete_segments(self, segments: list[LogSegment], reason: str) -> int:
         if not segments:
             return 0
+        if segments[-1] is self.local_log.active_segment:
+            self.roll()
         self.local_log.delete_segments(segments, reason)
         first = self.local_log.first_segment.base_offset
-        if not self.remote_log_enabled:
-            if first > self._log_start_offset:
-                self._log_start_offset = first
-                self.leader_epoch_cache.truncate_from_start(first)
-                self.producer_state.on_log_start_offset_incremented(first)
-        self.producer_state.delete_snapshots_before(min(first, self._log_start_offset)
-                                                    if self.remote_log_enabled else first)
+        if not self.remote_log_enabled and first > self._log_start_offset:
+            self._log_start_offset = first
+            self.leader_epoch_cache.truncate_from_start(first)
+            self.producer_state.on_log_start_offset_incremented(first)
+        self.producer_state.delete_snapshots_before(min(first, self._log_start_offset))
         return len(segments)
 
     def _delete_log_start_offset_breached(self) -> int:
         lso = self._log_start_offset
-        return self._delete_segments(
-            self._deletable(lambda s, nxt: nxt.base_offset <= lso),
-            f"log start offset {lso} breach")
+        return self._delete_segments(self._deletable(lambda s, upper: upper <= lso),
+                                     f"log start offset {lso} breach")
 
     def _delete_retention_ms_breached(self) -> int:
         ms = self.config.local_retention_ms if self.remote_log_enabled else self.config.get("retention.ms")
@@ -439,7 +440,7 @@ class UnifiedLog:
             return 0
         now = self._clock.milliseconds()
         return self._delete_segments(
-            self._deletable(lambda s, nxt: now - s.largest_timestamp > ms),
+            self._deletable(lambda s, upper: now - s.largest_timestamp > ms),
             f"retention time {ms}ms breach")
 
     def _delete_retention_size_breached(self) -> int:
@@ -451,7 +452,7 @@ class UnifiedLog:
         if excess <= 0:
             return 0
 
-        def predicate(seg, nxt):
+        def predicate(seg, upper):
             nonlocal excess
             if excess - seg.size >= 0:
                 excess -= seg.size

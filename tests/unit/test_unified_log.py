@@ -268,7 +268,7 @@ def test_list_offsets_by_timestamp_finds_the_first_record_at_or_after_it(tmp_pat
 
 # ---- retention and the log start offset ---------------------------------------------------
 
-def test_retention_ms_deletes_old_inactive_segments(tmp_path):
+def test_retention_ms_deletes_expired_segments_and_an_idle_active_one(tmp_path):
     clock = MockClock(T0)
     ulog = open_log(tmp_path, cfg(internal_segment_bytes=500, retention_ms=60_000), clock)
     for i in range(30):
@@ -277,11 +277,34 @@ def test_retention_ms_deletes_old_inactive_segments(tmp_path):
     clock.advance_ms(30_000)
     assert ulog.delete_old_segments() == 0
     clock.advance_ms(31_000)
-    deleted = ulog.delete_old_segments()
-    assert deleted == len(ulog.local_log.segments) + deleted - 1  # all but the active one
-    assert ulog.log_start_offset == ulog.local_log.active_segment.base_offset
+    segments = ulog.local_log.segment_count()
+    assert ulog.delete_old_segments() == segments  # the active one too: rolled, then deleted
+    assert [s.base_offset for s in ulog.local_log.segments] == [30]
+    assert ulog.log_start_offset == 30 and ulog.log_end_offset == 30
     with pytest.raises(OffsetOutOfRangeError):
-        ulog.read(0, 100)
+        ulog.read(29, 100)
+    assert ulog.append_as_leader(batch(1, ts=T0 + 61_000), 0).first_offset == 30
+
+
+def test_retention_never_deletes_offsets_at_or_above_the_high_watermark(tmp_path):
+    clock = MockClock(T0)
+    ulog = open_log(tmp_path, cfg(internal_segment_bytes=500, retention_ms=1000), clock)
+    append_n(ulog, 10)
+    ulog.append_as_leader(batch(1), 0)  # uncommitted
+    clock.advance_ms(10_000)
+    ulog.delete_old_segments()
+    assert ulog.log_start_offset <= ulog.high_watermark == 10
+    assert ulog.local_log.active_segment.base_offset <= 10 < ulog.log_end_offset
+
+
+def test_delete_records_frees_segments_of_compacted_topics_too(tmp_path):
+    ulog = open_log(tmp_path, cfg(internal_segment_bytes=500, cleanup_policy="compact"))
+    append_n(ulog, 30)
+    before = ulog.local_log.segment_count()
+    ulog.maybe_increment_log_start_offset(20)
+    assert ulog.delete_old_segments() > 0
+    assert ulog.local_log.segment_count() < before
+    assert ulog.local_log.first_segment.base_offset <= 20
 
 
 def test_retention_bytes_keeps_the_log_under_the_limit(tmp_path):
