@@ -87,8 +87,9 @@ class LogManager:
                               producer_id_expiration_ms=self._pid_expiration_ms)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
-        log.info("loaded %d logs from %s (%s shutdown)", len(self._logs), log_dir,
-                 "clean" if clean else "unclean")
+        loaded = sum(1 for d in self._log_dir_of.values() if d == log_dir)
+        log.info("loaded %d logs from %s (%s)", loaded, log_dir,
+                 "clean shutdown" if clean else "unclean shutdown: recovered" if loaded else "new")
         marker.unlink(missing_ok=True)
         fsync_dir(log_dir)
 
