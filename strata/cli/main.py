@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
+import socket
 import sys
-import threading
 from pathlib import Path
 
 from strata.common.config import load_properties
 from strata.common.scheduler import KafkaScheduler
-from strata.log.log_config import LogConfig, topic_defaults_from_broker
+from strata.common.types import TopicPartition
 from strata.log.log_manager import LogManager
 
 log = logging.getLogger("strata")
@@ -31,13 +32,73 @@ def _int(props: dict[str, str], key: str, default: int) -> int:
     return int(props.get(key, default))
 
 
-def serve(args: argparse.Namespace) -> int:
-    props = read_server_properties(args.config, args.override)
+def parse_listener(value: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` (first listener) to (host, port); an empty host binds all."""
+    first = value.split(",")[0].strip()
+    _, _, hostport = first.rpartition("://")
+    host, _, port = hostport.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class _LogsFollowMetadata:
+    """Keeps the logs in step with topic changes: create, delete, add partitions, configs."""
+
+    def __init__(self, manager: LogManager, metadata):
+        self.manager = manager
+        self.metadata = metadata
+
+    def on_topic_created(self, info) -> None:
+        for p in range(info.partitions):
+            self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
+
+    def on_partitions_created(self, info, old_count) -> None:
+        for p in range(old_count, info.partitions):
+            self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
+
+    def on_topic_deleted(self, info) -> None:
+        for p in range(info.partitions):
+            self.manager.delete_log(TopicPartition(info.name, p))
+
+    def on_topic_config_changed(self, info, config) -> None:
+        for p in range(info.partitions):
+            ulog = self.manager.get_log(TopicPartition(info.name, p))
+            if ulog is not None:
+                ulog.update_config(config)
+
+
+async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
+    from strata.cluster.metadata import ClusterMetadata
+    from strata.replication.replica_manager import ReplicaManager
+    from strata.server.context import BrokerContext
+    from strata.server.dispatch import Dispatcher
+    from strata.server.network import KafkaServer
+    from strata.server.purgatory import PartitionWatchers
+
+    node_id = _int(props, "node.id", 1)
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
-    default_config = LogConfig(topic_defaults_from_broker(props))
+    log_dirs[0].mkdir(parents=True, exist_ok=True)
+    host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    metadata = ClusterMetadata(log_dirs[0], node_id, props)
     scheduler = KafkaScheduler(threads=2)
-    manager = LogManager(log_dirs, default_config, scheduler=scheduler)
+    manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
+                         scheduler=scheduler)
     manager.startup()
+    metadata.add_listener(_LogsFollowMetadata(manager, metadata))
+    watchers = PartitionWatchers()
+    replica_manager = ReplicaManager(
+        manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
+        on_append=watchers.notify)
+    ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
+                        replica_manager=replica_manager, fetch_watchers=watchers,
+                        auto_create_topics=props.get("auto.create.topics.enable", "true") == "true")
+    server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
+                         max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
+                         idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))
+    await server.start()
+    adv_host, adv_port = parse_listener(props.get("advertised.listeners") or
+                                        props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    ctx.advertised_host = adv_host or socket.getfqdn()
+    ctx.advertised_port = adv_port or server.port
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
                                 _int(props, "log.retention.check.interval.ms", 300_000))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,
@@ -48,18 +109,34 @@ def serve(args: argparse.Namespace) -> int:
     scheduler.schedule_periodic("producer-expiration",
                                 lambda: [ul.remove_expired_producers() for ul in manager.all_logs()],
                                 _int(props, "producer.id.expiration.check.interval.ms", 600_000))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    log.info("storage engine up: %d partition logs under %s", len(manager.partitions()),
-             ", ".join(map(str, log_dirs)))
-    log.info("the Kafka protocol listener is not built yet (issue: single-node broker); "
-             "this process manages the local log only")
-    stop.wait()
-    log.info("shutting down")
+    log.info("broker %d up: cluster %s, listening on %s:%d, advertised %s:%d, %d partition logs",
+             node_id, metadata.cluster_id, host or "0.0.0.0", server.port, ctx.advertised_host,
+             ctx.advertised_port, len(manager.partitions()))
+    if started is not None:
+        started(server.port)
+    await stop.wait()
+    log.info("shutting down: no new connections, finishing in-flight requests")
+    await server.stop()
     scheduler.shutdown(run_pending=False)
     manager.shutdown()
     log.info("clean shutdown complete")
+
+
+def serve(args: argparse.Namespace) -> int:
+    props = read_server_properties(args.config, args.override)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_broker(props, stop)
+
+    try:
+        import uvloop  # type: ignore[import-not-found]
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
     return 0
 
 

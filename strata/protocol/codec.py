@@ -70,6 +70,7 @@ import typing
 import uuid
 from enum import Enum, IntEnum
 from functools import lru_cache
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
@@ -818,12 +819,13 @@ def encode_response(request: DecodedRequest, response_body) -> bytes:
     return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
 
-def api_versions_response(api_version: int, code: int = ErrorCode.NONE):
-    """The ApiVersions response body advertising ``API_VERSIONS``."""
+def api_versions_response(api_version: int, code: int = ErrorCode.NONE,
+                          apis: Mapping[int, tuple[int, int]] | None = None):
+    """The ApiVersions response body advertising ``apis`` (default: ``API_VERSIONS``)."""
     cls = response_class(ApiKey.API_VERSIONS, api_version)
     entry = _nested(cls, "api_keys")
     keys = tuple(entry(api_key=int(k), min_version=lo, max_version=hi)
-                 for k, (lo, hi) in sorted(API_VERSIONS.items()))
+                 for k, (lo, hi) in sorted((API_VERSIONS if apis is None else apis).items()))
     return _make(cls, kio_error_code(code), api_keys=keys)
 
 
@@ -1124,3 +1126,10 @@ def error_response(request: DecodedRequest, code: int, message: str | None = Non
     rc = response_class(request.api_key, request.api_version)
     builder = _ERROR_BUILDERS.get(request.api_key, _err_top_level)
     return builder(request, rc, kio_error_code(code), message)
+
+
+def make(root: type, path: str = "", **given) -> Any:
+    """Build the entity at dotted ``path`` under response class ``root`` for its version:
+    fields the version lacks are dropped, missing ones get schema defaults or zero values, and
+    error codes default to NONE. Handlers build every response through this."""
+    return _mk(root, path, kio_error_code(ErrorCode.NONE), **given)

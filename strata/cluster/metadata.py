@@ -1,0 +1,935 @@
+"""The single node's cluster metadata: identity, topics, topic configs (the embedded controller).
+
+``ClusterMetadata`` plays the part of Kafka's KRaft controller for one node: it owns the
+topics (name, id, partition count, config overrides), applies Kafka's CreateTopics,
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and DescribeConfigs
+rules, and tells listeners (the log manager, the tiered-storage layer) about every change.
+
+On disk, in the first log dir:
+
+- ``meta.properties``: Kafka's v1 format (``version=1``, ``node.id``, ``cluster.id``,
+  ``directory.id``), written on first start and checked on every later one.
+- ``__strata_cluster_metadata.json``: every topic, rewritten whole and atomically (tmp file,
+  fsync, rename, dir fsync) by each mutation::
+
+      {"version": 1, "cluster_id": "<22 chars>",
+       "topics": [{"name": "orders", "topic_id": "<Kafka base64 uuid>", "partitions": 3,
+                   "configs": {"retention.ms": "3600000"}}]}
+
+Invariants: topic ids are random version-4 UUIDs, never the zero or one UUID, whose Kafka
+string form does not start with ``-`` (Kafka's ``Uuid.randomUuid``); ``configs`` holds only
+topic-level overrides, as the strings the client sent.
+
+Threads: any thread may call any method. Reads are lock-free (they see an immutable image
+that each mutation replaces whole); mutations hold one re-entrant lock from validation
+through persistence and listener calls, so listeners see changes one at a time, in order,
+and only after the change is durable. A listener may read the metadata from its callback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
+
+from strata.common.config import ConfigType, load_properties
+from strata.common.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
+from strata.common.files import atomic_write
+from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES_FILE = "meta.properties"
+METADATA_FILE = "__strata_cluster_metadata.json"
+METADATA_FORMAT_VERSION = 1
+
+# org.apache.kafka.common.internals.Topic
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+SHARE_GROUP_STATE_TOPIC_NAME = "__share_group_state"
+CLUSTER_METADATA_TOPIC_NAME = "__cluster_metadata"
+REMOTE_LOG_METADATA_TOPIC_NAME = "__remote_log_metadata"
+# Kafka's Topic.isInternal set (the Metadata response's is_internal flag).
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME,
+                             SHARE_GROUP_STATE_TOPIC_NAME})
+# Topics the broker creates for itself through ``create_internal_topic``.
+BROKER_MANAGED_TOPICS = INTERNAL_TOPICS | {REMOTE_LOG_METADATA_TOPIC_NAME}
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+ZERO_UUID = uuid.UUID(int=0)
+_ONE_UUID = uuid.UUID(int=1)
+
+# IncrementalAlterConfigs operation types (AlterConfigOp.OpType ids).
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+LONG_MAX = 2**63 - 1
+
+
+class MetaPropertiesError(RuntimeError):
+    """``meta.properties`` or the metadata file is unreadable or belongs to another node/cluster."""
+
+
+# ---- Kafka UUIDs -------------------------------------------------------------------------------
+
+def uuid_to_kafka_str(u: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding (22 chars)."""
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
+
+
+def uuid_from_kafka_str(s: str) -> uuid.UUID:
+    """Kafka's ``Uuid.fromString``; raises ``ValueError`` for anything but 16 encoded bytes."""
+    if len(s) > 24:
+        raise ValueError(f"Input string with prefix `{s[:24]}` is too long to be decoded as a "
+                         "base64 UUID")
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"Input string `{s}` decoded as {len(raw)} bytes, which is not equal to "
+                         "the expected 16 bytes of a base64-encoded UUID")
+    return uuid.UUID(bytes=raw)
+
+
+def random_kafka_uuid() -> uuid.UUID:
+    """Kafka's ``Uuid.randomUuid``: version 4, never 0 or 1, string form never starting with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u not in (ZERO_UUID, _ONE_UUID) and not uuid_to_kafka_str(u).startswith("-"):
+            return u
+
+
+def random_directory_id() -> uuid.UUID:
+    """Kafka's ``DirectoryId.random``: a random Kafka uuid outside the 100 reserved ids."""
+    while True:
+        u = random_kafka_uuid()
+        if u.int >= 100:
+            return u
+
+
+# ---- topic names -------------------------------------------------------------------------------
+
+def is_internal_topic(name: str) -> bool:
+    """Kafka's ``Topic.isInternal``."""
+    return name in INTERNAL_TOPICS
+
+
+def invalid_topic_reason(name: str) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's wording), or None if it is."""
+    if not name:
+        return "the empty string is not allowed"
+    if name == ".":
+        return "'.' is not allowed"
+    if name == "..":
+        return "'..' is not allowed"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return (f"the length of '{name}' is longer than the max allowed length "
+                f"{MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return (f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+                "'.', '_' and '-'")
+    return None
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: raise INVALID_TOPIC_EXCEPTION for an illegal name."""
+    reason = invalid_topic_reason(name)
+    if reason is not None:
+        raise KafkaError(f"Topic name is invalid: {reason}", code=ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
+def unify_collision_chars(name: str) -> str:
+    """Kafka's ``Topic.unifyCollisionChars``: '.' and '_' collide in metric names."""
+    return name.replace(".", "_")
+
+
+# ---- value types -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides only
+
+    @property
+    def internal(self) -> bool:
+        return is_internal_topic(self.name)
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigsResponse.ConfigSource ids (the wire values)."""
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_TOPIC_CONFIG = 1  # the admin client's name for it
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class ConfigEntryType(IntEnum):
+    """DescribeConfigsResponse.ConfigType ids (DescribeConfigs v3+ ``config_type``)."""
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+_ENTRY_TYPE = {
+    ConfigType.BOOLEAN: ConfigEntryType.BOOLEAN, ConfigType.STRING: ConfigEntryType.STRING,
+    ConfigType.INT: ConfigEntryType.INT, ConfigType.SHORT: ConfigEntryType.SHORT,
+    ConfigType.LONG: ConfigEntryType.LONG, ConfigType.DOUBLE: ConfigEntryType.DOUBLE,
+    ConfigType.LIST: ConfigEntryType.LIST, ConfigType.CLASS: ConfigEntryType.CLASS,
+    ConfigType.PASSWORD: ConfigEntryType.PASSWORD,
+}
+
+
+class ConfigSynonym(NamedTuple):
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One DescribeConfigs result entry, ready for the response."""
+    name: str
+    value: str | None
+    read_only: bool
+    source: ConfigSource
+    is_sensitive: bool
+    synonyms: list[ConfigSynonym]
+    config_type: ConfigEntryType
+    documentation: str | None
+
+
+# ---- rendering values as Kafka does (ConfigDef.convertToString) -------------------------------
+
+def _java_double(x: float) -> str:
+    """Java's ``Double.toString``."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0.0" if str(x).startswith("-") else "0.0"
+    if 1e-3 <= abs(x) < 1e7:
+        s = repr(float(x))
+        return s if "." in s else s + ".0"
+    sign, digits, exp = Decimal(repr(float(x))).as_tuple()
+    ds = "".join(map(str, digits)).rstrip("0") or "0"
+    exponent = len(digits) - 1 + exp
+    return f"{'-' if sign else ''}{ds[0]}.{ds[1:] or '0'}E{exponent}"
+
+
+def render_config_value(value: Any, type_: ConfigType | None) -> str | None:
+    """A typed config value as Kafka renders it: lists comma-joined, booleans lowercase."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if type_ is ConfigType.LIST or isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    if type_ is ConfigType.DOUBLE or isinstance(value, float):
+        return _java_double(float(value))
+    return str(value)
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
+_INT_BOUNDS = {ConfigType.SHORT: 2**15, ConfigType.INT: 2**31, ConfigType.LONG: 2**63}
+
+
+def _check_number_syntax(name: str, value: str) -> None:
+    """Kafka's parse error for a number that Java would not parse ("Not a number of type INT")."""
+    key = LOG_CONFIG_DEF[name]
+    s = str(value).strip()
+    if key.type in _INT_BOUNDS:
+        bound = _INT_BOUNDS[key.type]
+        if not _INTEGER.fullmatch(s) or not -bound <= int(s) < bound:
+            raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
+                                     f"Not a number of type {key.type.name}")
+    elif key.type is ConfigType.DOUBLE and not _DOUBLE.fullmatch(s):
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
+                                 "Not a number of type DOUBLE")
+
+
+# ---- broker configs known to DescribeConfigs ---------------------------------------------------
+
+class _BrokerKey(NamedTuple):
+    type: ConfigType
+    default: str | None          # Kafka's default, rendered; None: no default
+    doc: str
+
+
+_T = ConfigType
+BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
+    "node.id": _BrokerKey(_T.INT, "1", "The node ID of this server."),
+    "process.roles": _BrokerKey(_T.LIST, "broker,controller",
+                                "The roles this process plays (one node plays both)."),
+    "listeners": _BrokerKey(_T.STRING, "PLAINTEXT://:9092",
+                            "Listener list: URIs the server listens on."),
+    "advertised.listeners": _BrokerKey(_T.STRING, None,
+                                       "Listeners published to clients, if not `listeners`."),
+    "log.dirs": _BrokerKey(_T.STRING, None, "Directories in which the log data is kept."),
+    "log.dir": _BrokerKey(_T.STRING, "/tmp/kafka-logs",
+                          "The directory in which the log data is kept (if log.dirs is unset)."),
+    "num.partitions": _BrokerKey(_T.INT, "1", "The default number of log partitions per topic."),
+    "default.replication.factor": _BrokerKey(_T.INT, "1",
+                                             "The default replication factor for topics."),
+    "auto.create.topics.enable": _BrokerKey(_T.BOOLEAN, "true",
+                                            "Enable auto creation of topics on the server."),
+    "delete.topic.enable": _BrokerKey(_T.BOOLEAN, "true", "Enables topic deletion."),
+    "message.max.bytes": _BrokerKey(_T.INT, "1048588",
+                                    "The largest record batch size allowed by Kafka."),
+    "socket.request.max.bytes": _BrokerKey(_T.INT, "104857600",
+                                           "The maximum number of bytes in a socket request."),
+    "log.segment.bytes": _BrokerKey(_T.INT, "1073741824",
+                                    "The maximum size of a single log file."),
+    "log.roll.ms": _BrokerKey(_T.LONG, None, "The maximum time before a new segment is rolled "
+                              "out (in milliseconds)."),
+    "log.roll.hours": _BrokerKey(_T.INT, "168", "The maximum time before a new segment is "
+                                 "rolled out (in hours)."),
+    "log.roll.jitter.ms": _BrokerKey(_T.LONG, None, "The maximum jitter to subtract from "
+                                     "logRollTimeMillis (in milliseconds)."),
+    "log.roll.jitter.hours": _BrokerKey(_T.INT, "0", "The maximum jitter to subtract from "
+                                        "logRollTimeMillis (in hours)."),
+    "log.index.size.max.bytes": _BrokerKey(_T.INT, "10485760",
+                                           "The maximum size in bytes of the offset index."),
+    "log.index.interval.bytes": _BrokerKey(_T.INT, "4096", "The interval with which we add an "
+                                           "entry to the offset index."),
+    "log.flush.interval.messages": _BrokerKey(_T.LONG, str(LONG_MAX), "The number of messages "
+                                              "accumulated before messages are flushed to disk."),
+    "log.flush.interval.ms": _BrokerKey(_T.LONG, None, "The maximum time a message stays in "
+                                        "memory before it is flushed to disk."),
+    "log.flush.scheduler.interval.ms": _BrokerKey(_T.LONG, str(LONG_MAX), "The frequency with "
+                                                  "which the log flusher checks for logs to flush."),
+    "log.flush.offset.checkpoint.interval.ms": _BrokerKey(_T.INT, "60000", "The frequency with "
+                                                          "which the recovery point is persisted."),
+    "log.retention.bytes": _BrokerKey(_T.LONG, "-1",
+                                      "The maximum size of the log before deleting it."),
+    "log.retention.ms": _BrokerKey(_T.LONG, None, "The number of milliseconds to keep a log "
+                                   "file before deleting it."),
+    "log.retention.minutes": _BrokerKey(_T.INT, None, "The number of minutes to keep a log file "
+                                        "before deleting it."),
+    "log.retention.hours": _BrokerKey(_T.INT, "168", "The number of hours to keep a log file "
+                                      "before deleting it."),
+    "log.retention.check.interval.ms": _BrokerKey(_T.LONG, "300000", "The frequency with which "
+                                                  "the log cleaner checks for deletable logs."),
+    "log.cleanup.policy": _BrokerKey(_T.LIST, "delete",
+                                     "The default cleanup policy for segments."),
+    "log.cleaner.delete.retention.ms": _BrokerKey(_T.LONG, "86400000", "The amount of time to "
+                                                  "retain tombstone markers for compacted topics."),
+    "log.segment.delete.delay.ms": _BrokerKey(_T.LONG, "60000", "The amount of time to wait "
+                                              "before deleting a file from the filesystem."),
+    "log.preallocate": _BrokerKey(_T.BOOLEAN, "false",
+                                  "Preallocate the file when creating a new segment."),
+    "log.message.timestamp.type": _BrokerKey(_T.STRING, "CreateTime", "Whether the timestamp "
+                                             "is the create time or the log append time."),
+    "log.message.timestamp.before.max.ms": _BrokerKey(_T.LONG, str(LONG_MAX), "Allowed "
+                                                      "timestamp lag behind the broker time."),
+    "log.message.timestamp.after.max.ms": _BrokerKey(_T.LONG, "3600000", "Allowed timestamp "
+                                                     "lead over the broker time."),
+    "log.local.retention.ms": _BrokerKey(_T.LONG, "-2", "Local retention time; -2 means "
+                                         "log.retention.ms."),
+    "log.local.retention.bytes": _BrokerKey(_T.LONG, "-2", "Local retention size; -2 means "
+                                            "log.retention.bytes."),
+    "log.remote.storage.enable": _BrokerKey(_T.BOOLEAN, None, "Strata: default of the topic "
+                                            "config remote.storage.enable."),
+    "remote.log.storage.system.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether to enable "
+                                                   "tiered storage functionality in a broker."),
+    "min.insync.replicas": _BrokerKey(_T.INT, "1", "The minimum number of in-sync replicas "
+                                      "for acks=all."),
+    "compression.type": _BrokerKey(_T.STRING, "producer",
+                                   "The final compression type for a given topic."),
+    "unclean.leader.election.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether replicas not in "
+                                                 "the ISR may be elected leader."),
+}
+
+# DynamicBrokerConfig.brokerConfigSynonyms: the groups of broker keys that mean one setting.
+_BROKER_SYNONYM_GROUPS = [
+    ["log.roll.ms", "log.roll.hours"],
+    ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+    ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
+    ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+]
+
+
+def _broker_synonyms(name: str) -> list[str]:
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return [name]
+
+
+# ---- the store -----------------------------------------------------------------------------
+
+class _Image(NamedTuple):
+    """Everything readers see; replaced whole by each mutation, never changed in place."""
+    topics: dict[str, TopicInfo]
+    by_id: dict[uuid.UUID, TopicInfo]
+    configs: dict[str, LogConfig]
+    collisions: dict[str, frozenset[str]]   # unified name -> topic names with '.' or '_'
+
+
+def _build_image(topics: Iterable[TopicInfo], configs: dict[str, LogConfig]) -> _Image:
+    by_name = {t.name: t for t in topics}
+    collisions: dict[str, set[str]] = {}
+    for name in by_name:
+        if "." in name or "_" in name:
+            collisions.setdefault(unify_collision_chars(name), set()).add(name)
+    return _Image(by_name, {t.topic_id: t for t in by_name.values()},
+                  {n: configs[n] for n in by_name},
+                  {k: frozenset(v) for k, v in collisions.items()})
+
+
+ConfigValidator = Callable[[str, LogConfig, "LogConfig | None"], None]
+
+
+class ClusterMetadata:
+    """Cluster id, node id and the topics of a single-node cluster, durable in one log dir."""
+
+    def __init__(self, log_dir: Path, node_id: int, broker_props: Mapping[str, str]):
+        self.log_dir = Path(log_dir)
+        self.node_id = int(node_id)
+        self.broker_props: dict[str, str] = {k: str(v) for k, v in broker_props.items()}
+        # Hook for the tiered-storage layer: (topic, new config, old config or None); may raise
+        # InvalidConfigError to refuse a topic config.
+        self.config_validator: ConfigValidator | None = None
+        self._lock = threading.RLock()
+        self._listeners: list[Any] = []
+        self._topic_defaults = topic_defaults_from_broker(self.broker_props)
+        self._default_config = LogConfig(self._topic_defaults)
+        self._num_partitions = self._int_prop("num.partitions", 1)
+        self._default_replication_factor = self._int_prop("default.replication.factor", 1)
+        self._delete_enabled = self.broker_props.get("delete.topic.enable", "true").strip().lower() != "false"
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id, self.directory_id = self._load_or_write_meta_properties()
+        self._image = self._load_topics()
+
+    @property
+    def controller_id(self) -> int:
+        return self.node_id
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.log_dir / METADATA_FILE
+
+    def _int_prop(self, key: str, default: int) -> int:
+        raw = self.broker_props.get(key)
+        if raw is None or str(raw).strip() == "":
+            return default
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise InvalidConfigError(f"Invalid value {raw} for configuration {key}: "
+                                     "Not a number of type INT") from None
+
+    # ---- meta.properties -----------------------------------------------------------------------
+
+    def _load_or_write_meta_properties(self) -> tuple[str, uuid.UUID]:
+        path = self.log_dir / META_PROPERTIES_FILE
+        if not path.exists():
+            cluster_id = uuid_to_kafka_str(random_kafka_uuid())
+            directory_id = random_directory_id()
+            text = (f"#\n#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
+                    f"node.id={self.node_id}\n"
+                    f"directory.id={uuid_to_kafka_str(directory_id)}\n"
+                    f"version=1\n"
+                    f"cluster.id={cluster_id}\n")
+            atomic_write(path, text.encode("utf-8"))
+            log.info("formatted %s: cluster id %s, node id %d", self.log_dir, cluster_id,
+                     self.node_id)
+            return cluster_id, directory_id
+        props = load_properties(path.read_text(encoding="utf-8"))
+        version = props.get("version", "0")
+        if version not in ("0", "1"):
+            raise MetaPropertiesError(f"Unknown meta.properties version {version} in {path}")
+        node_key = "node.id" if version == "1" else "broker.id"
+        cluster_id = props.get("cluster.id")
+        if not cluster_id:
+            raise MetaPropertiesError(f"cluster.id was not specified in the v{version} file: {path}")
+        if node_key not in props:
+            raise MetaPropertiesError(f"{node_key} was not specified in {path}")
+        try:
+            stored = int(props[node_key])
+        except ValueError:
+            raise MetaPropertiesError(f"Invalid {node_key} {props[node_key]!r} in {path}") from None
+        if stored != self.node_id:
+            raise MetaPropertiesError(
+                f"Stored node id {stored} doesn't match previous node id {self.node_id} in {path}. "
+                "If you moved your data, make sure your configured node id matches. If you intend "
+                "to create a new node, you should remove all data in your data directories.")
+        directory_id = ZERO_UUID
+        if "directory.id" in props:
+            try:
+                directory_id = uuid_from_kafka_str(props["directory.id"])
+            except ValueError as exc:
+                raise MetaPropertiesError(
+                    f"Unable to read directory.id as a Uuid: {exc} ({path})") from None
+        return cluster_id, directory_id
+
+    # ---- the topics file -----------------------------------------------------------------------
+
+    def _load_topics(self) -> _Image:
+        path = self.metadata_path
+        if not path.exists():
+            return _build_image([], {})
+        try:
+            doc = json.loads(path.read_bytes())
+            if doc.get("version") != METADATA_FORMAT_VERSION:
+                raise MetaPropertiesError(f"unsupported metadata file version {doc.get('version')!r}")
+            topics = [TopicInfo(t["name"], uuid_from_kafka_str(t["topic_id"]),
+                                int(t["partitions"]), {str(k): str(v) for k, v in t["configs"].items()})
+                      for t in doc["topics"]]
+        except MetaPropertiesError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MetaPropertiesError(f"Unreadable cluster metadata file {path}: {exc}") from exc
+        stored_cluster = doc.get("cluster_id")
+        if stored_cluster is not None and stored_cluster != self.cluster_id:
+            raise MetaPropertiesError(f"Invalid cluster.id in: {path}. Expected {self.cluster_id}, "
+                                      f"but read {stored_cluster}")
+        configs = {t.name: self._make_config(t.configs) for t in topics}
+        log.info("loaded %d topics from %s", len(topics), path)
+        return _build_image(topics, configs)
+
+    def _persist(self, topics: Iterable[TopicInfo]) -> None:
+        doc = {
+            "version": METADATA_FORMAT_VERSION,
+            "cluster_id": self.cluster_id,
+            "topics": [{"name": t.name, "topic_id": uuid_to_kafka_str(t.topic_id),
+                        "partitions": t.partitions, "configs": dict(t.configs)}
+                       for t in sorted(topics, key=lambda t: t.name)],
+        }
+        atomic_write(self.metadata_path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+
+    def _commit(self, topics: dict[str, TopicInfo], configs: dict[str, LogConfig]) -> None:
+        """Persist, then publish the new image (caller holds the lock)."""
+        self._persist(topics.values())
+        self._image = _build_image(topics.values(), configs)
+
+    # ---- listeners -----------------------------------------------------------------------------
+
+    def add_listener(self, listener: Any) -> None:
+        """Register an object with any of ``on_topic_created(info)``, ``on_topic_deleted(info)``,
+        ``on_partitions_created(info, old_count)``, ``on_topic_config_changed(info, config)``.
+        Called in registration order, after the change is durable, under the metadata lock."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Any) -> None:
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for listener in list(self._listeners):
+            callback = getattr(listener, method, None)
+            if callback is None:
+                continue
+            try:
+                callback(*args)
+            except Exception:
+                log.exception("metadata listener %r failed in %s%r", listener, method, args[:1])
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._image.topics)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._image.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._image.by_id.get(topic_id)
+
+    def default_log_config(self) -> LogConfig:
+        """Topic config defaults: Kafka's LogConfig defaults overlaid with the broker's ``log.*``."""
+        return self._default_config
+
+    def log_config(self, name: str) -> LogConfig:
+        """The effective config of ``name``; the defaults for a topic this node does not know."""
+        return self._image.configs.get(name, self._default_config)
+
+    # ---- config validation ---------------------------------------------------------------------
+
+    def _make_config(self, overrides: Mapping[str, str]) -> LogConfig:
+        merged: dict[str, Any] = dict(self._topic_defaults)
+        merged.update(overrides)
+        return LogConfig(merged)
+
+    def _validate_configs(self, name: str, overrides: Mapping[str, str],
+                          old: LogConfig | None) -> LogConfig:
+        """Kafka's LogConfig.validate for a full override set, then the hook; the new config."""
+        for key in overrides:
+            if key not in LOG_CONFIG_DEF:
+                raise InvalidConfigError(f"Unknown topic config name: {key}")
+        for key, value in overrides.items():
+            _check_number_syntax(key, value)
+        config = self._make_config(overrides)
+        min_lag = config.get("min.compaction.lag.ms")
+        max_lag = config.get("max.compaction.lag.ms")
+        if min_lag > max_lag:
+            raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms "
+                                     f"({min_lag}) > max.compaction.lag.ms ({max_lag})")
+        if self.config_validator is not None:
+            self.config_validator(name, config, old)
+        return config
+
+    # ---- topics --------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     configs: Mapping[str, str | None] | None = None,
+                     validate_only: bool = False) -> TopicInfo:
+        """CreateTopics for one topic, with Kafka's checks in Kafka's order; the new topic."""
+        configs = dict(configs or {})
+        if name == CLUSTER_METADATA_TOPIC_NAME:
+            raise InvalidRequestError(
+                f"Creation of internal topic {CLUSTER_METADATA_TOPIC_NAME} is prohibited.")
+        with self._lock:
+            image = self._image
+            validate_topic_name(name)
+            if name in image.topics:
+                raise KafkaError(f"Topic '{name}' already exists.",
+                                 code=ErrorCode.TOPIC_ALREADY_EXISTS)
+            colliding = image.collisions.get(unify_collision_chars(name))
+            if colliding:
+                raise KafkaError(f"Topic '{name}' collides with existing topic: "
+                                 f"{sorted(colliding)[0]}", code=ErrorCode.INVALID_TOPIC_EXCEPTION)
+            nulls = [k for k, v in configs.items() if v is None]
+            if nulls:
+                raise InvalidConfigError("Null value not supported for topic configs: " +
+                                         ",".join(nulls))
+            overrides: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
+            config = self._validate_configs(name, overrides, None)
+            if replication_factor == 0 or replication_factor < -1:
+                raise KafkaError("Replication factor must be larger than 0, or -1 to use the "
+                                 "default value.", code=ErrorCode.INVALID_REPLICATION_FACTOR)
+            if num_partitions == 0 or num_partitions < -1:
+                raise KafkaError("Number of partitions was set to an invalid non-positive value.",
+                                 code=ErrorCode.INVALID_PARTITIONS)
+            partitions = self._num_partitions if num_partitions == -1 else num_partitions
+            rf = self._default_replication_factor if replication_factor == -1 else replication_factor
+            self._check_placement(partitions, rf)
+            info = TopicInfo(name, random_kafka_uuid(), partitions, overrides)
+            if validate_only:
+                return info
+            self._add_topic(info, config)
+            log.info("created topic %s (%s) with %d partitions%s", name,
+                     uuid_to_kafka_str(info.topic_id), partitions,
+                     f" and configs {overrides}" if overrides else "")
+            self._notify("on_topic_created", info)
+            return info
+
+    def _check_placement(self, partitions: int, replication_factor: int) -> None:
+        """Kafka's StripedReplicaPlacer checks, for a cluster of this one broker."""
+        if partitions <= 0:
+            raise KafkaError(f"Invalid number of partitions {partitions}",
+                             code=ErrorCode.INVALID_PARTITIONS)
+        if replication_factor <= 0:
+            raise KafkaError(f"Unable to replicate the partition {replication_factor} time(s): "
+                             f"Invalid replication factor {replication_factor}: the replication "
+                             "factor must be positive.", code=ErrorCode.INVALID_REPLICATION_FACTOR)
+        if replication_factor > 1:
+            raise KafkaError(f"Unable to replicate the partition {replication_factor} time(s): "
+                             f"The target replication factor of {replication_factor} cannot be "
+                             "reached because only 1 broker(s) are registered.",
+                             code=ErrorCode.INVALID_REPLICATION_FACTOR)
+
+    def _add_topic(self, info: TopicInfo, config: LogConfig) -> None:
+        image = self._image
+        topics = dict(image.topics)
+        topics[info.name] = info
+        configs = dict(image.configs)
+        configs[info.name] = config
+        self._commit(topics, configs)
+
+    def create_internal_topic(self, name: str, partitions: int,
+                              configs: Mapping[str, str] | None = None) -> TopicInfo:
+        """Create a topic the broker runs on (``__consumer_offsets``, ...), replication factor 1.
+
+        Skips the user-facing checks (name collisions, the broker defaults); the configs are
+        still validated. Returns the existing topic, unchanged, if there already is one."""
+        if name not in BROKER_MANAGED_TOPICS:
+            raise ValueError(f"{name!r} is not a broker-managed topic")
+        with self._lock:
+            existing = self._image.topics.get(name)
+            if existing is not None:
+                return existing
+            if partitions < 1:
+                raise KafkaError("Number of partitions was set to an invalid non-positive value.",
+                                 code=ErrorCode.INVALID_PARTITIONS)
+            overrides = {k: str(v) for k, v in (configs or {}).items()}
+            config = self._validate_configs(name, overrides, None)
+            info = TopicInfo(name, random_kafka_uuid(), int(partitions), overrides)
+            self._add_topic(info, config)
+            log.info("created internal topic %s (%s) with %d partitions", name,
+                     uuid_to_kafka_str(info.topic_id), partitions)
+            self._notify("on_topic_created", info)
+            return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        """DeleteTopics by name; the deleted topic.
+
+        As in Kafka (KRaft), internal topics are not refused: a client allowed to delete
+        ``__consumer_offsets`` deletes it, and the broker re-creates it when next needed."""
+        with self._lock:
+            self._check_delete_enabled()
+            info = self._image.topics.get(name)
+            if info is None:
+                raise KafkaError("This server does not host this topic-partition.",
+                                 code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return self._remove_topic(info)
+
+    def delete_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo:
+        """DeleteTopics by topic id; the deleted topic."""
+        with self._lock:
+            self._check_delete_enabled()
+            if topic_id is None or topic_id == ZERO_UUID:
+                raise InvalidRequestError(
+                    f"Attempt to find topic with invalid topicId "
+                    f"{uuid_to_kafka_str(topic_id or ZERO_UUID)}")
+            info = self._image.by_id.get(topic_id)
+            if info is None:
+                raise KafkaError("This server does not host this topic ID.",
+                                 code=ErrorCode.UNKNOWN_TOPIC_ID)
+            return self._remove_topic(info)
+
+    def _check_delete_enabled(self) -> None:
+        if not self._delete_enabled:
+            # The handler answers INVALID_REQUEST instead for DeleteTopics versions below 3.
+            raise KafkaError("Topic deletion is disabled.", code=ErrorCode.TOPIC_DELETION_DISABLED)
+
+    def _remove_topic(self, info: TopicInfo) -> TopicInfo:
+        image = self._image
+        topics = {n: t for n, t in image.topics.items() if n != info.name}
+        configs = {n: c for n, c in image.configs.items() if n != info.name}
+        self._commit(topics, configs)
+        log.info("deleted topic %s (%s)", info.name, uuid_to_kafka_str(info.topic_id))
+        self._notify("on_topic_deleted", info)
+        return info
+
+    def create_partitions(self, name: str, new_total: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow ``name`` to ``new_total`` partitions; the updated topic."""
+        with self._lock:
+            info = self._image.topics.get(name)
+            if info is None:
+                raise KafkaError("This server does not host this topic-partition.",
+                                 code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if new_total == info.partitions:
+                raise KafkaError(f"Topic already has {info.partitions} partition(s).",
+                                 code=ErrorCode.INVALID_PARTITIONS)
+            if new_total < info.partitions:
+                raise KafkaError(f"The topic {name} currently has {info.partitions} partition(s); "
+                                 f"{new_total} would not be an increase.",
+                                 code=ErrorCode.INVALID_PARTITIONS)
+            updated = replace(info, partitions=new_total)
+            if validate_only:
+                return updated
+            topics = dict(self._image.topics)
+            topics[name] = updated
+            self._commit(topics, dict(self._image.configs))
+            log.info("topic %s: partitions %d -> %d", name, info.partitions, new_total)
+            self._notify("on_partitions_created", updated, info.partitions)
+            return updated
+
+    # ---- topic configs -------------------------------------------------------------------------
+
+    def _existing_topic_for_config(self, name: str) -> TopicInfo:
+        """ControllerConfigurationValidator's name checks, then existence."""
+        if name == "":
+            raise InvalidRequestError("Default topic resources are not allowed.")
+        validate_topic_name(name)
+        info = self._image.topics.get(name)
+        if info is None:
+            raise KafkaError(f"The topic '{name}' does not exist.",
+                             code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return info
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
+                            validate_only: bool = False) -> TopicInfo:
+        """Legacy AlterConfigs: ``configs`` becomes the topic's whole override set."""
+        with self._lock:
+            info = self._existing_topic_for_config(name)
+            nulls = [k for k, v in configs.items() if v is None]
+            if nulls:
+                raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
+            return self._apply_overrides(info, {k: str(v) for k, v in configs.items()},
+                                         validate_only)
+
+    def incremental_alter_topic_configs(self, name: str,
+                                        ops: Iterable[tuple[str, int, str | None]],
+                                        validate_only: bool = False) -> TopicInfo:
+        """IncrementalAlterConfigs: ``ops`` are (key, op, value), op 0 SET, 1 DELETE, 2 APPEND,
+        3 SUBTRACT (APPEND/SUBTRACT only for LIST configs)."""
+        ops = list(ops)
+        keys = [k for k, _, _ in ops]
+        if len(set(keys)) != len(keys):
+            raise InvalidRequestError("Error due to duplicate config keys")
+        nulls = [k for k, op, v in ops if op != OP_DELETE and v is None]
+        if nulls:
+            raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
+        for _, op, _ in ops:
+            if op not in _OP_NAMES:
+                raise InvalidRequestError(f"Unknown operations type {op}")
+        with self._lock:
+            info = self._existing_topic_for_config(name)
+            overrides = dict(info.configs)
+            for key, op, value in ops:
+                if op == OP_SET:
+                    overrides[key] = str(value)
+                elif op == OP_DELETE:
+                    overrides.pop(key, None)
+                else:
+                    if key not in LOG_CONFIG_DEF or LOG_CONFIG_DEF[key].type is not ConfigType.LIST:
+                        raise InvalidConfigError(f"Can't {_OP_NAMES[op]} to key {key} because its "
+                                                 "type is not LIST.")
+                    current = overrides.get(key)
+                    if current is None:  # Kafka starts from the topic config's own default
+                        current = render_config_value(LOG_CONFIG_DEF[key].default, ConfigType.LIST)
+                    parts = [p for p in (current or "").split(",") if p]
+                    for item in str(value).split(","):
+                        if op == OP_APPEND:
+                            if item and item not in parts:
+                                parts.append(item)
+                        elif item in parts:
+                            parts.remove(item)
+                    overrides[key] = ",".join(parts)
+            return self._apply_overrides(info, overrides, validate_only)
+
+    def _apply_overrides(self, info: TopicInfo, overrides: dict[str, str],
+                         validate_only: bool) -> TopicInfo:
+        old = self._image.configs.get(info.name)
+        config = self._validate_configs(info.name, overrides, old)
+        updated = replace(info, configs=overrides)
+        if validate_only or overrides == info.configs:
+            return updated
+        topics = dict(self._image.topics)
+        topics[info.name] = updated
+        configs = dict(self._image.configs)
+        configs[info.name] = config
+        self._commit(topics, configs)
+        log.info("topic %s: config overrides now %s", info.name, overrides)
+        self._notify("on_topic_config_changed", updated, config)
+        return updated
+
+    # ---- DescribeConfigs -----------------------------------------------------------------------
+
+    def describe_topic_configs(self, name: str, keys: Iterable[str] | None = None,
+                               include_synonyms: bool = False,
+                               include_documentation: bool = False) -> list[ConfigEntry]:
+        """DescribeConfigs for a topic: every topic config (or only ``keys``), sorted by name.
+
+        Synonyms, highest priority first: the topic override (TOPIC_CONFIG), the broker's
+        ``log.*`` synonyms set in server.properties (STATIC_BROKER_CONFIG, raw values), then
+        their Kafka defaults (DEFAULT_CONFIG). The entry's source is the first synonym's.
+        (Kafka drops a lower-priority broker synonym such as ``log.retention.hours`` from the
+        list for ``retention.ms`` unless ``log.retention.ms`` is set; Strata keeps it, so the
+        source says where the value came from.)"""
+        if name == "":
+            raise InvalidRequestError("Default topic resources are not allowed.")
+        validate_topic_name(name)
+        image = self._image
+        info = image.topics.get(name)
+        if info is None:
+            raise KafkaError(f"The topic '{name}' does not exist.",
+                             code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        config = image.configs[name]
+        wanted = set(keys) if keys else None
+        entries = []
+        for key in sorted(LOG_CONFIG_DEF.names()):
+            if wanted is not None and key not in wanted:
+                continue
+            if key == "internal.segment.bytes" and key not in info.configs:
+                continue  # internal configs are shown only when set, as Kafka does
+            entries.append(self._topic_entry(key, config, info.configs, include_synonyms,
+                                             include_documentation))
+        return entries
+
+    def _topic_entry(self, key: str, config: LogConfig, overrides: Mapping[str, str],
+                     include_synonyms: bool, include_documentation: bool) -> ConfigEntry:
+        cdef = LOG_CONFIG_DEF[key]
+        sensitive = cdef.type is ConfigType.PASSWORD
+        value = None if sensitive else render_config_value(config.get(key), cdef.type)
+        synonyms: list[ConfigSynonym] = []
+        if key in overrides:
+            synonyms.append(ConfigSynonym(key, value, ConfigSource.TOPIC_CONFIG))
+        broker_keys = [b for b, _ in BROKER_SYNONYMS.get(key, [])]
+        for b in broker_keys:
+            if self.broker_props.get(b, "") != "":
+                synonyms.append(ConfigSynonym(b, None if sensitive else self.broker_props[b],
+                                              ConfigSource.STATIC_BROKER_CONFIG))
+        for b in broker_keys:
+            bkey = BROKER_CONFIG_KEYS.get(b)
+            if bkey is not None and bkey.default is not None:
+                synonyms.append(ConfigSynonym(b, None if sensitive else bkey.default,
+                                              ConfigSource.DEFAULT_CONFIG))
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+        return ConfigEntry(
+            name=key, value=value, read_only=False, source=source, is_sensitive=sensitive,
+            synonyms=synonyms if include_synonyms else [],
+            config_type=_ENTRY_TYPE[cdef.type],
+            documentation=(cdef.doc or None) if include_documentation else None)
+
+    def describe_broker_configs(self, keys: Iterable[str] | None = None,
+                                include_synonyms: bool = False,
+                                include_documentation: bool = False) -> list[ConfigEntry]:
+        """DescribeConfigs for this broker: the known broker configs and every key of
+        server.properties, sorted by name. Static configs only, so every entry is read-only;
+        keys Strata does not know are typed UNKNOWN and, as in Kafka, treated as sensitive."""
+        wanted = set(keys) if keys else None
+        names = sorted(set(BROKER_CONFIG_KEYS) | set(self.broker_props))
+        entries = []
+        for name in names:
+            if wanted is not None and name not in wanted:
+                continue
+            bkey = BROKER_CONFIG_KEYS.get(name)
+            sensitive = bkey is None or bkey.type is ConfigType.PASSWORD
+            if name in self.broker_props:
+                raw: str | None = self.broker_props[name]
+            elif name == "node.id":
+                raw = str(self.node_id)
+            else:
+                raw = bkey.default if bkey is not None else None
+            value = None if sensitive else raw
+            synonyms: list[ConfigSynonym] = []
+            group = _broker_synonyms(name)
+            for b in group:
+                if b in self.broker_props:
+                    synonyms.append(ConfigSynonym(b, None if sensitive else self.broker_props[b],
+                                                  ConfigSource.STATIC_BROKER_CONFIG))
+            for b in group:
+                d = BROKER_CONFIG_KEYS.get(b)
+                if d is not None and d.default is not None:
+                    synonyms.append(ConfigSynonym(b, None if sensitive else d.default,
+                                                  ConfigSource.DEFAULT_CONFIG))
+            # Kafka: drop higher-priority synonyms when describing a lower-priority name.
+            while synonyms and synonyms[0].name != name:
+                synonyms.pop(0)
+            source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+            entries.append(ConfigEntry(
+                name=name, value=value, read_only=True, source=source, is_sensitive=sensitive,
+                synonyms=synonyms if include_synonyms else [],
+                config_type=_ENTRY_TYPE[bkey.type] if bkey is not None else ConfigEntryType.UNKNOWN,
+                documentation=(bkey.doc if bkey is not None else None) if include_documentation
+                else None))
+        return entries

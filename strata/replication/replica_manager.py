@@ -1,0 +1,146 @@
+"""ReplicaManager: the partitions this broker leads, and the produce/fetch/list-offsets paths.
+
+Single node today: this broker leads every partition at leader epoch 0, the ISR is itself, so
+an append is committed (high watermark = log end offset) as soon as it is in the log, for
+acks=1 and acks=all alike. Replication will add followers behind the same methods.
+
+Synchronous and thread-safe (each log has its own lock); the server awaits nothing here.
+``on_append`` is called with the partition after every append, to wake delayed fetches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple
+
+from strata.common.errors import ErrorCode, KafkaError
+from strata.common.types import TopicPartition
+from strata.log.log_manager import LogManager
+from strata.log.producer_state import AppendOrigin
+from strata.log.unified_log import LATEST_TIMESTAMP, FetchIsolation, UnifiedLog
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH = 0
+
+
+class AppendResult(NamedTuple):
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class ReadResult(NamedTuple):
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted_transactions: list | None = None
+
+
+class OffsetResult(NamedTuple):
+    error: ErrorCode
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+def _code(exc: Exception) -> ErrorCode:
+    if isinstance(exc, KafkaError):
+        return ErrorCode(exc.code)
+    log.exception("unexpected error on the data path")
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class ReplicaManager:
+    def __init__(self, log_manager: LogManager, partitions: Callable[[str], int | None],
+                 on_append: Callable[[TopicPartition], None] | None = None):
+        self.log_manager = log_manager
+        self._partitions = partitions
+        self._on_append = on_append or (lambda tp: None)
+
+    def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
+        """The partition's log, created on first use; None if the partition does not exist."""
+        count = self._partitions(tp.topic)
+        if count is None or not 0 <= tp.partition < count:
+            return None
+        return self.log_manager.get_log(tp) or self.log_manager.get_or_create_log(tp)
+
+    # ---- produce ----------------------------------------------------------------------------
+
+    def append(self, tp: TopicPartition, records: bytes | None, *, produce_version: int | None,
+               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        ulog = self.get_log(tp)
+        if ulog is None:
+            return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if not records:
+            return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
+        try:
+            info = ulog.append_as_leader(records, LEADER_EPOCH, origin=origin,
+                                         produce_version=produce_version)
+            if not info.duplicate:
+                ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
+        except Exception as exc:  # noqa: BLE001 - every failure is a Kafka error code for the client
+            return AppendResult(_code(exc), log_start_offset=ulog.log_start_offset, message=str(exc))
+        self._on_append(tp)
+        return AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time,
+                            info.log_start_offset)
+
+    # ---- fetch ------------------------------------------------------------------------------
+
+    def read(self, tp: TopicPartition, fetch_offset: int, max_bytes: int,
+             isolation: FetchIsolation, min_one_message: bool) -> ReadResult:
+        ulog = self.get_log(tp)
+        if ulog is None:
+            return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            info = ulog.read(fetch_offset, max_bytes, isolation, min_one_message)
+        except Exception as exc:  # noqa: BLE001
+            return ReadResult(_code(exc), ulog.high_watermark, ulog.last_stable_offset,
+                              ulog.log_start_offset)
+        return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                          ulog.log_start_offset, info.records, info.aborted_transactions)
+
+    # ---- list offsets -----------------------------------------------------------------------
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, isolation: FetchIsolation,
+                    from_consumer: bool = True) -> OffsetResult:
+        ulog = self.get_log(tp)
+        if ulog is None:
+            return OffsetResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            if from_consumer:
+                last_fetchable = ulog.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED \
+                    else ulog.high_watermark
+            else:
+                last_fetchable = ulog.log_end_offset
+            if timestamp == LATEST_TIMESTAMP:
+                epoch = ulog.leader_epoch_cache.latest_epoch()
+                return OffsetResult(ErrorCode.NONE, -1, last_fetchable, epoch if epoch is not None else -1)
+            found = ulog.fetch_offset_by_timestamp(timestamp)
+        except Exception as exc:  # noqa: BLE001
+            return OffsetResult(_code(exc))
+        if found is None or (timestamp >= 0 and found.offset >= last_fetchable):
+            return OffsetResult(ErrorCode.NONE, -1, -1, -1)
+        epoch = found.leader_epoch if found.leader_epoch is not None else -1
+        return OffsetResult(ErrorCode.NONE, found.timestamp, found.offset, epoch)
+
+    # ---- delete records ---------------------------------------------------------------------
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords: move the log start offset (-1 means the high watermark)."""
+        ulog = self.get_log(tp)
+        if ulog is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+        try:
+            target = ulog.high_watermark if offset == -1 else offset
+            if target < 0:
+                return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+            ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
+            ulog.delete_old_segments()
+        except Exception as exc:  # noqa: BLE001
+            return _code(exc), -1
+        return ErrorCode.NONE, ulog.log_start_offset

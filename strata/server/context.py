@@ -1,0 +1,21 @@
+"""What every request handler may use: the broker's parts, built once by the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.replication.replica_manager import ReplicaManager
+from strata.server.purgatory import PartitionWatchers
+
+
+@dataclass
+class BrokerContext:
+    node_id: int
+    advertised_host: str
+    advertised_port: int
+    metadata: Any                      # strata.cluster.metadata.ClusterMetadata
+    replica_manager: ReplicaManager
+    fetch_watchers: PartitionWatchers = field(default_factory=PartitionWatchers)
+    auto_create_topics: bool = True
+    group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator

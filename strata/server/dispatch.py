@@ -1,0 +1,42 @@
+"""Requests to handlers by API key; the advertised versions are those with a handler."""
+
+from __future__ import annotations
+
+import logging
+
+from strata.common.errors import ErrorCode, KafkaError
+from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
+from strata.server.handlers import api_versions, fetch, list_offsets, metadata, produce
+
+log = logging.getLogger(__name__)
+
+HANDLERS = {
+    ApiKey.API_VERSIONS: api_versions.handle,
+    ApiKey.METADATA: metadata.handle,
+    ApiKey.PRODUCE: produce.handle,
+    ApiKey.FETCH: fetch.handle,
+    ApiKey.LIST_OFFSETS: list_offsets.handle,
+}
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    return {k: v for k, v in API_VERSIONS.items() if k in HANDLERS}
+
+
+class Dispatcher:
+    """The network layer's handler: one call per request, errors become Kafka error codes."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    async def __call__(self, request: DecodedRequest, conn):
+        handler = HANDLERS.get(request.api_key)
+        if handler is None:
+            return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        try:
+            return await handler(self.ctx, request)
+        except KafkaError as exc:
+            return error_response(request, exc.code, str(exc))
+        except Exception:  # noqa: BLE001 - a handler bug answers this request, never kills the broker
+            log.exception("%s v%d failed", request.api_key.name, request.api_version)
+            return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)

@@ -1,0 +1,29 @@
+"""ListOffsets: latest, earliest, max-timestamp and by-timestamp lookups."""
+
+from __future__ import annotations
+
+from strata.common.types import TopicPartition
+from strata.log.unified_log import FetchIsolation
+from strata.protocol.codec import kio_error_code, make, response_class
+
+READ_COMMITTED = 1
+
+
+async def handle(ctx, request):
+    body = request.body
+    rc = response_class(request.api_key, request.api_version)
+    isolation = FetchIsolation.TXN_COMMITTED if getattr(body, "isolation_level", 0) == READ_COMMITTED \
+        else FetchIsolation.HIGH_WATERMARK
+    from_consumer = body.replica_id < 0
+    topics = []
+    for t in body.topics:
+        partitions = []
+        for p in t.partitions:
+            r = ctx.replica_manager.list_offset(TopicPartition(t.name, p.partition_index),
+                                                p.timestamp, isolation, from_consumer)
+            partitions.append(make(rc, "topics.partitions", partition_index=p.partition_index,
+                                   error_code=kio_error_code(r.error), timestamp=r.timestamp,
+                                   offset=r.offset, leader_epoch=r.leader_epoch,
+                                   old_style_offsets=(r.offset,) if r.offset >= 0 else ()))
+        topics.append(make(rc, "topics", name=t.name, partitions=tuple(partitions)))
+    return make(rc, topics=tuple(topics))

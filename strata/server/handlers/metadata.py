@@ -1,0 +1,71 @@
+"""Metadata: brokers, controller, cluster id, and topics with their partitions (this node leads all)."""
+
+from __future__ import annotations
+
+import logging
+
+from strata.cluster.metadata import is_internal_topic
+from strata.common.errors import ErrorCode, KafkaError
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.replication.replica_manager import LEADER_EPOCH
+
+log = logging.getLogger(__name__)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode | None]]:
+    """(name, topic_id, error) per requested topic; None means all topics."""
+    topics = request.body.topics
+    if topics is None or (request.api_version == 0 and not topics):
+        return [(t.name, t.topic_id, None) for t in ctx.metadata.topics().values()]
+    out = []
+    for t in topics:
+        name = getattr(t, "name", None)
+        topic_id = getattr(t, "topic_id", None)
+        if name is None and topic_id is not None and topic_id.int != 0:
+            info = ctx.metadata.topic_by_id(topic_id)
+            out.append((info.name, topic_id, None) if info else (None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+        else:
+            out.append((name, topic_id, None))
+    return out
+
+
+def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
+    if ctx.metadata.topic(name) is not None:
+        return None
+    if not (allow and ctx.auto_create_topics):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        ctx.metadata.create_topic(name)
+        log.info("auto-created topic %s", name)
+        return None
+    except KafkaError as exc:
+        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return None
+        return ErrorCode(exc.code)
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    allow = getattr(request.body, "allow_auto_topic_creation", True)
+    topics = []
+    for name, topic_id, error in _requested_names(ctx, request):
+        if error is None:
+            error = _maybe_create(ctx, name, allow)
+        info = ctx.metadata.topic(name) if error is None else None
+        partitions = ()
+        if info is not None:
+            partitions = tuple(
+                make(rc, "topics.partitions", partition_index=p, leader_id=ctx.node_id,
+                     leader_epoch=LEADER_EPOCH, replica_nodes=(ctx.node_id,),
+                     isr_nodes=(ctx.node_id,), offline_replicas=())
+                for p in range(info.partitions))
+        topics.append(make(
+            rc, "topics", error_code=kio_error_code(error or ErrorCode.NONE), name=name,
+            topic_id=info.topic_id if info else topic_id, is_internal=name is not None and is_internal_topic(name),
+            partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+    brokers = (make(rc, "brokers", node_id=ctx.node_id, host=ctx.advertised_host,
+                    port=ctx.advertised_port, rack=None),)
+    return make(rc, brokers=brokers, cluster_id=ctx.metadata.cluster_id,
+                controller_id=ctx.node_id, topics=tuple(topics),
+                cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

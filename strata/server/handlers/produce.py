@@ -1,0 +1,42 @@
+"""Produce: append each partition's batch; no response at all for acks=0."""
+
+from __future__ import annotations
+
+import datetime
+
+from strata.common.errors import ErrorCode
+from strata.common.types import TopicPartition
+from strata.protocol.codec import kio_error_code, make, response_class
+
+
+def _append_time(ms: int):
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+async def handle(ctx, request):
+    body = request.body
+    rc = response_class(request.api_key, request.api_version)
+    acks = body.acks
+    topics = []
+    for t in body.topic_data:
+        partitions = []
+        for p in t.partition_data:
+            if acks not in (-1, 0, 1):
+                partitions.append(make(rc, "responses.partition_responses", index=p.index,
+                                       error_code=kio_error_code(ErrorCode.INVALID_REQUIRED_ACKS),
+                                       base_offset=-1, log_start_offset=-1))
+                continue
+            r = ctx.replica_manager.append(TopicPartition(t.name, p.index), p.records,
+                                           produce_version=request.api_version)
+            partitions.append(make(
+                rc, "responses.partition_responses", index=p.index,
+                error_code=kio_error_code(r.error), base_offset=r.base_offset,
+                log_append_time=_append_time(r.log_append_time),
+                log_start_offset=r.log_start_offset, record_errors=(),
+                error_message=r.message if r.error != ErrorCode.NONE else None))
+        topics.append(make(rc, "responses", name=t.name, partition_responses=tuple(partitions)))
+    if acks == 0:
+        return None
+    return make(rc, responses=tuple(topics), throttle_time=datetime.timedelta(0))

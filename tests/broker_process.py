@@ -1,0 +1,75 @@
+"""Start a real ``strata serve`` process for client tests, on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                          "log.dirs": str(self.data_dir / "kafka-logs"),
+                          **(overrides or {})}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> "BrokerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "strata.cli.main", "serve"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"broker did not listen on {self.port}:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def __enter__(self) -> "BrokerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
