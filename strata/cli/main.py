@@ -68,6 +68,7 @@ class _LogsFollowMetadata:
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
     from strata.cluster.metadata import ClusterMetadata
+    from strata.coordinator.producer_id_manager import ProducerIdManager
     from strata.replication.replica_manager import ReplicaManager
     from strata.server.context import BrokerContext
     from strata.server.dispatch import Dispatcher
@@ -90,7 +91,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         on_append=watchers.notify)
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
-                        auto_create_topics=props.get("auto.create.topics.enable", "true") == "true")
+                        auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
+                        producer_ids=ProducerIdManager(log_dirs[0]))
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))

@@ -19,3 +19,4 @@ class BrokerContext:
     fetch_watchers: PartitionWatchers = field(default_factory=PartitionWatchers)
     auto_create_topics: bool = True
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
+    producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager

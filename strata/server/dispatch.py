@@ -6,7 +6,8 @@ import logging
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
-from strata.server.handlers import api_versions, fetch, list_offsets, metadata, produce
+from strata.server.handlers import (
+    api_versions, fetch, init_producer_id, list_offsets, metadata, produce)
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +17,7 @@ HANDLERS = {
     ApiKey.PRODUCE: produce.handle,
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
+    ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
 }
 
 

@@ -46,9 +46,9 @@ def test_kcat_queries_offsets_by_timestamp(broker):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_confluent_kafka_producer_round_trips_every_codec(broker, codec):
+def test_confluent_kafka_idempotent_producer_round_trips_every_codec(broker, codec):
     ck = pytest.importorskip("confluent_kafka")
-    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False,
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
                             "compression.type": codec, "linger.ms": 5})
     sent = [(f"k{i}".encode(), f"v{i}".encode() * (i % 7 + 1), [("h", str(i).encode())], 1_700_000_000_000 + i)
             for i in range(500)]
@@ -66,3 +66,31 @@ def test_confluent_kafka_producer_round_trips_every_codec(broker, codec):
         got.append((msg.key(), msg.value(), msg.headers(), msg.timestamp()[1]))
     consumer.close()
     assert got == sent
+
+
+def test_confluent_kafka_idempotent_producer_gets_each_record_once_across_a_restart(tmp_path):
+    ck = pytest.importorskip("confluent_kafka")
+    broker = BrokerProcess(tmp_path).start()
+    try:
+        producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                                "linger.ms": 2})
+        for i in range(300):
+            producer.produce("idem", value=b"%d" % i)
+        assert producer.flush(30) == 0
+        broker.stop()
+        broker.start()
+        for i in range(300, 400):
+            producer.produce("idem", value=b"%d" % i)
+        assert producer.flush(60) == 0
+        out = kcat("-b", broker.bootstrap, "-C", "-t", "idem", "-e", "-f", "%s\n").stdout.split()
+        assert out == [b"%d" % i for i in range(400)]
+        producer_ids = {h.producer_id for h in _batch_headers(tmp_path, "idem-0")}
+        assert len(producer_ids) == 1 and producer_ids != {-1}
+    finally:
+        broker.stop()
+
+
+def _batch_headers(tmp_path, partition_dir):
+    from strata.protocol import records as rec
+    for seg in sorted((tmp_path / "kafka-logs" / partition_dir).glob("*.log")):
+        yield from rec.iter_headers(seg.read_bytes())
