@@ -20,6 +20,7 @@ from strata.common.types import TopicPartition
 from strata.log.indexes import AbortedTxn
 from strata.log.log_config import LogConfig
 from strata.log.segment import DELETED_SUFFIX, LogSegment
+from strata.protocol import records as rec
 
 log = logging.getLogger(__name__)
 
@@ -187,32 +188,22 @@ class LocalLog:
                 meta = LogOffsetMetadata(start_offset, seg.base_offset, got.position)
                 aborted = None
                 if include_aborted_txns:
-                    aborted = self.collect_aborted_transactions(
-                        start_offset, got.first_batch_base_offset, len(got.data), seg)
+                    headers = list(rec.iter_headers(got.data))
+                    upper = headers[-1].next_offset if headers else start_offset
+                    aborted = self.collect_aborted_transactions(start_offset, upper)
                 return FetchDataInfo(meta, got.data, False, aborted)
             seg = self.next_segment(seg)
         return FetchDataInfo(LogOffsetMetadata(start_offset), EMPTY, False,
                              [] if include_aborted_txns else None)
 
-    def collect_aborted_transactions(self, start_offset: int, first_base: int, fetched_bytes: int,
-                                     segment: LogSegment) -> list[AbortedTxn]:
-        """Aborted transactions overlapping the fetched range, from the txn indexes."""
-        upper_position = segment.translate_offset(first_base).position + fetched_bytes \
-            if fetched_bytes else 0
-        upper_offset = None
-        nxt_batch = segment.translate_offset(first_base)
-        if fetched_bytes and nxt_batch is not None:
-            # the offset right after the fetched bytes, or the next segment's base
-            for h in segment._headers_from(upper_position):  # noqa: SLF001 - same package
-                upper_offset = h.base_offset
-                break
-        if upper_offset is None:
-            nxt = self.next_segment(segment)
-            upper_offset = nxt.base_offset if nxt else self.log_end_offset
+    def collect_aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_offset), from the txn indexes.
+
+        A transaction's entry sits in the segment of its abort marker, which may come after the
+        fetched range, so the walk goes on until an entry ends at or past ``upper_offset``.
+        """
         out: list[AbortedTxn] = []
         for seg in self.segments_from(start_offset):
-            if seg.base_offset >= upper_offset:
-                break
             result = seg.txn_index.collect_aborted_txns(start_offset, upper_offset)
             out.extend(result.aborted_transactions)
             if result.is_complete:

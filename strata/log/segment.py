@@ -64,7 +64,6 @@ class SegmentRead(NamedTuple):
 
     data: bytes
     position: int
-    first_batch_base_offset: int
 
 
 class LogSegment:
@@ -214,12 +213,12 @@ class LogSegment:
             return None
         limit = self._size if max_position is None else min(max_position, self._size)
         if found.position >= limit:
-            return SegmentRead(b"", found.position, found.offset)
+            return SegmentRead(b"", found.position)
         budget = min(limit - found.position, max(max_size, found.size if min_one_message else 0))
         if budget <= 0:
-            return SegmentRead(b"", found.position, found.offset)
+            return SegmentRead(b"", found.position)
         data = os.pread(self._fd, budget, found.position)
-        return SegmentRead(_whole_batches(data), found.position, found.offset)
+        return SegmentRead(_whole_batches(data), found.position)
 
     def read_bytes(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)

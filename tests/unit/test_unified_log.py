@@ -573,3 +573,24 @@ def test_concurrent_checkpoints_never_leave_a_broken_file(tmp_path):
         t.join()
     assert errors == []
     assert len(OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read()) == 30
+
+
+# ---- transactions ---------------------------------------------------------------------------
+
+def test_read_committed_reports_aborted_transactions_whose_marker_is_in_a_later_segment(tmp_path):
+    from strata.log.producer_state import AppendOrigin
+    from strata.protocol.records import CONTROL_ABORT, build_control_batch
+    ulog = open_log(tmp_path, cfg(internal_segment_bytes=400))
+    ulog.append_as_leader(batch(1), 0)
+    for seq in range(8):  # a long transaction spanning segments
+        ulog.append_as_leader(batch(1, producer_id=5, producer_epoch=0, base_sequence=seq,
+                                    transactional=True), 0)
+    ulog.append_as_leader(build_control_batch(CONTROL_ABORT, producer_id=5, producer_epoch=0,
+                                              timestamp=T0), 0, origin=AppendOrigin.COORDINATOR)
+    ulog.update_high_watermark(ulog.log_end_offset)
+    assert ulog.local_log.segment_count() > 1
+    assert ulog.last_stable_offset == ulog.log_end_offset
+    got = ulog.read(1, 150, FetchIsolation.TXN_COMMITTED)
+    assert got.records and got.aborted_transactions is not None
+    assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions] == [(5, 1)]
+    assert ulog.read(0, 150, FetchIsolation.HIGH_WATERMARK).aborted_transactions is None
