@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
@@ -68,6 +69,8 @@ class _LogsFollowMetadata:
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
     from strata.cluster.metadata import ClusterMetadata
+    from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
+    from strata.coordinator.offsets_log import ReplicaOffsetsLog
     from strata.coordinator.producer_id_manager import ProducerIdManager
     from strata.replication.replica_manager import ReplicaManager
     from strata.server.context import BrokerContext
@@ -93,6 +96,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
                         producer_ids=ProducerIdManager(log_dirs[0]))
+    offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
+    group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
+                                       offsets_topic_num_partitions=offsets_log.ensure_topic())
+    ctx.group_coordinator = GroupCoordinator(offsets_log, group_config)
+    ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))
@@ -118,6 +126,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         started(server.port)
     await stop.wait()
     log.info("shutting down: no new connections, finishing in-flight requests")
+    # first, so that parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) at once
+    # instead of holding the server's grace period
+    ctx.group_coordinator.shutdown()
     await server.stop()
     scheduler.shutdown(run_pending=False)
     manager.shutdown()

@@ -7,7 +7,10 @@ import logging
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
-    api_versions, fetch, init_producer_id, list_offsets, metadata, produce)
+    api_versions, describe_groups, fetch, find_coordinator, heartbeat, init_producer_id,
+    join_group, leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
+    produce, sync_group)
+from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +21,15 @@ HANDLERS = {
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
+    ApiKey.FIND_COORDINATOR: find_coordinator.handle,
+    ApiKey.JOIN_GROUP: join_group.handle,
+    ApiKey.SYNC_GROUP: sync_group.handle,
+    ApiKey.HEARTBEAT: heartbeat.handle,
+    ApiKey.LEAVE_GROUP: leave_group.handle,
+    ApiKey.OFFSET_COMMIT: offset_commit.handle,
+    ApiKey.OFFSET_FETCH: offset_fetch.handle,
+    ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
+    ApiKey.LIST_GROUPS: list_groups.handle,
 }
 
 
@@ -35,6 +47,7 @@ class Dispatcher:
         handler = HANDLERS.get(request.api_key)
         if handler is None:
             return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        token = CURRENT_CONNECTION.set(conn)
         try:
             return await handler(self.ctx, request)
         except KafkaError as exc:
@@ -42,3 +55,5 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - a handler bug answers this request, never kills the broker
             log.exception("%s v%d failed", request.api_key.name, request.api_version)
             return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+        finally:
+            CURRENT_CONNECTION.reset(token)

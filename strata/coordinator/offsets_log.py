@@ -1,0 +1,106 @@
+"""``__consumer_offsets`` on this broker's own logs: the group coordinator's ``OffsetsLog`` port.
+
+``append`` writes one record batch through the ReplicaManager as the coordinator (no producer
+id, no sequence checks), so fetch waiters on the partition wake as for any produce. ``replay``
+walks a partition from its log start offset to its high watermark, whole batches at a time,
+and yields only committed data: control batches are skipped, and records of transactional
+batches are held per producer id until their marker says commit (abort drops them; an open
+transaction at the end of the log is not yet visible, as in Kafka's loader).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, Mapping
+
+from strata.common.errors import ErrorCode, KafkaError
+from strata.common.types import TopicPartition
+from strata.coordinator.offsets_records import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OFFSETS_TOPIC
+from strata.log.producer_state import AppendOrigin
+from strata.log.unified_log import FetchIsolation
+from strata.protocol import records as rec
+
+log = logging.getLogger(__name__)
+
+# Kafka's topic configs for __consumer_offsets (GroupCoordinator.groupMetadataTopicConfigs);
+# segment.bytes is offsets.topic.segment.bytes (default 100 MiB).
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "104857600",
+    "compression.type": "producer",
+}
+REPLAY_CHUNK_BYTES = 1024 * 1024  # offsets.load.buffer.size default (5 MiB in Kafka)
+
+
+class ReplicaOffsetsLog:
+    """``OffsetsLog`` over the ReplicaManager (``strata.coordinator.group_coordinator``)."""
+
+    def __init__(self, replica_manager: Any, metadata: Any,
+                 props: Mapping[str, Any] | None = None, *,
+                 chunk_bytes: int = REPLAY_CHUNK_BYTES):
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        props = props or {}
+        self.configured_partitions = int(props.get("offsets.topic.num.partitions",
+                                                   DEFAULT_OFFSETS_TOPIC_PARTITIONS))
+        segment_bytes = props.get("offsets.topic.segment.bytes")
+        self.topic_configs = dict(OFFSETS_TOPIC_CONFIGS)
+        if segment_bytes is not None:
+            self.topic_configs["segment.bytes"] = str(int(segment_bytes))
+        self.chunk_bytes = chunk_bytes
+
+    def ensure_topic(self) -> int:
+        """Create ``__consumer_offsets`` if it does not exist; its partition count (an existing
+        topic keeps its own count, which then wins over ``offsets.topic.num.partitions``)."""
+        info = self.metadata.create_internal_topic(OFFSETS_TOPIC, self.configured_partitions,
+                                                   self.topic_configs)
+        if info.partitions != self.configured_partitions:
+            log.warning("%s has %d partitions, not offsets.topic.num.partitions=%d; using %d",
+                        OFFSETS_TOPIC, info.partitions, self.configured_partitions,
+                        info.partitions)
+        return info.partitions
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        batch = rec.build_batch([rec.SimpleRecord(value, key) for key, value in records])
+        result = self.replica_manager.append(TopicPartition(OFFSETS_TOPIC, partition), batch,
+                                             produce_version=None, origin=AppendOrigin.COORDINATOR)
+        if result.error != ErrorCode.NONE:
+            raise KafkaError(result.message or f"append to {OFFSETS_TOPIC}-{partition} failed: "
+                             f"{ErrorCode(result.error).name}", code=ErrorCode(result.error))
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        ulog = self.replica_manager.get_log(tp)
+        if ulog is None:
+            return
+        start = max(ulog.log_start_offset, ulog.local_log_start_offset)
+        end = ulog.high_watermark
+        offset = start
+        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        while offset < end:
+            data = ulog.read(offset, self.chunk_bytes, FetchIsolation.HIGH_WATERMARK, True).records
+            if not data:
+                break
+            next_offset = offset
+            for header in rec.iter_headers(data):
+                next_offset = max(next_offset, header.next_offset)
+                if header.is_control:
+                    batch = pending.pop(header.producer_id, [])
+                    if rec.control_type(data, header) == rec.CONTROL_COMMIT:
+                        yield from batch
+                    continue
+                items = [(r.key, r.value) for r in rec.decode_batch(data, header)
+                         if r.offset >= start and r.key is not None]
+                if header.is_transactional:
+                    pending.setdefault(header.producer_id, []).extend(items)
+                else:
+                    yield from items
+            if next_offset <= offset:
+                log.error("no progress replaying %s at offset %d", tp, offset)
+                break
+            offset = next_offset
+        if pending:
+            log.info("%s: %d open transaction(s) at the end of the log are not loaded", tp,
+                     len(pending))
