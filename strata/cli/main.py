@@ -129,6 +129,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     # first, so that parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) at once
     # instead of holding the server's grace period
     ctx.group_coordinator.shutdown()
+    watchers.close()  # long-polling fetches answer now
     await server.stop()
     scheduler.shutdown(run_pending=False)
     manager.shutdown()

@@ -127,6 +127,9 @@ class KafkaConnection(asyncio.Protocol):
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
+                if self._server.stopping:
+                    self.close()  # shutting down: finish what runs, start nothing new
+                    return
                 frame = self._frames.popleft()
                 if self._paused_reading:
                     self._parse_frames()
@@ -204,6 +207,7 @@ class KafkaServer:
         self.max_queued_requests = max_queued_requests
         self.idle_timeout_ms = idle_timeout_ms
         self.requests_in_flight = 0
+        self.stopping = False
         self._connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._next_id = 0
@@ -222,6 +226,7 @@ class KafkaServer:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), close connections."""
+        self.stopping = True
         if self._server is not None:
             self._server.close()
         deadline = asyncio.get_running_loop().time() + grace_s

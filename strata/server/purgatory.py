@@ -16,10 +16,11 @@ from strata.common.types import TopicPartition
 class PartitionWatchers:
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        self._closed = False
 
     async def wait_any(self, partitions: list[TopicPartition], timeout_s: float) -> bool:
         """Wait until one of ``partitions`` changes or the timeout passes; True if woken."""
-        if timeout_s <= 0:
+        if timeout_s <= 0 or self._closed:
             return False
         fut = asyncio.get_running_loop().create_future()
         for tp in partitions:
@@ -41,6 +42,18 @@ class PartitionWatchers:
         for fut in self._waiters.get(tp, ()):
             if not fut.done():
                 fut.set_result(None)
+
+    def close(self) -> None:
+        """Shutdown: wake every waiter now and answer later waits at once."""
+        self._closed = True
+        for waiters in self._waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def waiting(self) -> int:

@@ -272,3 +272,20 @@ def test_admin_client_lists_and_describes_a_running_group(broker):
             [("audit", 0)]
     finally:
         c.close()
+
+
+def test_sigterm_shuts_down_promptly_while_a_consumer_long_polls(tmp_path):
+    import time
+    ck = pytest.importorskip("confluent_kafka")
+    broker = BrokerProcess(tmp_path, overrides={"group.initial.rebalance.delay.ms": "0"}).start()
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "idle",
+                            "fetch.wait.max.ms": 5000})
+    try:
+        consumer.subscribe(["idle-topic"])
+        for _ in range(20):
+            consumer.poll(0.2)
+        t0 = time.monotonic()
+        assert broker.stop() == 0
+        assert time.monotonic() - t0 < 5
+    finally:
+        consumer.close()

@@ -160,3 +160,23 @@ def test_idle_connections_are_closed():
         assert await asyncio.wait_for(r.read(), 2) == b""
         await server.stop()
     run(main())
+
+
+def test_stop_lets_the_running_request_finish_and_starts_no_new_ones():
+    started = []
+
+    async def slow(request, conn):
+        started.append(request.correlation_id)
+        await asyncio.sleep(0.2)
+        return api_versions_response(request.api_version)
+
+    async def main():
+        server = await serve(slow)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(b"".join(api_versions_request(3, i) for i in range(5)))
+        await asyncio.sleep(0.05)
+        await server.stop(grace_s=5)
+        assert (await read_response(r))[0] == 0
+        assert await r.read() == b""
+        assert started == [0]
+    run(main())

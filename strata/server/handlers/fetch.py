@@ -60,7 +60,8 @@ async def handle(ctx, request):
         left = deadline - loop.time()
         if total >= body.min_bytes or errors or left <= 0 or not partitions:
             break
-        await ctx.fetch_watchers.wait_any(partitions, left)
+        if not await ctx.fetch_watchers.wait_any(partitions, left) and ctx.fetch_watchers.closed:
+            break
     rc = response_class(request.api_key, request.api_version)
     by_topic: dict[str, list] = {}
     for tp, r in results:
