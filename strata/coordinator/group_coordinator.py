@@ -537,24 +537,23 @@ class _Group:
         return False
 
     @staticmethod
-    def invoke_join(member: _Member, result: JoinGroupResult) -> bool:
-        fut = member.awaiting_join
+    def _answer(member: _Member, attr: str, result) -> bool:
+        """Answer the member's parked request held in ``attr``; False if none is parked."""
+        fut = getattr(member, attr)
         if fut is None:
             return False
-        member.awaiting_join = None
+        setattr(member, attr, None)
         if not fut.done():
             fut.set_result(result)
         return True
 
-    @staticmethod
-    def invoke_sync(member: _Member, result: SyncGroupResult) -> bool:
-        fut = member.awaiting_sync
-        if fut is None:
-            return False
-        member.awaiting_sync = None
-        if not fut.done():
-            fut.set_result(result)
-        return True
+    @classmethod
+    def invoke_join(cls, member: _Member, result: JoinGroupResult) -> bool:
+        return cls._answer(member, "awaiting_join", result)
+
+    @classmethod
+    def invoke_sync(cls, member: _Member, result: SyncGroupResult) -> bool:
+        return cls._answer(member, "awaiting_sync", result)
 
     def current_member_metadata(self) -> tuple[JoinGroupMember, ...]:
         assert self.protocol_name is not None

@@ -20,3 +20,4 @@ class BrokerContext:
     auto_create_topics: bool = True
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
+    api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher

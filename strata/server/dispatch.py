@@ -42,6 +42,7 @@ class Dispatcher:
 
     def __init__(self, ctx):
         self.ctx = ctx
+        ctx.api_versions = advertised_versions()
 
     async def __call__(self, request: DecodedRequest, conn):
         handler = HANDLERS.get(request.api_key)
