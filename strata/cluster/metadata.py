@@ -599,8 +599,12 @@ class ClusterMetadata:
 
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                      configs: Mapping[str, str | None] | None = None,
-                     validate_only: bool = False) -> TopicInfo:
-        """CreateTopics for one topic, with Kafka's checks in Kafka's order; the new topic."""
+                     validate_only: bool = False,
+                     assignments: Mapping[int, list[int]] | None = None) -> TopicInfo:
+        """CreateTopics for one topic, with Kafka's checks in Kafka's order; the new topic.
+
+        ``assignments`` is a manual placement (partition -> broker ids); with one, the partition
+        count and replication factor come from it and both arguments must be -1."""
         configs = dict(configs or {})
         if name == CLUSTER_METADATA_TOPIC_NAME:
             raise InvalidRequestError(
@@ -621,6 +625,20 @@ class ClusterMetadata:
                                          ",".join(nulls))
             overrides: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
             config = self._validate_configs(name, overrides, None)
+            if assignments:
+                if replication_factor != -1:
+                    raise InvalidRequestError("A manual partition assignment was specified, but "
+                                              "replication factor was not set to -1.")
+                if num_partitions != -1:
+                    raise InvalidRequestError("A manual partition assignment was specified, but "
+                                              "numPartitions was not set to -1.")
+                for i in range(len(assignments)):
+                    if i not in assignments:
+                        raise KafkaError(f"Partitions should be sequential starting from 0, but "
+                                         f"partition {i} is missing.",
+                                         code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+                replication_factor = self._check_assignments(assignments.values(), None)
+                num_partitions = len(assignments)
             if replication_factor == 0 or replication_factor < -1:
                 raise KafkaError("Replication factor must be larger than 0, or -1 to use the "
                                  "default value.", code=ErrorCode.INVALID_REPLICATION_FACTOR)
@@ -654,6 +672,31 @@ class ClusterMetadata:
                              f"The target replication factor of {replication_factor} cannot be "
                              "reached because only 1 broker(s) are registered.",
                              code=ErrorCode.INVALID_REPLICATION_FACTOR)
+
+    def _check_assignments(self, assignments: Iterable[list[int]], expected_rf: int | None) -> int:
+        """Kafka's checks of a manual placement on this one-broker cluster; its replication factor."""
+        rf = expected_rf
+        for brokers in assignments:
+            if not brokers:
+                raise KafkaError("The manual partition assignment includes an empty replica list.",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            for b in brokers:
+                if b != self.node_id:
+                    raise KafkaError(f"The manual partition assignment includes broker {b}, but "
+                                     "no such broker is registered.",
+                                     code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            if len(set(brokers)) != len(brokers):
+                raise KafkaError(f"The manual partition assignment includes the broker "
+                                 f"{brokers[0]} more than once.",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            if rf is None:
+                rf = len(brokers)
+            elif len(brokers) != rf:
+                raise KafkaError(f"The manual partition assignment includes a partition with "
+                                 f"{len(brokers)} replica(s), but this is not consistent with "
+                                 f"previous partitions, which have {rf} replica(s).",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        return rf if rf is not None else -1
 
     def _add_topic(self, info: TopicInfo, config: LogConfig) -> None:
         image = self._image
@@ -728,8 +771,10 @@ class ClusterMetadata:
         self._notify("on_topic_deleted", info)
         return info
 
-    def create_partitions(self, name: str, new_total: int, validate_only: bool = False) -> TopicInfo:
-        """CreatePartitions: grow ``name`` to ``new_total`` partitions; the updated topic."""
+    def create_partitions(self, name: str, new_total: int, validate_only: bool = False,
+                          assignments: list[list[int]] | None = None) -> TopicInfo:
+        """CreatePartitions: grow ``name`` to ``new_total`` partitions; the updated topic.
+        ``assignments`` places the new partitions (one broker list each)."""
         with self._lock:
             info = self._image.topics.get(name)
             if info is None:
@@ -742,6 +787,13 @@ class ClusterMetadata:
                 raise KafkaError(f"The topic {name} currently has {info.partitions} partition(s); "
                                  f"{new_total} would not be an increase.",
                                  code=ErrorCode.INVALID_PARTITIONS)
+            if assignments is not None:
+                added = new_total - info.partitions
+                if len(assignments) != added:
+                    raise KafkaError(f"Attempted to add {added} additional partition(s), but only "
+                                     f"{len(assignments)} assignment(s) were specified.",
+                                     code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+                self._check_assignments(assignments, 1)
             updated = replace(info, partitions=new_total)
             if validate_only:
                 return updated
@@ -853,7 +905,15 @@ class ClusterMetadata:
         if info is None:
             raise KafkaError(f"The topic '{name}' does not exist.",
                              code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        config = image.configs[name]
+        return self.config_entries(info, image.configs[name], keys, include_synonyms,
+                                   include_documentation)
+
+    def config_entries(self, info: TopicInfo, config: LogConfig | None = None,
+                       keys: Iterable[str] | None = None, include_synonyms: bool = False,
+                       include_documentation: bool = False) -> list[ConfigEntry]:
+        """The DescribeConfigs entries of ``info`` (also of a topic only validated, not created)."""
+        if config is None:
+            config = self._make_config(info.configs)
         wanted = set(keys) if keys else None
         entries = []
         for key in sorted(LOG_CONFIG_DEF.names()):

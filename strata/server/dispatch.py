@@ -7,9 +7,10 @@ import logging
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
-    api_versions, describe_groups, fetch, find_coordinator, heartbeat, init_producer_id,
-    join_group, leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
-    produce, sync_group)
+    alter_configs, api_versions, create_partitions, create_topics, delete_records, delete_topics,
+    describe_cluster, describe_configs, describe_groups, fetch, find_coordinator, heartbeat,
+    init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata, offset_commit,
+    offset_fetch, offset_for_leader_epoch, produce, sync_group)
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,15 @@ HANDLERS = {
     ApiKey.OFFSET_FETCH: offset_fetch.handle,
     ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
     ApiKey.LIST_GROUPS: list_groups.handle,
+    ApiKey.CREATE_TOPICS: create_topics.handle,
+    ApiKey.DELETE_TOPICS: delete_topics.handle,
+    ApiKey.CREATE_PARTITIONS: create_partitions.handle,
+    ApiKey.DELETE_RECORDS: delete_records.handle,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs.handle,
+    ApiKey.ALTER_CONFIGS: alter_configs.handle,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
 }
 
 

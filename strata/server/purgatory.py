@@ -43,6 +43,11 @@ class PartitionWatchers:
             if not fut.done():
                 fut.set_result(None)
 
+    def notify_topic(self, topic: str) -> None:
+        """Wake waiters on every partition of ``topic`` (it was deleted: they answer now)."""
+        for tp in [tp for tp in self._waiters if tp.topic == topic]:
+            self.notify(tp)
+
     def close(self) -> None:
         """Shutdown: wake every waiter now and answer later waits at once."""
         self._closed = True

@@ -431,13 +431,12 @@ def test_unsupported_api_versions_version_gets_the_v0_fallback(version):
 
 
 def test_fallback_is_readable_by_kafka_python():
-    from kafka.protocol.api_versions import ApiVersionsResponse_v0
-    from kafka.protocol.api import ResponseHeader
-    out = io.BytesIO(encode_api_versions_fallback(5)[4:])
-    assert ResponseHeader.decode(out).correlation_id == 5
-    response = ApiVersionsResponse_v0.decode(out)
+    """kafka-python 3.x decodes an errored ApiVersions answer as v0 whatever it asked for."""
+    from kafka.protocol.metadata.api_versions import ApiVersionsResponse
+    response = ApiVersionsResponse.decode(encode_api_versions_fallback(5)[4:], version=3, header=True)
+    assert response._header.correlation_id == 5
     assert response.error_code == 35
-    assert {k: (lo, hi) for k, lo, hi in response.api_versions} == API_VERSIONS
+    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == API_VERSIONS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,7 +568,7 @@ def test_api_versions_v3_response_uses_response_header_v0():
     assert (length, correlation_id, error) == (len(out) - 4, 4242, 0)  # no tag byte after the id
     assert decode_response(request, out) == response
     # kafka-python knows this quirk too.
-    from kafka.protocol.api_versions import ApiVersionsResponse_v3
+    from kafka.protocol.old.api_versions import ApiVersionsResponse_v3
     buf = io.BytesIO(out[4:])
     assert ApiVersionsResponse_v3.parse_header(buf).correlation_id == 4242
     decoded = ApiVersionsResponse_v3.decode(buf)
@@ -798,12 +797,12 @@ def test_apis_without_a_dedicated_builder_get_a_top_level_error():
 
 
 def _kafka_python_frame(request, correlation_id=21, client_id="kafka-python-test") -> bytes:
-    header = request.build_header(correlation_id=correlation_id, client_id=client_id)
-    return header.encode() + request.encode()  # (kafka-python's encode() holds a weak reference)
+    request.with_header(correlation_id=correlation_id, client_id=client_id)
+    return request.encode(header=True)
 
 
 def test_kafka_python_api_versions_requests_decode():
-    from kafka.protocol.api_versions import ApiVersionsRequest
+    from kafka.protocol.old.api_versions import ApiVersionsRequest
     for version in range(4):
         cls = ApiVersionsRequest[version]
         args = ("kafka-python", "2.3.3", {}) if version == 3 else ()
@@ -816,7 +815,7 @@ def test_kafka_python_api_versions_requests_decode():
 
 
 def test_kafka_python_metadata_requests_decode():
-    from kafka.protocol.metadata import MetadataRequest
+    from kafka.protocol.old.metadata import MetadataRequest
     decoded = parse_request(_kafka_python_frame(MetadataRequest[0](["a", "b"])))
     assert [t.name for t in decoded.body.topics] == ["a", "b"]
     decoded = parse_request(_kafka_python_frame(MetadataRequest[1](None)))
@@ -829,7 +828,7 @@ def test_kafka_python_metadata_requests_decode():
 
 @pytest.mark.parametrize("version", [3, 5, 8])
 def test_kafka_python_produce_requests_decode_with_raw_records(version):
-    from kafka.protocol.produce import ProduceRequest
+    from kafka.protocol.old.produce import ProduceRequest
     batch = build_batch([SimpleRecord(b"v%d" % i, None, (), 1_700_000_000_000) for i in range(10)])
     request = ProduceRequest[version]("txn-1", -1, 30_000, [("topic-a", [(0, batch), (3, batch[:0])])])
     decoded = parse_request(_kafka_python_frame(request))
@@ -842,7 +841,7 @@ def test_kafka_python_produce_requests_decode_with_raw_records(version):
 
 @pytest.mark.parametrize("version", [4, 11])
 def test_kafka_python_fetch_requests_decode(version):
-    from kafka.protocol.fetch import FetchRequest
+    from kafka.protocol.old.fetch import FetchRequest
     if version == 4:
         request = FetchRequest[4](-1, 500, 1, 52428800, 1, [("t", [(0, 100, 1048576), (1, 5, 1024)])])
     else:
@@ -858,12 +857,12 @@ def test_kafka_python_fetch_requests_decode(version):
 
 
 def test_kafka_python_group_and_admin_requests_decode():
-    from kafka.protocol.admin import CreateTopicsRequest, DescribeConfigsRequest
-    from kafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
-    from kafka.protocol.find_coordinator import FindCoordinatorRequest
-    from kafka.protocol.group import HeartbeatRequest, JoinGroupRequest
-    from kafka.protocol.init_producer_id import InitProducerIdRequest
-    from kafka.protocol.list_offsets import ListOffsetsRequest
+    from kafka.protocol.old.admin import CreateTopicsRequest, DescribeConfigsRequest
+    from kafka.protocol.old.commit import OffsetCommitRequest, OffsetFetchRequest
+    from kafka.protocol.old.find_coordinator import FindCoordinatorRequest
+    from kafka.protocol.old.group import HeartbeatRequest, JoinGroupRequest
+    from kafka.protocol.old.init_producer_id import InitProducerIdRequest
+    from kafka.protocol.old.list_offsets import ListOffsetsRequest
 
     body = parse_request(_kafka_python_frame(
         JoinGroupRequest[5]("g", 10_000, 30_000, "", None, "consumer", [("range", b"meta")]))).body
@@ -900,7 +899,7 @@ def _kafka_python_decode(response_cls, frame: bytes):
 
 
 def test_kafka_python_decodes_our_metadata_responses():
-    from kafka.protocol.metadata import MetadataResponse
+    from kafka.protocol.old.metadata import MetadataResponse
     for version in (1, 8):
         request = _request(ApiKey.METADATA, version, correlation_id=61)
         cls = response_class(3, version)
@@ -923,7 +922,7 @@ def test_kafka_python_decodes_our_metadata_responses():
 
 
 def test_kafka_python_decodes_our_fetch_response_with_records():
-    from kafka.protocol.fetch import FetchResponse
+    from kafka.protocol.old.fetch import FetchResponse
     batch = build_batch([SimpleRecord(b"x" * 1000, b"k", (), 1_700_000_000_000)] * 50)
     request = _request(ApiKey.FETCH, 11, correlation_id=3)
     response = error_response(request, ErrorCode.NONE)
@@ -950,7 +949,7 @@ def test_kafka_python_decodes_our_fetch_response_with_records():
 ])
 def test_kafka_python_decodes_our_error_responses(api_key, version, module, name):
     import importlib
-    response_cls = getattr(importlib.import_module(f"kafka.protocol.{module}"), name)[version]
+    response_cls = getattr(importlib.import_module(f"kafka.protocol.old.{module}"), name)[version]
     request = _request(api_key, version, correlation_id=123)
     response = error_response(request, ErrorCode.NOT_COORDINATOR)
     correlation_id, decoded = _kafka_python_decode(response_cls, encode_response(request, response))

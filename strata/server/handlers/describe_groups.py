@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.server import authz
 from strata.server.handlers.group_common import coordinator
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-# With no authorizer Kafka reports every operation a group supports: READ (3), DELETE (6) and
-# DESCRIBE (8), as a bit field.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 async def handle(ctx, request):
@@ -22,8 +18,7 @@ async def handle(ctx, request):
                  client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                  member_assignment=m.assignment)
             for m in g.members)
-        ops = GROUP_AUTHORIZED_OPERATIONS if include_ops and not g.error \
-            else AUTHORIZED_OPERATIONS_OMITTED
+        ops = authz.operations(authz.GROUP, include_ops and not g.error)
         groups.append(make(rc, "groups", error_code=kio_error_code(g.error), group_id=g.group_id,
                            group_state=g.state, protocol_type=g.protocol_type,
                            protocol_data=g.protocol_data, members=members,

@@ -8,9 +8,9 @@ from strata.cluster.metadata import is_internal_topic
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.replication.replica_manager import LEADER_EPOCH
+from strata.server import authz
 
 log = logging.getLogger(__name__)
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode | None]]:
@@ -47,7 +47,9 @@ def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
-    allow = getattr(request.body, "allow_auto_topic_creation", True)
+    body = request.body
+    allow = getattr(body, "allow_auto_topic_creation", True)
+    topic_ops = getattr(body, "include_topic_authorized_operations", False)
     topics = []
     for name, topic_id, error in _requested_names(ctx, request):
         if error is None:
@@ -63,9 +65,10 @@ async def handle(ctx, request):
         topics.append(make(
             rc, "topics", error_code=kio_error_code(error or ErrorCode.NONE), name=name,
             topic_id=info.topic_id if info else topic_id, is_internal=name is not None and is_internal_topic(name),
-            partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            partitions=partitions, topic_authorized_operations=authz.operations(authz.TOPIC, topic_ops and info is not None)))
     brokers = (make(rc, "brokers", node_id=ctx.node_id, host=ctx.advertised_host,
                     port=ctx.advertised_port, rack=None),)
     return make(rc, brokers=brokers, cluster_id=ctx.metadata.cluster_id,
                 controller_id=ctx.node_id, topics=tuple(topics),
-                cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                cluster_authorized_operations=authz.operations(
+                    authz.CLUSTER, getattr(body, "include_cluster_authorized_operations", False)))

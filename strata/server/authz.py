@@ -1,0 +1,39 @@
+"""Authorized-operation bit fields, as Kafka reports them with no authorizer configured.
+
+Without an authorizer Kafka answers every operation a resource type supports
+(AclEntry.supportedOperations), one bit per AclOperation code."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+OMITTED = -2147483648  # Integer.MIN_VALUE: the client did not ask
+
+
+class AclOperation(IntEnum):
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+def _bits(*ops: AclOperation) -> int:
+    return sum(1 << op for op in ops)
+
+
+A = AclOperation
+TOPIC = _bits(A.READ, A.WRITE, A.CREATE, A.DELETE, A.ALTER, A.DESCRIBE, A.DESCRIBE_CONFIGS,
+              A.ALTER_CONFIGS)
+GROUP = _bits(A.READ, A.DESCRIBE, A.DELETE)
+CLUSTER = _bits(A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS,
+                A.IDEMPOTENT_WRITE, A.ALTER, A.DESCRIBE)
+
+
+def operations(supported: int, include: bool) -> int:
+    return supported if include else OMITTED

@@ -1,0 +1,46 @@
+"""CreateTopics v2-7: one result per topic; v5+ also returns the partitions, replication
+factor and configs of each created (or, with validate_only, validated) topic."""
+
+from __future__ import annotations
+
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.server.handlers.admin_common import attempt, duplicates
+
+FIRST_VERSION_WITH_CONFIGS = 5
+
+
+def _create(ctx, t, validate_only: bool):
+    configs = {c.name: c.value for c in t.configs}
+    assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+    return ctx.metadata.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                     validate_only=validate_only, assignments=assignments or None)
+
+
+async def handle(ctx, request):
+    body = request.body
+    rc = response_class(request.api_key, request.api_version)
+    dups = duplicates(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        if t.name in dups:
+            info, code, message = None, ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+        elif len({c.name for c in t.configs}) != len(t.configs):
+            info, code, message = None, ErrorCode.INVALID_REQUEST, "Duplicate config names."
+        else:
+            info, code, message = attempt(lambda: _create(ctx, t, body.validate_only))
+        if info is None:
+            results.append(make(rc, "topics", name=t.name, error_code=kio_error_code(code),
+                                error_message=message, num_partitions=-1,
+                                replication_factor=-1, configs=None))
+            continue
+        configs = None
+        if request.api_version >= FIRST_VERSION_WITH_CONFIGS:
+            configs = tuple(
+                make(rc, "topics.configs", name=e.name, value=e.value, read_only=e.read_only,
+                     config_source=int(e.source), is_sensitive=e.is_sensitive)
+                for e in ctx.metadata.config_entries(info))
+        results.append(make(rc, "topics", name=t.name, topic_id=info.topic_id,
+                            num_partitions=info.partitions, replication_factor=1,
+                            configs=configs))
+    return make(rc, topics=tuple(results))

@@ -1,0 +1,25 @@
+"""DeleteRecords v0-2: move each partition's log start offset (-1: to the high watermark)."""
+
+from __future__ import annotations
+
+from strata.cluster.metadata import is_internal_topic
+from strata.common.errors import ErrorCode
+from strata.common.types import TopicPartition
+from strata.protocol.codec import kio_error_code, make, response_class
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    topics = []
+    for t in request.body.topics:
+        partitions = []
+        for p in t.partitions:
+            if is_internal_topic(t.name):  # as Kafka: clients may not delete internal records
+                code, low = ErrorCode.INVALID_TOPIC_EXCEPTION, -1
+            else:
+                code, low = ctx.replica_manager.delete_records(
+                    TopicPartition(t.name, p.partition_index), p.offset)
+            partitions.append(make(rc, "topics.partitions", partition_index=p.partition_index,
+                                   low_watermark=low, error_code=kio_error_code(code)))
+        topics.append(make(rc, "topics", name=t.name, partitions=tuple(partitions)))
+    return make(rc, topics=tuple(topics))

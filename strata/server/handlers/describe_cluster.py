@@ -1,0 +1,28 @@
+"""DescribeCluster v0-1: this broker, the cluster id and the controller (this node)."""
+
+from __future__ import annotations
+
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import make, response_class
+from strata.server import authz
+
+ENDPOINT_BROKERS = 1
+
+
+async def handle(ctx, request):
+    body = request.body
+    rc = response_class(request.api_key, request.api_version)
+    endpoint_type = getattr(body, "endpoint_type", ENDPOINT_BROKERS)
+    if endpoint_type != ENDPOINT_BROKERS:
+        return make(rc, error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                    error_message="The request was sent to an endpoint of type BROKER, but we "
+                                  f"wanted an endpoint of type {endpoint_type}",
+                    endpoint_type=endpoint_type, cluster_id=ctx.metadata.cluster_id,
+                    controller_id=-1, brokers=(),
+                    cluster_authorized_operations=authz.OMITTED)
+    brokers = (make(rc, "brokers", broker_id=ctx.node_id, host=ctx.advertised_host,
+                    port=ctx.advertised_port, rack=None),)
+    return make(rc, endpoint_type=ENDPOINT_BROKERS, cluster_id=ctx.metadata.cluster_id,
+                controller_id=ctx.node_id, brokers=brokers,
+                cluster_authorized_operations=authz.operations(
+                    authz.CLUSTER, body.include_cluster_authorized_operations))
