@@ -568,11 +568,10 @@ def test_api_versions_v3_response_uses_response_header_v0():
     assert (length, correlation_id, error) == (len(out) - 4, 4242, 0)  # no tag byte after the id
     assert decode_response(request, out) == response
     # kafka-python knows this quirk too.
-    from kafka.protocol.old.api_versions import ApiVersionsResponse_v3
-    buf = io.BytesIO(out[4:])
-    assert ApiVersionsResponse_v3.parse_header(buf).correlation_id == 4242
-    decoded = ApiVersionsResponse_v3.decode(buf)
-    assert {k: (lo, hi) for k, lo, hi, _tags in decoded.api_versions} == API_VERSIONS
+    from kafka.protocol.metadata.api_versions import ApiVersionsResponse
+    decoded = ApiVersionsResponse.decode(out[4:], version=3, header=True)
+    assert decoded._header.correlation_id == 4242
+    assert {k.api_key: (k.min_version, k.max_version) for k in decoded.api_keys} == API_VERSIONS
 
 
 def test_flexible_responses_use_response_header_v1():
