@@ -31,6 +31,9 @@ What we learned about kio (0.6.5; schemas generated from a recent Kafka 4.x's me
   in its schema but raises ``KeyError`` on an *unknown* tag although the protocol says receivers
   must ignore them -- ``parse_request`` strips unknown tags before kio sees them (see below).
   kio ignores a tag's declared size and reads the field by its schema.
+* Nulls: kio refuses a null for a non-nullable string or bytes field, but reads a null array
+  (length -1, compact 0) as None even where the schema does not allow it -- handlers would
+  then iterate None. The pre-scan refuses those, as Kafka's generated readers do.
 * Records (``kafka_type == "records"``, type ``Records``, a ``bytes`` subclass, nullable): decoding
   copies the records into a new plain ``bytes`` object (one memcpy, ~same cost as
   ``bytes(memoryview)``); nothing in the decoded request references the frame buffer, so the
@@ -465,9 +468,9 @@ class _SkimGen:
         elif kind == "primitive":
             self.primitive(ind, what, flexible)
         else:
-            self.array(ind, what, flexible)
+            self.array(ind, what, flexible, nullable or tagged)
 
-    def array(self, ind: int, elem: Any, flexible: bool) -> None:
+    def array(self, ind: int, elem: Any, flexible: bool, nullable: bool) -> None:
         count = self.name("c")
         if flexible:
             self.compact_length(ind, count)
@@ -476,6 +479,10 @@ class _SkimGen:
             self.emit(ind, "if pos + 4 > end: raise M('truncated array length')")
             self.emit(ind, f"{count} = _i(buf, pos)[0]; pos += 4")
             self.emit(ind, f"if {count} < -1: raise M('negative array length')")
+        if not nullable:
+            # kio reads a null array as None whatever the schema says; Kafka refuses it
+            # ("non-nullable field ... was serialized as null").
+            self.emit(ind, f"if {count} < 0: raise M('null for a non-nullable array')")
         self.emit(ind, f"if {count} > 0:")
         if isinstance(elem, str):
             size = _FIXED_SIZES.get(elem)
@@ -950,10 +957,16 @@ def _err_list_offsets(req, rc, code, msg):
     return _mk(rc, "", code, topics=topics)
 
 
+def _or_empty(name: str | None) -> str:
+    return "" if name is None else name
+
+
 def _err_metadata(req, rc, code, msg):
+    # v10+ requests may name a topic by id with a null name; the response name is not nullable
+    # before v12, so a null becomes "" (as Kafka's MetadataRequest.getErrorResponse does).
     topics = tuple(
-        _mk(rc, "topics", code, name=getattr(t, "name", None), topic_id=getattr(t, "topic_id", None),
-            is_internal=False, partitions=())
+        _mk(rc, "topics", code, name=_or_empty(getattr(t, "name", None)),
+            topic_id=getattr(t, "topic_id", None), is_internal=False, partitions=())
         for t in (req.body.topics or ()))
     return _mk(rc, "", code, topics=topics, brokers=(), cluster_id=None, controller_id=-1)
 

@@ -9,6 +9,8 @@ to drain past its high-water mark, so a slow reader cannot make the broker buffe
 A frame whose length is negative or above ``socket.request.max.bytes``, or that the codec
 cannot parse, closes that connection only. An unsupported ApiVersions version is answered
 with the v0 fallback; any other unsupported version closes the connection (Kafka's behaviour).
+A handler response that cannot be encoded is answered with the API's UNKNOWN_SERVER_ERROR
+response instead (as Kafka's KafkaApis.handle does).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import struct
 from collections import deque
 from typing import Awaitable, Callable
 
+from strata.common.errors import ErrorCode
 from strata.protocol.codec import (
     ApiKey, DecodedRequest, MalformedRequest, UnsupportedVersion, encode_api_versions_fallback,
-    encode_response_parts, parse_request)
+    encode_response_parts, error_response, parse_request)
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,15 @@ class KafkaConnection(asyncio.Protocol):
             self._server.requests_in_flight -= 1
         if body is None or self._closed:
             return
-        await self._write(encode_response_parts(request, body))
+        try:
+            parts = encode_response_parts(request, body)
+        except Exception:  # noqa: BLE001 - a handler built a body its schema cannot carry
+            # Kafka serializes inside KafkaApis.handle, so such a failure is answered with the
+            # API's error response instead of dropping the connection; so do we.
+            log.exception("%s v%d response to %s cannot be encoded; answering UNKNOWN_SERVER_ERROR",
+                          request.api_key.name, request.api_version, self.info.peer)
+            parts = encode_response_parts(request, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
+        await self._write(parts)
 
     async def _write(self, parts: list) -> None:
         if self._closed:

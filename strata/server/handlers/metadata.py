@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 from strata.cluster.metadata import is_internal_topic
-from strata.common.errors import ErrorCode, KafkaError
+from strata.common.errors import ErrorCode, InvalidRequestError, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.replication.replica_manager import LEADER_EPOCH
 from strata.server import authz
 
 log = logging.getLogger(__name__)
+FIRST_VERSION_WITH_TOPIC_IDS = 12
 
 
 def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode | None]]:
@@ -22,6 +23,13 @@ def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode |
     for t in topics:
         name = getattr(t, "name", None)
         topic_id = getattr(t, "topic_id", None)
+        if request.api_version < FIRST_VERSION_WITH_TOPIC_IDS:
+            if name is None:
+                raise InvalidRequestError(
+                    f"Topic name can not be null for version {request.api_version}")
+            if topic_id is not None and topic_id.int != 0:
+                raise InvalidRequestError(
+                    f"Topic IDs are not supported in requests for version {request.api_version}")
         if name is None and topic_id is not None and topic_id.int != 0:
             info = ctx.metadata.topic_by_id(topic_id)
             out.append((info.name, topic_id, None) if info else (None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
