@@ -138,7 +138,19 @@ class LogSegment:
                shallow_offset_of_max_timestamp: int, data, headers: list[BatchHeader]) -> None:
         """Append validated batches (``data`` is their bytes, offsets already assigned).
 
-        ``headers`` carry positions relative to ``data``; index entries are added per batch.
+        ``headers`` carry positions relative to ``data``. As in Kafka 4.x (KAFKA-806) the index
+        entries and the max timestamp are handled per batch: a batch that passes
+        ``index.interval.bytes`` gets an offset index entry and a time index entry holding the
+        max timestamp of the segment up to and including that batch.
+
+        The roll check before an append only guarantees one free index slot, while one append
+        may hold many batches: when an index fills up mid-append the remaining entries are
+        skipped (the index is sparse, lookups scan forward from an earlier entry) and the next
+        append's roll check rolls the segment. An append never fails on a full index, which
+        would leave bytes in the log that the append reported as failed.
+
+        ``largest_timestamp`` seeds the time-based roll of an empty segment;
+        ``shallow_offset_of_max_timestamp`` is kept for callers (the per-batch headers decide).
         """
         if not data:
             return
@@ -153,19 +165,27 @@ class LogSegment:
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)}")
         self._size += written
         self._dirty = True
-        if largest_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = largest_timestamp
-            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
         interval = self.index_interval_bytes
         since = self._bytes_since_last_index_entry
         for h in headers:
-            if since > interval:
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp_so_far = h.last_offset
+            if since > interval and self._indexes_have_room():
                 self.offset_index.append(h.last_offset, position + h.position)
                 self.time_index.maybe_append(self.max_timestamp_so_far,
                                              self.offset_of_max_timestamp_so_far)
                 since = 0
             since += h.batch_length + LOG_OVERHEAD
         self._bytes_since_last_index_entry = since
+
+    def _indexes_have_room(self) -> bool:
+        """Whether a sparse index entry can be added now (by append and, alike, recovery).
+
+        Entries go into both indexes or neither, so they stay paired; the time index keeps one
+        slot back for the final entry written on roll and close (see ``TimeIndex.is_full``).
+        """
+        return not self.offset_index.is_full() and not self.time_index.is_full()
 
     def update_txn_index(self, aborted: AbortedTxn) -> None:
         self.txn_index.append(aborted)
@@ -346,7 +366,7 @@ class LogSegment:
                     self.max_timestamp_so_far = h.max_timestamp
                     self.offset_of_max_timestamp_so_far = h.last_offset
                 if position - last_index_entry > self.index_interval_bytes and \
-                        not self.offset_index.is_full():
+                        self._indexes_have_room():
                     self.offset_index.append(h.last_offset, position)
                     self.time_index.maybe_append(self.max_timestamp_so_far,
                                                  self.offset_of_max_timestamp_so_far)
@@ -380,15 +400,7 @@ class LogSegment:
         self.txn_index.truncate_to(offset)
         removed = self._size - found.position
         self._truncate_file(found.position)
-        # Recompute the max timestamp from what remains (the time index tail may be gone).
-        last = self.time_index.last_entry
-        self.max_timestamp_so_far = last.timestamp
-        self.offset_of_max_timestamp_so_far = last.offset
-        start = self.offset_index.lookup(offset).position if self.offset_index.entries else 0
-        for h in self._headers_from(start):
-            if h.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = h.max_timestamp
-                self.offset_of_max_timestamp_so_far = h.last_offset
+        self._load_largest_timestamp()
         if self._size == 0:
             self._rolling_based_timestamp = None
             self.created_ms = self._clock.milliseconds()
@@ -396,6 +408,27 @@ class LogSegment:
             self.offset_index.entry(self.offset_index.entries - 1).position
             if self.offset_index.entries else 0)
         return removed
+
+    def _load_largest_timestamp(self) -> None:
+        """Recompute the max timestamp (and its batch) from the time index and the log tail.
+
+        Kafka's ``LogSegment.readLargestTimestamp``: start from the last time index entry
+        ``(T, O)`` (T is the max timestamp up to offset O, reached first by O's batch) and scan
+        the batches from the offset index position of O for a strictly larger timestamp. The
+        scan must start at O's batch, not at the last offset index entry: batches between the
+        two can hold a larger timestamp than T whose entry was truncated away (segments written
+        before per-batch running max entries put a request's max at its first batch), and a
+        scan starting after the first batch reaching the max would pick a later batch with the
+        same timestamp (KIP-734 answers the first record holding the max timestamp).
+        """
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp_so_far = last.offset
+        start = self.offset_index.lookup(last.offset).position
+        for h in self._headers_from(start):
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp_so_far = h.last_offset
 
     def resize_indexes(self) -> None:
         """Re-grow the offset and time indexes to full size, for a segment that is active again."""
