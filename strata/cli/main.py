@@ -148,8 +148,11 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         import uvloop  # type: ignore[import-not-found]
-        uvloop.run(main())
     except ImportError:
+        uvloop = None
+    if uvloop is not None:
+        uvloop.run(main())
+    else:
         asyncio.run(main())
     return 0
 

@@ -3,8 +3,10 @@
 Per connection, requests are handled one at a time in arrival order and answered in that
 order, as Kafka does (clients pipeline up to ``max.in.flight`` requests; they queue here). At
 most ``max_queued_requests`` frames wait per connection: beyond that the transport stops
-reading until the queue drains (TCP pushes back on the client). Writes wait for the transport
-to drain past its high-water mark, so a slow reader cannot make the broker buffer without bound.
+reading until the queue drains (TCP pushes back on the client). Responses ready in one turn of
+the event loop leave in one write (one send syscall for a pipelined burst, not one each), and
+the next request waits while the transport is above its high-water mark, so a slow reader
+cannot make the broker buffer without bound.
 
 A frame whose length is negative or above ``socket.request.max.bytes``, or that the codec
 cannot parse, closes that connection only. An unsupported ApiVersions version is answered
@@ -29,6 +31,7 @@ from strata.protocol.codec import (
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">i")
+_FLUSH_BYTES = 1 << 20  # queued response bytes that are written at once instead of at turn end
 
 # A handler returns the response body, or None when no response is sent (Produce acks=0).
 Handler = Callable[[DecodedRequest, "ConnectionInfo"], Awaitable[object | None]]
@@ -56,6 +59,9 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = False
         self._drained = asyncio.Event()
         self._drained.set()
+        self._out: list = []          # response parts not yet handed to the transport
+        self._out_bytes = 0
+        self._flush_scheduled = False
         self._task: asyncio.Task | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
         self._handling = False
@@ -64,7 +70,6 @@ class KafkaConnection(asyncio.Protocol):
     # ---- transport callbacks ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id)
@@ -133,6 +138,9 @@ class KafkaConnection(asyncio.Protocol):
                 if self._server.stopping:
                     self.close()  # shutting down: finish what runs, start nothing new
                     return
+                if not self._drained.is_set():
+                    await self._drained.wait()
+                    continue
                 frame = self._frames.popleft()
                 if self._paused_reading:
                     self._parse_frames()
@@ -148,7 +156,7 @@ class KafkaConnection(asyncio.Protocol):
             request = parse_request(frame)
         except UnsupportedVersion as exc:
             if exc.api_key == ApiKey.API_VERSIONS:
-                await self._write([encode_api_versions_fallback(exc.correlation_id)])
+                self._write([encode_api_versions_fallback(exc.correlation_id)])
                 return
             log.info("closing %s: %s", self.info.peer, exc)
             self.close()
@@ -174,14 +182,26 @@ class KafkaConnection(asyncio.Protocol):
             log.exception("%s v%d response to %s cannot be encoded; answering UNKNOWN_SERVER_ERROR",
                           request.api_key.name, request.api_version, self.info.peer)
             parts = encode_response_parts(request, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
-        await self._write(parts)
+        self._write(parts)
 
-    async def _write(self, parts: list) -> None:
+    def _write(self, parts: list) -> None:
+        """Queue a response; it leaves with the others of this loop turn (or at once if large)."""
         if self._closed:
             return
-        self._transport.writelines(parts)
-        if not self._drained.is_set():
-            await self._drained.wait()
+        self._out.extend(parts)
+        self._out_bytes += sum(len(part) for part in parts)
+        if self._out_bytes >= _FLUSH_BYTES:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out or self._transport is None or self._transport.is_closing():
+            return
+        out, self._out, self._out_bytes = self._out, [], 0
+        self._transport.writelines(out)
 
     def _touch(self) -> None:
         idle_ms = self._server.idle_timeout_ms
@@ -200,6 +220,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
+            self._flush()  # answers already made go out before the close
             self._transport.close()
         self._closed = True
         self._wakeup.set()
