@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench-log venv system-deps kafka-dist clean
+.PHONY: run test test-fast bench-log bench-clients venv system-deps kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-fast: venv
 
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
+
+# Kafka clients against a Strata broker it starts (confluent-kafka and Kafka's perf tools).
+bench-clients: venv kafka-dist
+	$(PY) -m strata.bench.client_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
