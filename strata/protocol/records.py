@@ -315,22 +315,26 @@ def _records_fill(data, count: int) -> bool:
     or padded is refused, as Kafka's LogValidator refuses it, instead of stalling consumers."""
     end = len(data)
     pos = 0
-    for _ in range(count):
-        if pos >= end:
-            return False
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            try:
+    n = 0
+    try:
+        while pos < end:
+            b = data[pos]
+            if b < 0x80:  # one- and two-byte zig-zag varints inline: (z >> 1) ^ -(z & 1)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
                 length, pos = read_varint(data, pos)
-            except (IndexError, ValueError):
+            if length < MIN_RECORD_LENGTH:
                 return False
-        if length < MIN_RECORD_LENGTH:
-            return False
-        pos += length
-    return pos == end
+            pos += length
+            n += 1
+    except (IndexError, ValueError):
+        return False
+    return pos == end and n == count
 
 
 class AssignResult(NamedTuple):

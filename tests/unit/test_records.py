@@ -673,3 +673,41 @@ def test_kafka_python_reads_our_control_batch():
     assert theirs.validate_crc() and theirs.is_control_batch and theirs.is_transactional
     (record,) = list(theirs)
     assert record.abort and not record.commit
+
+
+def _reseal(batch: bytearray, records: bytes, count: int) -> bytes:
+    """``batch``'s header over new ``records`` and ``count``, with a correct length and CRC."""
+    import crc32c as _c
+    out = bytearray(batch[:61]) + records
+    struct.pack_into(">i", out, 8, len(out) - 12)            # batchLength
+    struct.pack_into(">i", out, 23, count - 1)               # lastOffsetDelta
+    struct.pack_into(">i", out, 57, count)                   # recordCount
+    struct.pack_into(">I", out, 17, _c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+@pytest.mark.parametrize("damage", ["one-record-missing", "extra-count", "trailing-bytes", "cut-short"])
+def test_batches_whose_records_do_not_frame_are_refused_though_their_crc_matches(codec, damage):
+    recs = [SimpleRecord(b"value-%d" % i, b"k", (), 1_700_000_000_000) for i in range(5)]
+    plain = bytearray(build_batch(recs))
+    records = bytes(plain[61:])
+    count = 5
+    if damage == "one-record-missing":
+        records = bytes(build_batch(recs[:4]))[61:]  # four whole records, five declared
+    elif damage == "extra-count":
+        count = 6
+    elif damage == "trailing-bytes":
+        records += b"\x00\x00"
+    else:
+        records = records[:-3]
+    if codec != Compression.NONE:
+        records = bytes(cramjam.lz4.compress(records))
+        struct.pack_into(">h", plain, 21, codec)
+    bad = _reseal(plain, records, count)
+    with pytest.raises(KafkaError) as e:
+        validate_batches(bad, max_message_bytes=1 << 20)
+    assert e.value.code == ErrorCode.INVALID_RECORD
+    assert validate_batches(_reseal(plain, bytes(plain[61:]) if codec == Compression.NONE
+                                    else bytes(cramjam.lz4.compress(bytes(plain[61:]))), 5),
+                            max_message_bytes=1 << 20)
