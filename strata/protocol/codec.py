@@ -222,9 +222,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    # Kafka 4.x: DescribeGroups 0-6 (v6 adds a per-group ErrorMessage and answers unknown groups
-    # with GROUP_ID_NOT_FOUND, KIP-1043) -- advertise 6 once the handler does that.
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),  # Kafka 4.x: 0-5 (v5 adds TypesFilter, KIP-848)
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),

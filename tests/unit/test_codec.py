@@ -202,7 +202,7 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.PRODUCE] == (0, 11)
     assert API_VERSIONS[ApiKey.FETCH] == (4, 12)
     assert API_VERSIONS[ApiKey.API_VERSIONS] == (0, 3)
-    assert API_VERSIONS[ApiKey.DESCRIBE_GROUPS] == (0, 5)
+    assert API_VERSIONS[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
     assert len(API_VERSIONS) == 24
 

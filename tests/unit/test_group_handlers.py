@@ -191,7 +191,11 @@ def test_a_consumer_group_lifecycle_in_every_version(step):
             (0, "g", "Stable", "consumer", "range")
         assert [(m.member_id, m.client_id, m.client_host, m.member_metadata, m.member_assignment)
                 for m in g.members] == [(member, "test-client", "/10.1.2.3", sub, b"orders-0-1")]
-        assert (nobody.error_code, nobody.group_state, nobody.members) == (0, "Dead", ())
+        if v(ApiKey.DESCRIBE_GROUPS) >= 6:  # KIP-1043
+            assert (nobody.error_code, nobody.error_message, nobody.group_state) == \
+                (ErrorCode.GROUP_ID_NOT_FOUND, "Group nobody not found.", "Dead")
+        else:
+            assert (nobody.error_code, nobody.group_state, nobody.members) == (0, "Dead", ())
         if v(ApiKey.DESCRIBE_GROUPS) >= 3:
             assert g.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
 

@@ -1,10 +1,15 @@
-"""DescribeGroups v0-5: state, protocol and members of each group (Dead when unknown)."""
+"""DescribeGroups v0-6: state, protocol and members of each group. An unknown group is Dead;
+from v6 (KIP-1043) it is also GROUP_ID_NOT_FOUND with a message, as in Kafka 4.x."""
 
 from __future__ import annotations
 
+from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server import authz
 from strata.server.handlers.group_common import coordinator
+
+FIRST_VERSION_WITH_NOT_FOUND = 6
+DEAD = "Dead"
 
 
 async def handle(ctx, request):
@@ -19,7 +24,11 @@ async def handle(ctx, request):
                  member_assignment=m.assignment)
             for m in g.members)
         ops = authz.operations(authz.GROUP, include_ops and not g.error)
-        groups.append(make(rc, "groups", error_code=kio_error_code(g.error), group_id=g.group_id,
+        error, message = g.error, None
+        if request.api_version >= FIRST_VERSION_WITH_NOT_FOUND and not error and g.state == DEAD:
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {g.group_id} not found."
+        groups.append(make(rc, "groups", error_code=kio_error_code(error), error_message=message,
+                           group_id=g.group_id,
                            group_state=g.state, protocol_type=g.protocol_type,
                            protocol_data=g.protocol_data, members=members,
                            authorized_operations=ops))
