@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import io
 import os
 import socket
 import struct
@@ -34,9 +33,10 @@ from hypothesis import HealthCheck, assume, event, example, given, reject, setti
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.index import api_key_map as KIO_API_KEYS
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.primitive import Records
 
+from wire import client_frame, framed
 from broker_process import BrokerProcess
 from strata.common.errors import ErrorCode
 from strata.protocol import records as rec
@@ -77,19 +77,9 @@ ADVERTISED_AT_IMPORT = _advertised_at_import()
 # client side: framing, requests and responses with kio
 
 
-def framed(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
-
-
 def request_payload(body, correlation_id: int, client_id: str | None = "bad-input") -> bytes:
-    """Request header (v1 or v2, as kio says for this version) and body, without the prefix."""
-    header_cls = body.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(
-        request_api_key=body.__api_key__, request_api_version=body.__version__,
-        correlation_id=correlation_id, client_id=client_id))
-    entity_writer(type(body))(buf, body)
-    return buf.getvalue()
+    """Request header and body, without the length prefix."""
+    return client_frame(body, correlation_id, client_id)
 
 
 def raw_header(api_key: int, version: int, correlation_id: int, client_id: bytes = b"bad") -> bytes:

@@ -21,6 +21,7 @@ from kio.static.primitive import Records
 
 from strata.common.errors import ErrorCode
 from strata.protocol import codec
+from wire import client_frame
 from strata.protocol.codec import (
     API_VERSIONS, ApiKey, DecodedRequest, MalformedRequest, RequestFrame, UnsupportedReason,
     UnsupportedVersion, api_versions_response, encode_api_versions_fallback, encode_response,
@@ -122,17 +123,6 @@ def sample(cls, *, nulls: bool = False, width: int = 2):
         else:
             kwargs[f.name] = _primitive(f.metadata["kafka_type"], f.name, i)
     return cls(**kwargs)
-
-
-def client_frame(body, correlation_id: int = 7, client_id: str | None = "test-client") -> bytes:
-    """What a client puts after the length prefix: header (chosen by kio) and body."""
-    header_cls = body.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(
-        request_api_key=body.__api_key__, request_api_version=body.__version__,
-        correlation_id=correlation_id, client_id=client_id))
-    entity_writer(type(body))(buf, body)
-    return buf.getvalue()
 
 
 def raw_header(api_key: int, version: int, correlation_id: int, client_id: bytes = b"c") -> bytes:

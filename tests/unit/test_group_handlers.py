@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import io
 from types import SimpleNamespace
 
 import pytest
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
@@ -31,6 +30,7 @@ from strata.protocol.codec import (
 from strata.server.context import BrokerContext
 from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import ConnectionInfo
+from wire import client_frame
 from test_group_coordinator import MemoryOffsetsLog, subscription
 
 GROUP_APIS = (ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
@@ -64,13 +64,7 @@ class Client:
     async def send(self, api_key: int, version: int | None = None, **fields):
         version = self.version(api_key) if version is None else version
         body = make(request_class(api_key, version), **fields)
-        buf = io.BytesIO()
-        header_cls = body.__header_schema__
-        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
-                                                  request_api_version=version,
-                                                  correlation_id=11, client_id="test-client"))
-        entity_writer(type(body))(buf, body)
-        request = parse_request(buf.getvalue())
+        request = parse_request(client_frame(body, correlation_id=11))
         frame = encode_response(request, await self.dispatcher(request, PEER))
         cls = response_class(api_key, version)
         start = 8 + (0 if cls.__header_schema__ is ResponseHeaderV0 else 1)
