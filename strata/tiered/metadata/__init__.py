@@ -1,0 +1,1 @@
+"""RemoteLogMetadataManager implementations and the __remote_log_metadata record serde."""
