@@ -83,13 +83,40 @@ class RemoteStorageNotReadyException(RetriableRemoteStorageException):
 # --------------------------------------------------------------------------- states
 
 
-class RemoteLogSegmentState(enum.IntEnum):
-    """Life cycle of a remote log segment; the value is the id stored in metadata records.
+class _LifeCycle(enum.IntEnum):
+    """A state enum whose value is the id stored in metadata records; subclasses list their
+    transitions in ``_transitions()`` (a state may also move to itself: retries and fail-over
+    republish the same state) and their first state in ``_initial()``."""
 
-    Valid transitions: COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED or DELETE_SEGMENT_STARTED;
+    @property
+    def id(self) -> int:
+        return int(self)
+
+    @classmethod
+    def for_id(cls, state_id: int):
+        """The state with this id, or None (Kafka's ``forId`` returns null)."""
+        try:
+            return cls(state_id)
+        except ValueError:
+            return None
+
+    @classmethod
+    def is_valid_transition(cls, src, dst) -> bool:
+        """Kafka's ``isValidTransition``; ``src is None`` means the state is not known yet, so
+        only the initial state may begin a life cycle."""
+        if dst is None:
+            raise ValueError("target state can not be None")
+        if src is None:
+            return dst is cls._initial()
+        return src == dst or dst in cls._transitions()[cls(src)]
+
+
+class RemoteLogSegmentState(_LifeCycle):
+    """Life cycle of a remote log segment.
+
+    COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED or DELETE_SEGMENT_STARTED;
     COPY_SEGMENT_FINISHED -> DELETE_SEGMENT_STARTED; DELETE_SEGMENT_STARTED ->
-    DELETE_SEGMENT_FINISHED. Self transitions are valid too (retries and fail-over republish
-    the same state).
+    DELETE_SEGMENT_FINISHED.
     """
 
     COPY_SEGMENT_STARTED = 0
@@ -97,81 +124,44 @@ class RemoteLogSegmentState(enum.IntEnum):
     DELETE_SEGMENT_STARTED = 2
     DELETE_SEGMENT_FINISHED = 3
 
-    @property
-    def id(self) -> int:
-        return int(self)
+    @classmethod
+    def _initial(cls):
+        return cls.COPY_SEGMENT_STARTED
 
     @classmethod
-    def for_id(cls, state_id: int) -> RemoteLogSegmentState | None:
-        """The state with this id, or None (Kafka's ``forId`` returns null)."""
-        try:
-            return cls(state_id)
-        except ValueError:
-            return None
-
-    @staticmethod
-    def is_valid_transition(src: RemoteLogSegmentState | None, dst: RemoteLogSegmentState) -> bool:
-        """Kafka's ``RemoteLogSegmentState.isValidTransition``.
-
-        ``src is None`` means the segment is not known yet: only COPY_SEGMENT_STARTED may
-        begin a life cycle.
-        """
-        if dst is None:
-            raise ValueError("target state can not be None")
-        if src is None:
-            return dst is RemoteLogSegmentState.COPY_SEGMENT_STARTED
-        return src == dst or dst in _SEGMENT_TRANSITIONS[RemoteLogSegmentState(src)]
+    def _transitions(cls):
+        return _SEGMENT_TRANSITIONS
 
 
-_SEGMENT_TRANSITIONS: dict[RemoteLogSegmentState, frozenset[RemoteLogSegmentState]] = {
-    RemoteLogSegmentState.COPY_SEGMENT_STARTED: frozenset({
-        RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
-    RemoteLogSegmentState.COPY_SEGMENT_FINISHED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
-    RemoteLogSegmentState.DELETE_SEGMENT_STARTED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}),
-    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: frozenset(),
-}
-
-
-class RemotePartitionDeleteState(enum.IntEnum):
-    """Deletion life cycle of a partition's remote data; the value is the id stored in records.
-
-    ``DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> DELETE_PARTITION_FINISHED``;
-    self transitions are valid.
-    """
+class RemotePartitionDeleteState(_LifeCycle):
+    """Deletion life cycle of a partition's remote data:
+    DELETE_PARTITION_MARKED -> DELETE_PARTITION_STARTED -> DELETE_PARTITION_FINISHED."""
 
     DELETE_PARTITION_MARKED = 0
     DELETE_PARTITION_STARTED = 1
     DELETE_PARTITION_FINISHED = 2
 
-    @property
-    def id(self) -> int:
-        return int(self)
+    @classmethod
+    def _initial(cls):
+        return cls.DELETE_PARTITION_MARKED
 
     @classmethod
-    def for_id(cls, state_id: int) -> RemotePartitionDeleteState | None:
-        """The state with this id, or None (Kafka's ``forId`` returns null)."""
-        try:
-            return cls(state_id)
-        except ValueError:
-            return None
-
-    @staticmethod
-    def is_valid_transition(src: RemotePartitionDeleteState | None, dst: RemotePartitionDeleteState) -> bool:
-        """Kafka's ``RemotePartitionDeleteState.isValidTransition``.
-
-        ``src is None`` means no delete state is known: only DELETE_PARTITION_MARKED may start.
-        """
-        if dst is None:
-            raise ValueError("target state can not be None")
-        if src is None:
-            return dst is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-        return src == dst or dst in _PARTITION_DELETE_TRANSITIONS[RemotePartitionDeleteState(src)]
+    def _transitions(cls):
+        return _PARTITION_DELETE_TRANSITIONS
 
 
-_PARTITION_DELETE_TRANSITIONS: dict[RemotePartitionDeleteState, frozenset[RemotePartitionDeleteState]] = {
-    RemotePartitionDeleteState.DELETE_PARTITION_MARKED: frozenset({RemotePartitionDeleteState.DELETE_PARTITION_STARTED}),
-    RemotePartitionDeleteState.DELETE_PARTITION_STARTED: frozenset({RemotePartitionDeleteState.DELETE_PARTITION_FINISHED}),
-    RemotePartitionDeleteState.DELETE_PARTITION_FINISHED: frozenset(),
+_S = RemoteLogSegmentState
+_SEGMENT_TRANSITIONS = {
+    _S.COPY_SEGMENT_STARTED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_STARTED}),
+    _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
+    _S.DELETE_SEGMENT_FINISHED: frozenset(),
+}
+_P = RemotePartitionDeleteState
+_PARTITION_DELETE_TRANSITIONS = {
+    _P.DELETE_PARTITION_MARKED: frozenset({_P.DELETE_PARTITION_STARTED}),
+    _P.DELETE_PARTITION_STARTED: frozenset({_P.DELETE_PARTITION_FINISHED}),
+    _P.DELETE_PARTITION_FINISHED: frozenset(),
 }
 
 
