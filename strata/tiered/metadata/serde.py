@@ -248,8 +248,8 @@ def _segment_tags(txn_idx_empty: bool) -> list[tuple[int, bytes]]:
     return [(_TAG_TXN_INDEX_EMPTY, b"\x01")] if txn_idx_empty else []
 
 
-def _write_segment_metadata(w: _Writer, m: RemoteLogSegmentMetadata) -> None:
-    _write_segment_id(w, m.remote_log_segment_id)
+def _write_segment_body(w: _Writer, m: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataSnapshot) -> None:
+    """What records 0 and 3 share after the segment id."""
     w.int64(m.start_offset, "start_offset")
     w.int64(m.end_offset, "end_offset")
     w.int32(m.broker_id, "broker_id")
@@ -260,6 +260,11 @@ def _write_segment_metadata(w: _Writer, m: RemoteLogSegmentMetadata) -> None:
     w.compact_nullable_bytes(m.custom_metadata)
     w.int8(m.state.id, "state")
     w.tagged_fields(_segment_tags(m.txn_idx_empty))
+
+
+def _write_segment_metadata(w: _Writer, m: RemoteLogSegmentMetadata) -> None:
+    _write_segment_id(w, m.remote_log_segment_id)
+    _write_segment_body(w, m)
 
 
 def _write_segment_update(w: _Writer, u: RemoteLogSegmentMetadataUpdate) -> None:
@@ -281,16 +286,7 @@ def _write_partition_delete(w: _Writer, d: RemotePartitionDeleteMetadata) -> Non
 
 def _write_snapshot(w: _Writer, s: RemoteLogSegmentMetadataSnapshot) -> None:
     w.uuid(s.segment_id)
-    w.int64(s.start_offset, "start_offset")
-    w.int64(s.end_offset, "end_offset")
-    w.int32(s.broker_id, "broker_id")
-    w.int64(s.max_timestamp_ms, "max_timestamp_ms")
-    w.int64(s.event_timestamp_ms, "event_timestamp_ms")
-    _write_leader_epochs(w, s.segment_leader_epochs)
-    w.int32(s.segment_size_in_bytes, "segment_size_in_bytes")
-    w.compact_nullable_bytes(s.custom_metadata)
-    w.int8(s.state.id, "state")
-    w.tagged_fields(_segment_tags(s.txn_idx_empty))
+    _write_segment_body(w, s)
 
 
 _WRITERS: tuple[tuple[type, int, Any], ...] = (
@@ -436,22 +432,26 @@ def _txn_idx_empty(tags: dict[int, bytes]) -> bool:
     return data[0] != 0
 
 
+def _read_segment_body(r: _Reader, record: str) -> dict[str, Any]:
+    """What records 0 and 3 share after the segment id, as keyword arguments."""
+    fields: dict[str, Any] = {
+        "start_offset": r.int64("start_offset"),
+        "end_offset": r.int64("end_offset"),
+        "broker_id": r.int32("broker_id"),
+        "max_timestamp_ms": r.int64("max_timestamp_ms"),
+        "event_timestamp_ms": r.int64("event_timestamp_ms"),
+        "segment_leader_epochs": _read_leader_epochs(r),
+        "segment_size_in_bytes": r.int32("segment_size_in_bytes"),
+        "custom_metadata": r.compact_nullable_bytes("custom_metadata"),
+        "state": _segment_state(r.int8("state")),
+    }
+    fields["txn_idx_empty"] = _txn_idx_empty(r.tagged_fields(record))
+    return fields
+
+
 def _read_segment_metadata(r: _Reader) -> RemoteLogSegmentMetadata:
     segment_id = _read_segment_id(r)
-    start_offset = r.int64("start_offset")
-    end_offset = r.int64("end_offset")
-    broker_id = r.int32("broker_id")
-    max_timestamp_ms = r.int64("max_timestamp_ms")
-    event_timestamp_ms = r.int64("event_timestamp_ms")
-    epochs = _read_leader_epochs(r)
-    size = r.int32("segment_size_in_bytes")
-    custom = r.compact_nullable_bytes("custom_metadata")
-    state = _segment_state(r.int8("state"))
-    tags = r.tagged_fields("RemoteLogSegmentMetadataRecord")
-    return RemoteLogSegmentMetadata(
-        segment_id, start_offset, end_offset, max_timestamp_ms, broker_id, event_timestamp_ms, size,
-        custom_metadata=custom, state=state, segment_leader_epochs=epochs,
-        txn_idx_empty=_txn_idx_empty(tags))
+    return RemoteLogSegmentMetadata(segment_id, **_read_segment_body(r, "RemoteLogSegmentMetadataRecord"))
 
 
 def _read_segment_update(r: _Reader) -> RemoteLogSegmentMetadataUpdate:
@@ -478,20 +478,8 @@ def _read_partition_delete(r: _Reader) -> RemotePartitionDeleteMetadata:
 
 def _read_snapshot(r: _Reader) -> RemoteLogSegmentMetadataSnapshot:
     segment_id = r.uuid("segment id")
-    start_offset = r.int64("start_offset")
-    end_offset = r.int64("end_offset")
-    broker_id = r.int32("broker_id")
-    max_timestamp_ms = r.int64("max_timestamp_ms")
-    event_timestamp_ms = r.int64("event_timestamp_ms")
-    epochs = _read_leader_epochs(r)
-    size = r.int32("segment_size_in_bytes")
-    custom = r.compact_nullable_bytes("custom_metadata")
-    state = _segment_state(r.int8("state"))
-    tags = r.tagged_fields("RemoteLogSegmentMetadataSnapshotRecord")
     return RemoteLogSegmentMetadataSnapshot(
-        segment_id, start_offset, end_offset, broker_id=broker_id, max_timestamp_ms=max_timestamp_ms,
-        event_timestamp_ms=event_timestamp_ms, segment_size_in_bytes=size, custom_metadata=custom,
-        state=state, segment_leader_epochs=epochs, txn_idx_empty=_txn_idx_empty(tags))
+        segment_id, **_read_segment_body(r, "RemoteLogSegmentMetadataSnapshotRecord"))
 
 
 _READERS = {
