@@ -491,7 +491,10 @@ def test_a_frame_of_exactly_the_request_size_limit_is_served_and_one_byte_more_i
         s.sendall(framed(header + b"\x00" * (MAX_REQUEST - len(header))))
         corr, body = decode_response(ApiKey.API_VERSIONS, 0, read_frame(s))
         assert (corr, int(body.error_code)) == (31, 0)
-        s.sendall(framed(header + b"\x00" * (MAX_REQUEST + 1 - len(header))))
+        try:  # the broker may close on the length prefix while the body is still being sent
+            s.sendall(framed(header + b"\x00" * (MAX_REQUEST + 1 - len(header))))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         assert read_to_eof(s) == b""
     assert_still_serving(live)
 
