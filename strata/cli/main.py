@@ -9,11 +9,13 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from strata.common.config import load_properties
+from strata.common.errors import KafkaError
 from strata.common.scheduler import KafkaScheduler
-from strata.common.types import TopicPartition
+from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.log_manager import LogManager
 
 log = logging.getLogger("strata")
@@ -44,9 +46,10 @@ def parse_listener(value: str) -> tuple[str, int]:
 class _LogsFollowMetadata:
     """Keeps the logs in step with topic changes: create, delete, add partitions, configs."""
 
-    def __init__(self, manager: LogManager, metadata):
+    def __init__(self, manager: LogManager, metadata, remote_log_manager=None):
         self.manager = manager
         self.metadata = metadata
+        self.remote_log_manager = remote_log_manager
 
     def on_topic_created(self, info) -> None:
         for p in range(info.partitions):
@@ -57,14 +60,82 @@ class _LogsFollowMetadata:
             self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
 
     def on_topic_deleted(self, info) -> None:
+        tiered = []
         for p in range(info.partitions):
-            self.manager.delete_log(TopicPartition(info.name, p))
+            tp = TopicPartition(info.name, p)
+            ulog = self.manager.get_log(tp)
+            if ulog is not None and (ulog.remote_log_enabled
+                                     or ulog.highest_offset_in_remote_storage >= 0):
+                tiered.append(TopicIdPartition(info.topic_id, tp))
+            self.manager.delete_log(tp)
+        if tiered and self.remote_log_manager is not None:
+            self.remote_log_manager.on_partitions_deleted(tiered)
 
     def on_topic_config_changed(self, info, config) -> None:
         for p in range(info.partitions):
             ulog = self.manager.get_log(TopicPartition(info.name, p))
             if ulog is not None:
                 ulog.update_config(config)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.wake()
+
+
+def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
+    """``notify`` for the event loop's purgatory, callable from the loop or any other thread
+    (the remote log metadata manager appends to its topic from the tiering threads)."""
+    loop_thread = threading.get_ident()
+
+    def call(tp: TopicPartition) -> None:
+        if threading.get_ident() == loop_thread:
+            notify(tp)
+        else:
+            loop.call_soon_threadsafe(notify, tp)
+    return call
+
+
+def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogManager,
+                             replica_manager, node_id: int, log_dirs: list[Path]):
+    """The tiering stack when ``remote.log.storage.system.enable=true``, else None."""
+    from strata.log.producer_state import AppendOrigin
+    from strata.tiered.config import load_plugin
+    from strata.tiered.manager.remote_index_cache import RemoteIndexCache
+    from strata.tiered.manager.remote_log_manager import RemoteLogManager, TieringSettings
+    from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
+    from strata.tiered.metadata.topic_log import LogMetadataTopicLog
+
+    cfg = metadata.remote_log_manager_config
+    if not cfg.system_enabled:
+        return None
+    rsm = load_plugin(cfg.rsm_class_name)()
+    rsm.configure(cfg.rsm_props(log_dirs[0]))
+
+    def append(tp: TopicPartition, batch: bytes) -> int:
+        result = replica_manager.append(tp, batch, produce_version=None,
+                                        origin=AppendOrigin.COORDINATOR)
+        if result.error:
+            raise KafkaError(result.message or f"append to {tp} failed", code=result.error)
+        return result.base_offset
+
+    topic_log = LogMetadataTopicLog(metadata, get_log=replica_manager.get_log, append=append)
+    rlmm_class = load_plugin(cfg.rlmm_class_name)
+    # The default manager keeps its records in this broker's own __remote_log_metadata logs.
+    rlmm = rlmm_class(topic_log) if issubclass(rlmm_class, TopicBasedRemoteLogMetadataManager) \
+        else rlmm_class()
+    rlmm.configure(cfg.rlmm_props(broker_id=node_id, cluster_id=metadata.cluster_id,
+                                  log_dir=str(log_dirs[0])))
+    if hasattr(rlmm, "start"):
+        rlmm.start()
+    index_cache = RemoteIndexCache(rsm, log_dirs[0], cfg.index_cache_size_bytes)
+    settings = TieringSettings(
+        task_interval_ms=cfg.task_interval_ms, retry_backoff_ms=cfg.retry_backoff_ms,
+        retry_backoff_max_ms=cfg.retry_backoff_max_ms, retry_jitter=cfg.retry_jitter,
+        copier_threads=cfg.copier_threads, expiration_threads=cfg.expiration_threads,
+        reader_threads=cfg.reader_threads, reader_max_pending_tasks=cfg.reader_max_pending_tasks)
+    rlm = RemoteLogManager(
+        rsm, rlmm, broker_id=node_id, logs=log_manager.all_logs,
+        topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
+        settings=settings, index_cache=index_cache)
+    return rlm, cfg
 
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
@@ -87,11 +158,14 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler)
     manager.startup()
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata))
     watchers = PartitionWatchers()
     replica_manager = ReplicaManager(
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
-        on_append=watchers.notify)
+        on_append=_notify_from_any_thread(asyncio.get_running_loop(), watchers.notify))
+    tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
+    rlm = tiering[0] if tiering else None
+    replica_manager.remote_log_manager = rlm
+    metadata.add_listener(_LogsFollowMetadata(manager, metadata, rlm))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
@@ -101,6 +175,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                                        offsets_topic_num_partitions=offsets_log.ensure_topic())
     ctx.group_coordinator = GroupCoordinator(offsets_log, group_config)
     ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
+    if rlm is not None:
+        ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
+        rlm.start()
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))
@@ -131,6 +208,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     ctx.group_coordinator.shutdown()
     watchers.close()  # long-polling fetches answer now
     await server.stop()
+    if rlm is not None:
+        rlm.shutdown()
     scheduler.shutdown(run_pending=False)
     manager.shutdown()
     log.info("clean shutdown complete")

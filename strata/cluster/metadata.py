@@ -4,6 +4,9 @@
 topics (name, id, partition count, config overrides), applies Kafka's CreateTopics,
 DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs and DescribeConfigs
 rules, and tells listeners (the log manager, the tiered-storage layer) about every change.
+Topic configs also pass Kafka's tiered-storage rules (``strata.tiered.config``), and the broker
+refuses to start with an inconsistent tiering setup (``remote.log.storage.system.enable``,
+Strata's ``log.remote.storage.enable`` default, tiered topics left behind).
 
 On disk, in the first log dir:
 
@@ -45,6 +48,10 @@ from strata.common.config import ConfigType, load_properties
 from strata.common.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
 from strata.common.files import atomic_write
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
+from strata.tiered.config import (
+    INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
+    RemoteLogManagerConfig, validate_broker_remote_storage, validate_stored_topic_remote_storage,
+    validate_topic_remote_storage)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,9 @@ INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_
                              SHARE_GROUP_STATE_TOPIC_NAME})
 # Topics the broker creates for itself through ``create_internal_topic``.
 BROKER_MANAGED_TOPICS = INTERNAL_TOPICS | {REMOTE_LOG_METADATA_TOPIC_NAME}
+# Topics never tiered: the broker-wide ``log.remote.storage.enable`` default skips them and an
+# explicit ``remote.storage.enable=true`` on them is refused.
+NEVER_TIERED_TOPICS = BROKER_MANAGED_TOPICS | {CLUSTER_METADATA_TOPIC_NAME}
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -278,6 +288,7 @@ class _BrokerKey(NamedTuple):
     type: ConfigType
     default: str | None          # Kafka's default, rendered; None: no default
     doc: str
+    internal: bool = False       # Kafka's defineInternal: described only when set
 
 
 _T = ConfigType
@@ -348,14 +359,10 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                                       "timestamp lag behind the broker time."),
     "log.message.timestamp.after.max.ms": _BrokerKey(_T.LONG, "3600000", "Allowed timestamp "
                                                      "lead over the broker time."),
-    "log.local.retention.ms": _BrokerKey(_T.LONG, "-2", "Local retention time; -2 means "
-                                         "log.retention.ms."),
-    "log.local.retention.bytes": _BrokerKey(_T.LONG, "-2", "Local retention size; -2 means "
-                                            "log.retention.bytes."),
-    "log.remote.storage.enable": _BrokerKey(_T.BOOLEAN, None, "Strata: default of the topic "
-                                            "config remote.storage.enable."),
-    "remote.log.storage.system.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether to enable "
-                                                   "tiered storage functionality in a broker."),
+    "log.remote.storage.enable": _BrokerKey(_T.BOOLEAN, None, "Strata: the default of the topic "
+                                            "config remote.storage.enable for new topics that "
+                                            "are neither compacted nor internal. Requires "
+                                            "remote.log.storage.system.enable=true."),
     "min.insync.replicas": _BrokerKey(_T.INT, "1", "The minimum number of in-sync replicas "
                                       "for acks=all."),
     "compression.type": _BrokerKey(_T.STRING, "producer",
@@ -363,6 +370,12 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
     "unclean.leader.election.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether replicas not in "
                                                  "the ISR may be elected leader."),
 }
+# Every key of Kafka's RemoteLogManagerConfig (log.local.retention.* included), with its docs.
+BROKER_CONFIG_KEYS.update({
+    key.name: _BrokerKey(key.type, render_config_value(key.default, key.type), key.doc,
+                         key.name in INTERNAL_REMOTE_LOG_MANAGER_KEYS)
+    for key in REMOTE_LOG_MANAGER_CONFIG_DEF.keys()
+})
 
 # DynamicBrokerConfig.brokerConfigSynonyms: the groups of broker keys that mean one setting.
 _BROKER_SYNONYM_GROUPS = [
@@ -418,6 +431,10 @@ class ClusterMetadata:
         self._listeners: list[Any] = []
         self._topic_defaults = topic_defaults_from_broker(self.broker_props)
         self._default_config = LogConfig(self._topic_defaults)
+        # Tiered storage: the broker's RemoteLogManagerConfig, checked before anything is
+        # written (a bad value raises InvalidConfigError, a bad combination ValueError).
+        self.remote_log_manager_config = RemoteLogManagerConfig(self.broker_props)
+        validate_broker_remote_storage(self.remote_log_manager_config, self._default_config)
         self._num_partitions = self._int_prop("num.partitions", 1)
         self._default_replication_factor = self._int_prop("default.replication.factor", 1)
         self._delete_enabled = self.broker_props.get("delete.topic.enable", "true").strip().lower() != "false"
@@ -425,10 +442,18 @@ class ClusterMetadata:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id, self.directory_id = self._load_or_write_meta_properties()
         self._image = self._load_topics()
+        for name, config in self._image.configs.items():
+            validate_stored_topic_remote_storage(name, config,
+                                                 system_enabled=self.remote_storage_system_enabled)
 
     @property
     def controller_id(self) -> int:
         return self.node_id
+
+    @property
+    def remote_storage_system_enabled(self) -> bool:
+        """The broker's ``remote.log.storage.system.enable``."""
+        return self.remote_log_manager_config.is_remote_storage_system_enabled
 
     @property
     def metadata_path(self) -> Path:
@@ -509,7 +534,7 @@ class ClusterMetadata:
         if stored_cluster is not None and stored_cluster != self.cluster_id:
             raise MetaPropertiesError(f"Invalid cluster.id in: {path}. Expected {self.cluster_id}, "
                                       f"but read {stored_cluster}")
-        configs = {t.name: self._make_config(t.configs) for t in topics}
+        configs = {t.name: self._make_config(t.configs, t.name) for t in topics}
         log.info("loaded %d topics from %s", len(topics), path)
         return _build_image(topics, configs)
 
@@ -572,25 +597,46 @@ class ClusterMetadata:
 
     # ---- config validation ---------------------------------------------------------------------
 
-    def _make_config(self, overrides: Mapping[str, str]) -> LogConfig:
+    def _make_config(self, overrides: Mapping[str, str], name: str | None = None) -> LogConfig:
+        """The effective config of topic ``name``: ``overrides`` over the broker's defaults.
+
+        Strata's ``log.remote.storage.enable=true`` tiers new topics by default, but not a
+        compacted one nor a broker-managed one: for those, without an explicit
+        ``remote.storage.enable``, the broker default does not apply (the value is false)."""
         merged: dict[str, Any] = dict(self._topic_defaults)
         merged.update(overrides)
-        return LogConfig(merged)
+        config = LogConfig(merged)
+        if self._broker_tiering_skipped(name, overrides, config):
+            del merged["remote.storage.enable"]
+            config = LogConfig(merged)
+        return config
+
+    def _broker_tiering_skipped(self, name: str | None, overrides: Mapping[str, str],
+                                config: LogConfig) -> bool:
+        """Whether ``log.remote.storage.enable=true`` is set but does not reach this topic."""
+        return ("remote.storage.enable" in self._topic_defaults
+                and "remote.storage.enable" not in overrides
+                and bool(self._default_config.get("remote.storage.enable"))
+                and (config.is_compacted or (name is not None and name in NEVER_TIERED_TOPICS)))
 
     def _validate_configs(self, name: str, overrides: Mapping[str, str],
                           old: LogConfig | None) -> LogConfig:
-        """Kafka's LogConfig.validate for a full override set, then the hook; the new config."""
+        """Kafka's LogConfig.validate for a full override set (names, values, the compaction
+        lags, then the remote-storage rules of ``strata.tiered.config``), then the hook; the
+        new config. ``old`` is the topic's config before the change, None on create."""
         for key in overrides:
             if key not in LOG_CONFIG_DEF:
                 raise InvalidConfigError(f"Unknown topic config name: {key}")
         for key, value in overrides.items():
             _check_number_syntax(key, value)
-        config = self._make_config(overrides)
+        config = self._make_config(overrides, name)
         min_lag = config.get("min.compaction.lag.ms")
         max_lag = config.get("max.compaction.lag.ms")
         if min_lag > max_lag:
             raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms "
                                      f"({min_lag}) > max.compaction.lag.ms ({max_lag})")
+        validate_topic_remote_storage(config, old, system_enabled=self.remote_storage_system_enabled,
+                                      topic=name, internal=name in NEVER_TIERED_TOPICS)
         if self.config_validator is not None:
             self.config_validator(name, config, old)
         return config
@@ -913,7 +959,7 @@ class ClusterMetadata:
                        include_documentation: bool = False) -> list[ConfigEntry]:
         """The DescribeConfigs entries of ``info`` (also of a topic only validated, not created)."""
         if config is None:
-            config = self._make_config(info.configs)
+            config = self._make_config(info.configs, info.name)
         wanted = set(keys) if keys else None
         entries = []
         for key in sorted(LOG_CONFIG_DEF.names()):
@@ -922,11 +968,12 @@ class ClusterMetadata:
             if key == "internal.segment.bytes" and key not in info.configs:
                 continue  # internal configs are shown only when set, as Kafka does
             entries.append(self._topic_entry(key, config, info.configs, include_synonyms,
-                                             include_documentation))
+                                             include_documentation, info.name))
         return entries
 
     def _topic_entry(self, key: str, config: LogConfig, overrides: Mapping[str, str],
-                     include_synonyms: bool, include_documentation: bool) -> ConfigEntry:
+                     include_synonyms: bool, include_documentation: bool,
+                     name: str | None = None) -> ConfigEntry:
         cdef = LOG_CONFIG_DEF[key]
         sensitive = cdef.type is ConfigType.PASSWORD
         value = None if sensitive else render_config_value(config.get(key), cdef.type)
@@ -934,6 +981,9 @@ class ClusterMetadata:
         if key in overrides:
             synonyms.append(ConfigSynonym(key, value, ConfigSource.TOPIC_CONFIG))
         broker_keys = [b for b, _ in BROKER_SYNONYMS.get(key, [])]
+        if key == "remote.storage.enable" and self._broker_tiering_skipped(name, overrides, config):
+            # log.remote.storage.enable does not reach compacted or internal topics
+            broker_keys = [b for b in broker_keys if b != LOG_REMOTE_STORAGE_ENABLE_PROP]
         for b in broker_keys:
             if self.broker_props.get(b, "") != "":
                 synonyms.append(ConfigSynonym(b, None if sensitive else self.broker_props[b],
@@ -963,6 +1013,8 @@ class ClusterMetadata:
             if wanted is not None and name not in wanted:
                 continue
             bkey = BROKER_CONFIG_KEYS.get(name)
+            if bkey is not None and bkey.internal and name not in self.broker_props:
+                continue  # Kafka's internal configs are described only when set
             sensitive = bkey is None or bkey.type is ConfigType.PASSWORD
             if name in self.broker_props:
                 raw: str | None = self.broker_props[name]

@@ -2,10 +2,8 @@
 
 ``append`` writes one record batch through the ReplicaManager as the coordinator (no producer
 id, no sequence checks), so fetch waiters on the partition wake as for any produce. ``replay``
-walks a partition from its log start offset to its high watermark, whole batches at a time,
-and yields only committed data: control batches are skipped, and records of transactional
-batches are held per producer id until their marker says commit (abort drops them; an open
-transaction at the end of the log is not yet visible, as in Kafka's loader).
+yields the keyed records a partition holds from its log start offset to its high watermark,
+committed data only (``strata.log.committed_records``).
 """
 
 from __future__ import annotations
@@ -16,8 +14,8 @@ from typing import Any, Iterator, Mapping
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.coordinator.offsets_records import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OFFSETS_TOPIC
+from strata.log.committed_records import read_committed
 from strata.log.producer_state import AppendOrigin
-from strata.log.unified_log import FetchIsolation
 from strata.protocol import records as rec
 
 log = logging.getLogger(__name__)
@@ -71,36 +69,9 @@ class ReplicaOffsetsLog:
                              f"{ErrorCode(result.error).name}", code=ErrorCode(result.error))
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        ulog = self.replica_manager.get_log(tp)
+        ulog = self.replica_manager.get_log(TopicPartition(OFFSETS_TOPIC, partition))
         if ulog is None:
             return
-        start = max(ulog.log_start_offset, ulog.local_log_start_offset)
-        end = ulog.high_watermark
-        offset = start
-        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        while offset < end:
-            data = ulog.read(offset, self.chunk_bytes, FetchIsolation.HIGH_WATERMARK, True).records
-            if not data:
-                break
-            next_offset = offset
-            for header in rec.iter_headers(data):
-                next_offset = max(next_offset, header.next_offset)
-                if header.is_control:
-                    batch = pending.pop(header.producer_id, [])
-                    if rec.control_type(data, header) == rec.CONTROL_COMMIT:
-                        yield from batch
-                    continue
-                items = [(r.key, r.value) for r in rec.decode_batch(data, header)
-                         if r.offset >= start and r.key is not None]
-                if header.is_transactional:
-                    pending.setdefault(header.producer_id, []).extend(items)
-                else:
-                    yield from items
-            if next_offset <= offset:
-                log.error("no progress replaying %s at offset %d", tp, offset)
-                break
-            offset = next_offset
-        if pending:
-            log.info("%s: %d open transaction(s) at the end of the log are not loaded", tp,
-                     len(pending))
+        for record in read_committed(ulog, chunk_bytes=self.chunk_bytes):
+            if record.key is not None:
+                yield record.key, record.value

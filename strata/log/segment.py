@@ -248,12 +248,12 @@ class LogSegment:
         ts_entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
         for h in self._headers_from(position):
-            if h.max_timestamp < timestamp or h.last_offset < starting_offset:
-                continue
-            batch = self.read_bytes(h.position, h.size)
-            for r in rec.decode_batch(batch, rec.read_header(batch, 0)):
-                if r.timestamp >= timestamp and r.offset >= starting_offset:
-                    return TimestampAndOffset(r.timestamp, r.offset, h.partition_leader_epoch)
+            if batch_may_hold_timestamp(h, timestamp, starting_offset):
+                batch = self.read_bytes(h.position, h.size)
+                found = find_offset_in_batch(batch, rec.read_header(batch, 0), timestamp,
+                                             starting_offset)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp_record(self) -> TimestampAndOffset | None:
@@ -492,6 +492,26 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self._size})"
+
+
+def batch_may_hold_timestamp(header: BatchHeader, timestamp: int, starting_offset: int) -> bool:
+    """Whether a batch can hold a record with timestamp >= ``timestamp`` and offset >=
+    ``starting_offset`` (the header test of a timestamp search, before decoding)."""
+    return header.max_timestamp >= timestamp and header.last_offset >= starting_offset
+
+
+def find_offset_in_batch(buf, header: BatchHeader, timestamp: int,
+                         starting_offset: int) -> TimestampAndOffset | None:
+    """The first record of the batch at ``header.position`` in ``buf`` with timestamp >=
+    ``timestamp`` and offset >= ``starting_offset``, with the batch's leader epoch.
+
+    Shared by the local segment search and the remote segment reader, so both tiers answer
+    ListOffsets alike (control records included, as Kafka's batch iterator does).
+    """
+    for r in rec.decode_batch(buf, header):
+        if r.timestamp >= timestamp and r.offset >= starting_offset:
+            return TimestampAndOffset(r.timestamp, r.offset, header.partition_leader_epoch)
+    return None
 
 
 def _whole_batches(data: bytes) -> bytes:

@@ -139,6 +139,15 @@ class UnifiedLog:
         """Bytes of the local tier."""
         return self.local_log.size_in_bytes()
 
+    def update_highest_offset_in_remote_storage(self, offset: int, force: bool = False) -> None:
+        """The remote log manager's progress: the last offset copied to remote storage.
+
+        Only moves forward unless ``force`` (remote data deleted after disabling tiering).
+        Local retention deletes only segments at or below it."""
+        with self.lock:
+            if force or offset > self.highest_offset_in_remote_storage:
+                self.highest_offset_in_remote_storage = offset
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start offset, log end offset]."""
         with self.lock:
@@ -397,7 +406,22 @@ class UnifiedLog:
             if "delete" in self.config.get("cleanup.policy"):
                 n += self._delete_retention_size_breached()
                 n += self._delete_retention_ms_breached()
+                self._maybe_roll_for_tiering()
             return n
+
+    def _maybe_roll_for_tiering(self) -> None:
+        """Roll an active segment that local retention has expired, so it can be tiered.
+
+        Without this an idle tiered topic would keep its last segment local forever: only
+        inactive segments are copied, and local retention deletes only what was copied."""
+        if not self.remote_log_enabled:
+            return
+        seg = self.local_log.active_segment
+        ms = self.config.local_retention_ms
+        if seg.size == 0 or ms < 0 or self.high_watermark < self.log_end_offset:
+            return
+        if self._clock.milliseconds() - seg.largest_timestamp > ms:
+            self.roll()
 
     def _deletable(self, predicate) -> list[LogSegment]:
         """Segments from the oldest while ``predicate(segment, upper_bound_offset)`` holds."""

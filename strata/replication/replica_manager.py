@@ -39,6 +39,7 @@ class ReadResult(NamedTuple):
     log_start_offset: int = -1
     records: bytes = b""
     aborted_transactions: list | None = None
+    remote: UnifiedLog | None = None   # the offset lives in the remote tier: read it there
 
 
 class OffsetResult(NamedTuple):
@@ -61,6 +62,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self._partitions = partitions
         self._on_append = on_append or (lambda tp: None)
+        # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
+        self.remote_log_manager = None
 
     def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
         """The partition's log, created on first use; None if the partition does not exist."""
@@ -96,6 +99,13 @@ class ReplicaManager:
         ulog = self.get_log(tp)
         if ulog is None:
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if ulog.log_start_offset <= fetch_offset < ulog.local_log_start_offset \
+                and self.remote_log_manager is not None:
+            if isolation is FetchIsolation.LOG_END:  # a follower rebuilds from remote storage
+                return ReadResult(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, ulog.high_watermark,
+                                  ulog.last_stable_offset, ulog.log_start_offset)
+            return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                              ulog.log_start_offset, remote=ulog)
         try:
             info = ulog.read(fetch_offset, max_bytes, isolation, min_one_message)
         except Exception as exc:  # noqa: BLE001
@@ -120,7 +130,12 @@ class ReplicaManager:
             if timestamp == LATEST_TIMESTAMP:
                 epoch = ulog.leader_epoch_cache.latest_epoch()
                 return OffsetResult(ErrorCode.NONE, -1, last_fetchable, epoch if epoch is not None else -1)
-            found = ulog.fetch_offset_by_timestamp(timestamp)
+            found = None
+            rlm = self.remote_log_manager
+            if timestamp >= 0 and rlm is not None and ulog.log_start_offset < ulog.local_log_start_offset:
+                found = rlm.find_offset_by_timestamp(ulog, timestamp)
+            if found is None:
+                found = ulog.fetch_offset_by_timestamp(timestamp)
         except Exception as exc:  # noqa: BLE001
             return OffsetResult(_code(exc))
         if found is None or (timestamp >= 0 and found.offset >= last_fetchable):

@@ -20,4 +20,5 @@ class BrokerContext:
     auto_create_topics: bool = True
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
+    remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher

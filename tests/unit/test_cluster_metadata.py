@@ -317,25 +317,30 @@ def test_log_config_overlays_topic_overrides_on_broker_defaults(tmp_path):
 
 
 def test_config_validator_hook_sees_new_and_old_config_and_can_refuse(tmp_path):
-    md = open_md(tmp_path)
+    md = open_md(tmp_path, {"remote.log.storage.system.enable": "true"})
     calls = []
 
     def hook(name, new, old):
         calls.append((name, new.get("remote.storage.enable"),
                       None if old is None else old.get("remote.storage.enable")))
-        if new.get("remote.storage.enable") and new.is_compacted:
-            raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+        if new.get("remote.storage.enable") and new.get("retention.ms") < 60_000:
+            raise InvalidConfigError("tiered topics keep data for at least a minute")
     md.config_validator = hook
     md.create_topic("t", configs={"remote.storage.enable": "true"})
     assert calls == [("t", True, None)]
-    err = error_of(md.incremental_alter_topic_configs, "t", [("cleanup.policy", OP_SET, "compact")])
-    assert err.code == ErrorCode.INVALID_CONFIG and "compacted" in str(err)
+    err = error_of(md.incremental_alter_topic_configs, "t", [("retention.ms", OP_SET, "1000")])
+    assert err.code == ErrorCode.INVALID_CONFIG and "a minute" in str(err)
     assert calls[-1] == ("t", True, True)
     assert md.topic("t").configs == {"remote.storage.enable": "true"}
     assert error_of(md.create_topic, "u", configs={"remote.storage.enable": "true",
-                                                   "cleanup.policy": "compact"}).code \
+                                                   "retention.ms": "1000"}).code \
         == ErrorCode.INVALID_CONFIG
     assert md.topic("u") is None
+    # the built-in tiered-storage rules run first: a compacted tiered topic never reaches it
+    n = len(calls)
+    err = error_of(md.incremental_alter_topic_configs, "t", [("cleanup.policy", OP_SET, "compact")])
+    assert err.code == ErrorCode.INVALID_CONFIG and "cleanup.policy=delete" in str(err)
+    assert len(calls) == n
 
 
 # ---- DeleteTopics / CreatePartitions --------------------------------------------------------

@@ -2,13 +2,15 @@
 
 Sessionless (session id 0): every request is a full fetch, which every client accepts. The
 first partition with data may exceed the limits by one batch (KIP-74); then the response's
-``max_bytes`` bounds the rest.
+``max_bytes`` bounds the rest. Offsets in the remote tier are read on the remote log reader
+pool, every such partition of the request in parallel (Kafka up to 4.1 serves only the first).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import NamedTuple
 
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
@@ -24,25 +26,76 @@ def _has_zstd(data: bytes) -> bool:
     return any(h.compression == rec.Compression.ZSTD for h in rec.iter_headers(data))
 
 
+class _RemoteRead(NamedTuple):
+    index: int            # position in the results
+    fetch_offset: int
+    max_bytes: int
+    min_one: bool
+
+
 def _read_all(ctx, request, isolation):
+    """Local reads for every partition; the partitions whose offsets live in the remote tier
+    are returned as remote reads to run, each with the byte budget it was given."""
     body = request.body
     remaining = body.max_bytes
     min_one = True
     results = []
+    remote = []
     total = 0
     for t in body.topics:
         for p in t.partitions:
             tp = TopicPartition(t.topic, p.partition)
-            r = ctx.replica_manager.read(tp, p.fetch_offset, min(p.partition_max_bytes, max(remaining, 0)),
-                                         isolation, min_one)
-            if r.records and request.api_version < ZSTD_MIN_FETCH_VERSION and _has_zstd(r.records):
-                r = r._replace(error=ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, records=b"")
+            budget = min(p.partition_max_bytes, max(remaining, 0))
+            r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one)
+            if r.remote is not None:
+                remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
+                min_one = False
+                remaining -= budget
+            r = _check_zstd(request, r)
             if r.records:
                 min_one = False
                 remaining -= len(r.records)
                 total += len(r.records)
             results.append((tp, r))
-    return results, total
+    return results, total, remote
+
+
+def _check_zstd(request, r):
+    if r.records and request.api_version < ZSTD_MIN_FETCH_VERSION and _has_zstd(r.records):
+        return r._replace(error=ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, records=b"")
+    return r
+
+
+async def _read_remote(ctx, request, isolation, results, remote) -> None:
+    """Every remote partition of the Fetch, read in parallel on the remote log reader pool
+    (the delayed remote fetch): whatever is not read within ``remote.fetch.max.wait.ms``
+    answers empty, and a remote failure answers that partition's retriable error."""
+    rlm = ctx.replica_manager.remote_log_manager
+    futures = []
+    for rr in remote:
+        ulog = results[rr.index][1].remote
+        try:
+            fut = asyncio.wrap_future(rlm.submit_read(ulog, rr.fetch_offset, rr.max_bytes,
+                                                      isolation, rr.min_one))
+        except Exception as exc:  # noqa: BLE001 - answered as this partition's error
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(exc)
+        futures.append(fut)
+    done, pending = await asyncio.wait(futures, timeout=ctx.remote_fetch_max_wait_ms / 1000)
+    for fut in pending:
+        fut.cancel()
+    for rr, fut in zip(remote, futures):
+        tp, r = results[rr.index]
+        r = r._replace(remote=None)
+        if fut in done:
+            exc = fut.exception()
+            if exc is None:
+                got = fut.result()
+                r = _check_zstd(request, r._replace(records=got.records,
+                                                    aborted_transactions=got.aborted_transactions))
+            else:
+                r = r._replace(error=ErrorCode(getattr(exc, "code", ErrorCode.KAFKA_STORAGE_ERROR)))
+        results[rr.index] = (tp, r)
 
 
 async def handle(ctx, request):
@@ -55,7 +108,10 @@ async def handle(ctx, request):
     deadline = loop.time() + body.max_wait.total_seconds()
     partitions = [TopicPartition(t.topic, p.partition) for t in body.topics for p in t.partitions]
     while True:
-        results, total = _read_all(ctx, request, isolation)
+        results, total, remote = _read_all(ctx, request, isolation)
+        if remote:
+            await _read_remote(ctx, request, isolation, results, remote)
+            break
         errors = any(r.error != ErrorCode.NONE for _, r in results)
         left = deadline - loop.time()
         if total >= body.min_bytes or errors or left <= 0 or not partitions:

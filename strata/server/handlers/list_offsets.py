@@ -1,6 +1,13 @@
-"""ListOffsets: latest, earliest, max-timestamp and by-timestamp lookups."""
+"""ListOffsets: latest, earliest, max-timestamp and by-timestamp lookups.
+
+v8 adds −4 (earliest local offset), v9 −5 (latest tiered offset, −1 when nothing is tiered);
+−2 is the start of the whole log, remote tier included, and timestamp lookups search the remote
+segments' time indexes before the local ones.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 from strata.common.types import TopicPartition
 from strata.log.unified_log import FetchIsolation
@@ -19,8 +26,12 @@ async def handle(ctx, request):
     for t in body.topics:
         partitions = []
         for p in t.partitions:
-            r = ctx.replica_manager.list_offset(TopicPartition(t.name, p.partition_index),
-                                                p.timestamp, isolation, from_consumer)
+            args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer)
+            if p.timestamp >= 0 and ctx.replica_manager.remote_log_manager is not None:
+                # may search remote time indexes: off the event loop
+                r = await asyncio.to_thread(ctx.replica_manager.list_offset, *args)
+            else:
+                r = ctx.replica_manager.list_offset(*args)
             partitions.append(make(rc, "topics.partitions", partition_index=p.partition_index,
                                    error_code=kio_error_code(r.error), timestamp=r.timestamp,
                                    offset=r.offset, leader_epoch=r.leader_epoch,

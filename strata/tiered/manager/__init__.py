@@ -1,0 +1,1 @@
+"""The remote log manager: tiering tasks, remote reads and their caches."""

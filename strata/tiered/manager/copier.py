@@ -1,0 +1,131 @@
+"""The copier task: a leader's inactive local segments to remote storage, oldest first.
+
+A segment is a candidate when it is not the active segment and the next segment's base offset
+is at or below the last stable offset (so no open transaction or uncommitted data is copied).
+Candidates are taken in offset order from ``highest offset in remote storage + 1`` with no gaps.
+Per segment: COPY_SEGMENT_STARTED → copy the segment, its offset/time/transaction indexes, the
+producer snapshot at the next segment's base offset and the leader-epoch checkpoint up to the
+segment's end → COPY_SEGMENT_FINISHED → the log's highest offset in remote storage advances.
+
+A copy that fails removes what it wrote (the storage manager's contract) and is marked deleted
+in the metadata; a crash between STARTED and FINISHED leaves a COPY_SEGMENT_STARTED orphan the
+expirer deletes. Either way the segment is copied again, under a new segment id.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from strata.log.checkpoint import encode_epoch_entries
+from strata.log.producer_state import encode_snapshot
+from strata.tiered.api import (
+    LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState)
+
+if TYPE_CHECKING:
+    from strata.log.segment import LogSegment
+    from strata.tiered.manager.remote_log_manager import PartitionTiering, TieringContext
+
+log = logging.getLogger(__name__)
+
+
+def find_resume_offset(ctx: TieringContext, part: PartitionTiering) -> int:
+    """The highest offset already in remote storage for the log's epoch lineage (-1: none).
+
+    Walks the leader epochs from the latest back, as Kafka's copier does when it becomes leader.
+    """
+    for entry in reversed(part.log.leader_epoch_cache.epoch_entries()):
+        offset = ctx.rlmm.highest_offset_for_epoch(part.tip, entry.epoch)
+        if offset is not None:
+            return offset
+    return -1
+
+
+def candidate_segments(part: PartitionTiering) -> list[tuple[LogSegment, int]]:
+    """(segment, next segment's base offset) pairs eligible for copying, oldest first."""
+    ulog = part.log
+    with ulog.lock:
+        from_offset = max(ulog.highest_offset_in_remote_storage + 1, ulog.log_start_offset)
+        lso = ulog.last_stable_offset
+        segments = list(ulog.local_log.segments)
+    out = []
+    for seg, nxt in zip(segments, segments[1:]):
+        if nxt.base_offset <= from_offset:
+            continue  # wholly copied (or below the log start offset)
+        if nxt.base_offset > lso:
+            break
+        out.append((seg, nxt.base_offset))
+    return out
+
+
+def copy_log_segments(ctx: TieringContext, part: PartitionTiering) -> int:
+    """Copy every eligible segment of one partition; how many were copied."""
+    copied = 0
+    for seg, next_base in candidate_segments(part):
+        if ctx.stopping or not part.copy_enabled:
+            break
+        copy_log_segment(ctx, part, seg, next_base)
+        copied += 1
+    return copied
+
+
+def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegment,
+                     next_base: int) -> RemoteLogSegmentMetadata:
+    ulog = part.log
+    end_offset = next_base - 1
+    epochs = {e.epoch: e.start_offset
+              for e in ulog.leader_epoch_cache.epoch_entries_in_range(seg.base_offset, next_base)}
+    if not epochs:
+        latest = ulog.leader_epoch_cache.latest_epoch()
+        epochs = {latest if latest is not None else 0: seg.base_offset}
+    txn_path = seg.txn_index.path
+    has_txn = txn_path.exists() and txn_path.stat().st_size > 0
+    meta = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(part.tip), seg.base_offset, end_offset,
+        seg.largest_timestamp, ctx.broker_id, ctx.clock.milliseconds(), seg.size,
+        segment_leader_epochs=epochs, txn_idx_empty=not has_txn)
+    epoch_checkpoint = encode_epoch_entries(ulog.leader_epoch_cache.entries_up_to(next_base))
+    with tempfile.TemporaryDirectory(prefix="strata-copy-") as tmp:
+        snapshot = ulog.producer_state.fetch_snapshot(next_base)
+        if snapshot is None or not snapshot.exists():
+            # No snapshot at the boundary (a segment rebuilt by recovery): upload an empty one.
+            snapshot = Path(tmp) / f"{next_base:020d}.snapshot"
+            snapshot.write_bytes(encode_snapshot([]))
+            log.warning("%s: no producer snapshot at %d; copying an empty one", part.tip, next_base)
+        data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path,
+                              txn_path if has_txn else None, snapshot, epoch_checkpoint)
+        ctx.rlmm.add_remote_log_segment_metadata(meta).result()
+        part.copying = meta.remote_log_segment_id
+        try:
+            try:
+                custom = ctx.rsm.copy_log_segment_data(meta, data)
+            except Exception:
+                ctx.metrics.copy_failed(part.tip.topic)
+                _abandon_copy(ctx, meta)
+                raise
+            ctx.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                meta.remote_log_segment_id, ctx.clock.milliseconds(), custom,
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.broker_id)).result()
+        finally:
+            part.copying = None
+    ulog.update_highest_offset_in_remote_storage(end_offset)
+    ctx.metrics.copied(part.tip.topic, seg.size)
+    log.info("copied %s [%d, %d] (%d bytes) to remote storage as %s", part.tip.topic_partition,
+             seg.base_offset, end_offset, seg.size, meta.remote_log_segment_id.id)
+    return meta
+
+
+def _abandon_copy(ctx: TieringContext, meta: RemoteLogSegmentMetadata) -> None:
+    """Best effort after a failed copy: mark the attempt deleted so no listing keeps it.
+
+    If the metadata or the store is unreachable the COPY_SEGMENT_STARTED record stays and the
+    expirer deletes the orphan later.
+    """
+    from strata.tiered.manager.expirer import delete_remote_segment
+    try:
+        delete_remote_segment(ctx, meta)
+    except Exception as exc:  # noqa: BLE001 - the expirer retries
+        log.warning("could not clean up failed copy %s yet: %s", meta.remote_log_segment_id.id, exc)

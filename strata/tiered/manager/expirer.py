@@ -1,0 +1,148 @@
+"""The expirer task: remote segments that retention, the log start offset or lineage rule out.
+
+A leader's remote segments are deleted (DELETE_SEGMENT_STARTED → storage delete →
+DELETE_SEGMENT_FINISHED) when they:
+
+- end below the log start offset (DeleteRecords, or local retention of a log that was tiered);
+- are older than ``retention.ms`` (max timestamp ≤ now − retention.ms), oldest first, stopping
+  at the first that is not;
+- push the whole log (remote segments plus local data not yet tiered) over ``retention.bytes``,
+  oldest first while the excess still covers the segment;
+- lie outside the leader-epoch lineage of the log (written by an epoch the log no longer has);
+- are COPY_SEGMENT_STARTED orphans of a copy that failed or crashed (not the copy in flight), or
+  DELETE_SEGMENT_STARTED leftovers of a delete that did not finish.
+
+Deleting by retention moves the log start offset past the deleted data, after which the local
+log drops the segments below it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from strata.tiered.api import (
+    RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState,
+    RemoteResourceNotFoundException)
+
+if TYPE_CHECKING:
+    from strata.tiered.manager.remote_log_manager import PartitionTiering, TieringContext
+
+log = logging.getLogger(__name__)
+
+_S = RemoteLogSegmentState
+
+
+def delete_remote_segment(ctx: TieringContext, meta: RemoteLogSegmentMetadata) -> None:
+    """DELETE_SEGMENT_STARTED → delete the objects → DELETE_SEGMENT_FINISHED (idempotent)."""
+    seg_id = meta.remote_log_segment_id
+    if meta.state is not _S.DELETE_SEGMENT_STARTED:
+        ctx.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            seg_id, ctx.clock.milliseconds(), None, _S.DELETE_SEGMENT_STARTED,
+            ctx.broker_id)).result()
+    try:
+        ctx.rsm.delete_log_segment_data(meta)
+    except Exception:
+        ctx.metrics.delete_failed(seg_id.topic_id_partition.topic)
+        raise
+    if ctx.index_cache is not None:
+        ctx.index_cache.remove(seg_id.id)
+    try:
+        ctx.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            seg_id, ctx.clock.milliseconds(), None, _S.DELETE_SEGMENT_FINISHED,
+            ctx.broker_id)).result()
+    except RemoteResourceNotFoundException:
+        pass  # already finished by an earlier attempt
+    ctx.metrics.deleted(seg_id.topic_id_partition.topic)
+
+
+def _within_lineage(meta: RemoteLogSegmentMetadata, epochs: dict[int, int], earliest_epoch: int,
+                    log_end_offset: int) -> bool:
+    """Whether every epoch of the segment is one the log still has, at the same start offset."""
+    if meta.end_offset >= log_end_offset:
+        return False
+    seg_epochs = list(meta.segment_leader_epochs.items())
+    for i, (epoch, start) in enumerate(seg_epochs):
+        if epoch < earliest_epoch:
+            continue  # truncated from the start of the cache with the log start offset
+        cached = epochs.get(epoch)
+        if cached is None:
+            return False
+        if i > 0 and cached != start:
+            return False
+    return True
+
+
+def expire_remote_segments(ctx: TieringContext, part: PartitionTiering) -> int:
+    """Delete what the rules above rule out; how many segments were deleted."""
+    ulog = part.log
+    cfg = ulog.config
+    now = ctx.clock.milliseconds()
+    segments = sorted(ctx.rlmm.list_remote_log_segments(part.tip), key=lambda m: m.start_offset)
+    with ulog.lock:
+        log_start = ulog.log_start_offset
+        log_end = ulog.log_end_offset
+        highest = ulog.highest_offset_in_remote_storage
+        local_only = sum(s.size for s in ulog.local_log.segments if s.base_offset > highest)
+        entries = ulog.leader_epoch_cache.epoch_entries()
+    epochs = {e.epoch: e.start_offset for e in entries}
+    earliest_epoch = entries[0].epoch if entries else -1
+    retention_ms = cfg.get("retention.ms")
+    retention_bytes = cfg.get("retention.bytes")
+
+    doomed: list[RemoteLogSegmentMetadata] = []
+    live: list[RemoteLogSegmentMetadata] = []
+    for m in segments:
+        if m.state is _S.COPY_SEGMENT_STARTED:
+            if m.remote_log_segment_id != part.copying:
+                doomed.append(m)  # orphan of a failed or interrupted copy
+        elif m.state is _S.DELETE_SEGMENT_STARTED:
+            doomed.append(m)
+        elif not _within_lineage(m, epochs, earliest_epoch, log_end):
+            doomed.append(m)
+        else:
+            live.append(m)
+
+    new_log_start = log_start
+    excess = sum(m.segment_size_in_bytes for m in live) + local_only - retention_bytes \
+        if retention_bytes >= 0 else 0
+    by_time = retention_ms >= 0
+    for m in live:
+        if m.end_offset < log_start:
+            doomed.append(m)
+            continue
+        if by_time and m.max_timestamp_ms <= now - retention_ms:
+            reason_ok = True
+        else:
+            by_time = False
+            reason_ok = excess > 0 and excess >= m.segment_size_in_bytes
+        if not reason_ok:
+            break
+        excess -= m.segment_size_in_bytes
+        doomed.append(m)
+        new_log_start = max(new_log_start, m.end_offset + 1)
+
+    if new_log_start > log_start:
+        # Readers must stop at the new start before the objects go.
+        ulog.maybe_increment_log_start_offset(new_log_start, "remote retention")
+    deleted = 0
+    for m in doomed:
+        if ctx.stopping:
+            break
+        delete_remote_segment(ctx, m)
+        deleted += 1
+    if deleted:
+        log.info("%s: deleted %d remote segment(s); log start offset %d",
+                 part.tip.topic_partition, deleted, ulog.log_start_offset)
+    return deleted
+
+
+def delete_all_remote_segments(ctx: TieringContext, part_tip, stop_check=lambda: False) -> int:
+    """Every remote segment of a partition, whatever its state (topic deletion, disabling)."""
+    deleted = 0
+    for m in sorted(ctx.rlmm.list_remote_log_segments(part_tip), key=lambda m: m.start_offset):
+        if stop_check():
+            break
+        delete_remote_segment(ctx, m)
+        deleted += 1
+    return deleted

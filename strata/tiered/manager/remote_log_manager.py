@@ -1,0 +1,499 @@
+"""RemoteLogManager: a small coordinator that runs the tiering tasks of every tiered partition.
+
+Each ``remote.log.manager.task.interval.ms`` a driver thread looks at the broker's logs: every
+log with ``remote.storage.enable`` (and not compacted) gets a :class:`PartitionTiering`, whose
+copier task runs on the copier pool and expirer task on the expiration pool — at most one of
+each in flight per partition. A task that fails waits an exponential backoff with jitter
+before its next attempt (``remote.log.manager.task.retry.*``), so an object-store outage never
+blocks produce or local reads and tiering resumes by itself. Remote reads run on the reader
+pool (``remote.log.reader.threads``, at most ``remote.log.reader.max.pending.tasks`` queued).
+
+The tasks live in their own modules (``copier``, ``expirer``); this module owns the pools,
+the per-partition state, the read entry points, topic deletion (the remote partition remover)
+and turning tiering off with ``remote.log.delete.on.disable``.
+
+Threads: the public methods may be called from any thread (the event loop submits reads and
+topic deletions); each partition's state is touched by its own tasks only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+from collections import defaultdict
+from typing import Any, Callable, NamedTuple
+
+from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.errors import ErrorCode, KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from strata.common.types import TopicIdPartition, TopicPartition
+from strata.log.unified_log import FetchIsolation, UnifiedLog
+from strata.tiered.api import (
+    RemoteLogMetadataManager, RemoteLogSegmentId, RemoteLogSegmentMetadata,
+    RemoteLogSegmentState, RemotePartitionDeleteMetadata, RemotePartitionDeleteState,
+    RemoteStorageManager)
+from strata.tiered.manager import copier, expirer
+from strata.tiered.manager.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TieringSettings:
+    """The ``remote.log.manager.*`` and reader settings the manager uses (Kafka's names)."""
+
+    task_interval_ms: int = 30_000
+    retry_backoff_ms: int = 500
+    retry_backoff_max_ms: int = 30_000
+    retry_jitter: float = 0.2
+    copier_threads: int = 10
+    expiration_threads: int = 10
+    reader_threads: int = 10
+    reader_max_pending_tasks: int = 100
+
+
+class TieringMetrics:
+    """Per-topic counters behind the KIP-930 metrics (thread-safe, monotonic)."""
+
+    NAMES = ("RemoteCopyBytesPerSec", "RemoteCopyRequestsPerSec", "RemoteCopyErrorsPerSec",
+             "RemoteFetchBytesPerSec", "RemoteFetchRequestsPerSec", "RemoteFetchErrorsPerSec",
+             "RemoteDeleteRequestsPerSec", "RemoteDeleteErrorsPerSec")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counters: dict[str, dict[str, int]] = {n: defaultdict(int) for n in self.NAMES}
+
+    def _add(self, name: str, topic: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[name][topic] += n
+
+    def copied(self, topic: str, size: int) -> None:
+        self._add("RemoteCopyRequestsPerSec", topic)
+        self._add("RemoteCopyBytesPerSec", topic, size)
+
+    def copy_failed(self, topic: str) -> None:
+        self._add("RemoteCopyRequestsPerSec", topic)
+        self._add("RemoteCopyErrorsPerSec", topic)
+
+    def fetched(self, topic: str, size: int) -> None:
+        self._add("RemoteFetchRequestsPerSec", topic)
+        self._add("RemoteFetchBytesPerSec", topic, size)
+
+    def fetch_failed(self, topic: str) -> None:
+        self._add("RemoteFetchRequestsPerSec", topic)
+        self._add("RemoteFetchErrorsPerSec", topic)
+
+    def deleted(self, topic: str) -> None:
+        self._add("RemoteDeleteRequestsPerSec", topic)
+
+    def delete_failed(self, topic: str) -> None:
+        self._add("RemoteDeleteRequestsPerSec", topic)
+        self._add("RemoteDeleteErrorsPerSec", topic)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {n: dict(c) for n, c in self.counters.items()}
+
+
+@dataclasses.dataclass
+class TieringContext:
+    """What every task needs: the plugins, this broker's id, the clock, the metrics."""
+
+    rsm: RemoteStorageManager
+    rlmm: RemoteLogMetadataManager
+    broker_id: int
+    clock: Clock
+    metrics: TieringMetrics
+    index_cache: Any = None       # RemoteIndexCache
+    stopping: bool = False
+
+
+class _Task:
+    """One recurring task of one partition: in flight or not, and when it may run next."""
+
+    def __init__(self, backoff: Backoff):
+        self.backoff = backoff
+        self.running = False
+        self.next_run_ms = 0
+        self.last_error: str | None = None
+
+
+class PartitionTiering:
+    """The tiering state of one partition this broker leads."""
+
+    def __init__(self, tip: TopicIdPartition, ulog: UnifiedLog, settings: TieringSettings):
+        self.tip = tip
+        self.log = ulog
+        self.initialized = False
+        self.copying: RemoteLogSegmentId | None = None
+
+        def backoff() -> Backoff:
+            return Backoff(settings.retry_backoff_ms, settings.retry_backoff_max_ms,
+                           settings.retry_jitter)
+        self.copy_task = _Task(backoff())
+        self.expire_task = _Task(backoff())
+
+    @property
+    def copy_enabled(self) -> bool:
+        return self.log.remote_log_enabled and not self.log.config.get("remote.log.copy.disable")
+
+
+class RemoteReadResult(NamedTuple):
+    records: bytes
+    aborted_transactions: list | None
+
+
+class RemoteLogManager:
+    def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
+                 broker_id: int, logs: Callable[[], list[UnifiedLog]],
+                 topic_id: Callable[[str], Any], settings: TieringSettings | None = None,
+                 index_cache: Any = None, clock: Clock = SYSTEM_CLOCK):
+        self.settings = settings or TieringSettings()
+        self.ctx = TieringContext(rsm, rlmm, broker_id, clock, TieringMetrics(), index_cache)
+        self._logs = logs
+        self._topic_id = topic_id
+        self._partitions: dict[TopicPartition, PartitionTiering] = {}
+        self._removals: dict[TopicIdPartition, _Task] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        s = self.settings
+        self._copiers = concurrent.futures.ThreadPoolExecutor(s.copier_threads, "rlm-copier")
+        self._expirers = concurrent.futures.ThreadPoolExecutor(s.expiration_threads, "rlm-expirer")
+        self._readers = concurrent.futures.ThreadPoolExecutor(s.reader_threads, "rlm-reader")
+        self._read_slots = threading.BoundedSemaphore(s.reader_max_pending_tasks)
+        self._driver: threading.Thread | None = None
+
+    @property
+    def metrics(self) -> TieringMetrics:
+        return self.ctx.metrics
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        orphans = self._partitions_of_deleted_topics()
+        if orphans:
+            log.info("resuming remote deletion of %d partition(s) of deleted topics", len(orphans))
+            self.on_partitions_deleted(orphans)
+        self._driver = threading.Thread(target=self._drive, name="rlm-driver", daemon=True)
+        self._driver.start()
+
+    def shutdown(self) -> None:
+        """Stop scheduling, let running tasks stop at their next segment, close the plugins."""
+        self.ctx.stopping = True
+        self._wake.set()
+        if self._driver is not None:
+            self._driver.join(timeout=10)
+        for pool in (self._copiers, self._expirers, self._readers):
+            pool.shutdown(wait=True, cancel_futures=True)
+        for closeable in (self.ctx.index_cache, self.ctx.rsm, self.ctx.rlmm):
+            if closeable is not None:
+                try:
+                    closeable.close()
+                except Exception:  # noqa: BLE001 - shutdown goes on
+                    log.exception("closing %s failed", type(closeable).__name__)
+
+    def wake(self) -> None:
+        """Run a scheduling round now (tests, config changes)."""
+        self._wake.set()
+
+    def _drive(self) -> None:
+        while not self.ctx.stopping:
+            try:
+                self._schedule_round()
+            except Exception:  # noqa: BLE001 - the driver must survive anything
+                log.exception("remote log manager scheduling round failed")
+            self._wake.wait(self._next_wait_s())
+            self._wake.clear()
+
+    def _next_wait_s(self) -> float:
+        now = self.ctx.clock.milliseconds()
+        due = now + self.settings.task_interval_ms
+        with self._lock:
+            tasks = [t for p in self._partitions.values() for t in (p.copy_task, p.expire_task)]
+            tasks += list(self._removals.values())
+        for t in tasks:
+            if t.backoff.failures and not t.running:
+                due = min(due, t.next_run_ms)
+        return max(0.01, (due - now) / 1000)
+
+    # ---- scheduling --------------------------------------------------------------------------
+
+    def _schedule_round(self) -> None:
+        now = self.ctx.clock.milliseconds()
+        seen = set()
+        for ulog in self._logs():
+            tp = ulog.topic_partition
+            part = self._partitions.get(tp)
+            if not ulog.remote_log_enabled:
+                if part is not None:
+                    self._on_tiering_disabled(part)
+                continue
+            topic_id = self._topic_id(tp.topic)
+            if topic_id is None:
+                continue
+            seen.add(tp)
+            if part is None or part.log is not ulog:
+                part = PartitionTiering(TopicIdPartition(topic_id, tp), ulog, self.settings)
+                with self._lock:
+                    self._partitions[tp] = part
+                self.ctx.rlmm.on_partition_leadership_changes({part.tip}, set())
+            if part.copy_enabled:
+                self._submit(self._copiers, part.copy_task, now, self._copy, part)
+            self._submit(self._expirers, part.expire_task, now, self._expire, part)
+        with self._lock:
+            for tp in [tp for tp in self._partitions if tp not in seen]:
+                del self._partitions[tp]
+            removals = list(self._removals.items())
+        for tip, task in removals:
+            self._submit(self._expirers, task, now, self._remove_partition, tip)
+
+    def _submit(self, pool, task: _Task, now: int, fn, arg) -> None:
+        if task.running or now < task.next_run_ms or self.ctx.stopping:
+            return
+        task.running = True
+
+        def run() -> None:
+            try:
+                fn(arg)
+                task.backoff.reset()
+                task.last_error = None
+                task.next_run_ms = 0
+            except Exception as exc:  # noqa: BLE001 - retried with backoff
+                delay = task.backoff.next_delay_ms()
+                task.next_run_ms = self.ctx.clock.milliseconds() + delay
+                task.last_error = str(exc)
+                log.warning("%s failed (attempt %d, retry in %d ms): %s", fn.__name__,
+                            task.backoff.failures, delay, exc,
+                            exc_info=not isinstance(exc, (KafkaError, OSError))
+                            and "Remote" not in type(exc).__name__)
+            finally:
+                task.running = False
+                if task.backoff.failures:
+                    self._wake.set()
+        try:
+            pool.submit(run)
+        except RuntimeError:  # pool shut down
+            task.running = False
+
+    def _ensure_initialized(self, part: PartitionTiering) -> None:
+        if part.initialized:
+            return
+        if not self.ctx.rlmm.is_ready(part.tip):
+            raise KafkaStorageError(f"remote log metadata of {part.tip} is not loaded yet")
+        highest = copier.find_resume_offset(self.ctx, part)
+        part.log.update_highest_offset_in_remote_storage(highest)
+        earliest = self._earliest_remote_offset(part.tip)
+        if earliest is not None and earliest > part.log.log_start_offset:
+            # A log start offset checkpointed before the last remote deletions.
+            part.log.maybe_increment_log_start_offset(earliest, "earliest remote segment")
+        part.initialized = True
+
+    def _earliest_remote_offset(self, tip: TopicIdPartition) -> int | None:
+        starts = [m.start_offset for m in self.ctx.rlmm.list_remote_log_segments(tip)
+                  if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        return min(starts) if starts else None
+
+    def _copy(self, part: PartitionTiering) -> None:
+        self._ensure_initialized(part)
+        copier.copy_log_segments(self.ctx, part)
+
+    def _expire(self, part: PartitionTiering) -> None:
+        self._ensure_initialized(part)
+        expirer.expire_remote_segments(self.ctx, part)
+
+    # ---- disabling and deleting --------------------------------------------------------------
+
+    def _on_tiering_disabled(self, part: PartitionTiering) -> None:
+        """``remote.storage.enable`` turned off: with delete-on-disable, the remote data goes."""
+        with self._lock:
+            self._partitions.pop(part.log.topic_partition, None)
+        if part.log.config.get("remote.log.delete.on.disable"):
+            self._expirers.submit(self._delete_remote_log, part)
+
+    def _delete_remote_log(self, part: PartitionTiering) -> None:
+        try:
+            n = expirer.delete_all_remote_segments(self.ctx, part.tip, lambda: self.ctx.stopping)
+            ulog = part.log
+            ulog.update_highest_offset_in_remote_storage(-1, force=True)
+            ulog.maybe_increment_log_start_offset(ulog.local_log_start_offset,
+                                                  "remote storage disabled")
+            log.info("%s: tiering disabled, deleted %d remote segment(s)", part.tip, n)
+        except Exception as exc:  # noqa: BLE001 - the next round finds the partition again
+            log.warning("%s: deleting remote data after disabling failed: %s", part.tip, exc)
+
+    def on_partitions_deleted(self, tips: list[TopicIdPartition]) -> None:
+        """A topic was deleted: mark its partitions and let the remover delete every object."""
+        with self._lock:
+            for tip in tips:
+                self._partitions.pop(tip.topic_partition, None)
+                if tip not in self._removals:
+                    self._removals[tip] = _Task(Backoff(
+                        self.settings.retry_backoff_ms, self.settings.retry_backoff_max_ms,
+                        self.settings.retry_jitter))
+        self._wake.set()
+
+    def _partitions_of_deleted_topics(self) -> list[TopicIdPartition]:
+        """Partitions with remote metadata whose topic no longer exists (deleted, perhaps while
+        this broker was down, or its removal interrupted): the remover finishes them."""
+        describe = getattr(self.ctx.rlmm, "describe", None)
+        if describe is None:
+            return []
+        found = set()
+        for record in describe():
+            tip = record.topic_id_partition
+            if isinstance(record, RemotePartitionDeleteMetadata) and \
+                    record.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                continue
+            if self._topic_id(tip.topic) != tip.topic_id:
+                found.add(tip)
+        return sorted(found, key=lambda t: (t.topic, t.partition))
+
+    def _remove_partition(self, tip: TopicIdPartition) -> None:
+        rlmm = self.ctx.rlmm
+        now = self.ctx.clock.milliseconds
+        _P = RemotePartitionDeleteState
+        for state in (_P.DELETE_PARTITION_MARKED, _P.DELETE_PARTITION_STARTED):
+            try:
+                rlmm.put_remote_partition_delete_metadata(
+                    RemotePartitionDeleteMetadata(tip, state, now(), self.ctx.broker_id)).result()
+            except ValueError:
+                pass  # already past this state (a resumed removal)
+        expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
+        if self.ctx.stopping:
+            return
+        rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+            tip, _P.DELETE_PARTITION_FINISHED, now(), self.ctx.broker_id)).result()
+        rlmm.on_stop_partitions({tip})
+        with self._lock:
+            self._removals.pop(tip, None)
+        log.info("%s: remote partition deleted", tip)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def submit_read(self, ulog: UnifiedLog, fetch_offset: int, max_bytes: int,
+                    isolation: FetchIsolation, min_one_message: bool
+                    ) -> concurrent.futures.Future[RemoteReadResult]:
+        """Queue a consumer read of ``fetch_offset`` from the remote tier on the reader pool.
+
+        A full queue (``remote.log.reader.max.pending.tasks``) fails the future at once.
+        """
+        if not self._read_slots.acquire(blocking=False):
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut.set_exception(KafkaStorageError("remote log reader queue is full"))
+            return fut
+
+        def run() -> RemoteReadResult:
+            try:
+                return self.read(ulog, fetch_offset, max_bytes, isolation, min_one_message)
+            finally:
+                self._read_slots.release()
+        try:
+            return self._readers.submit(run)
+        except RuntimeError:
+            self._read_slots.release()
+            raise KafkaStorageError("broker shutting down")
+
+    def _tip(self, ulog: UnifiedLog) -> TopicIdPartition:
+        topic_id = self._topic_id(ulog.topic_partition.topic)
+        if topic_id is None:
+            raise KafkaError(f"unknown topic {ulog.topic_partition.topic}",
+                             code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return TopicIdPartition(topic_id, ulog.topic_partition)
+
+    def segment_for_offset(self, ulog: UnifiedLog, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding ``offset`` or, past a gap, the next one above it."""
+        tip = self._tip(ulog)
+        epoch = ulog.leader_epoch_cache.epoch_for_offset(offset)
+        if epoch is not None:
+            meta = self.ctx.rlmm.remote_log_segment_metadata(tip, epoch, offset)
+            if meta is not None:
+                return meta
+        above = [m for m in self.ctx.rlmm.list_remote_log_segments(tip)
+                 if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= offset]
+        return min(above, key=lambda m: m.start_offset) if above else None
+
+    def read(self, ulog: UnifiedLog, fetch_offset: int, max_bytes: int,
+             isolation: FetchIsolation, min_one_message: bool) -> RemoteReadResult:
+        """Whole batches from the remote segment that holds ``fetch_offset`` (blocking)."""
+        from strata.tiered.manager.remote_log_reader import read_remote_segment
+        topic = ulog.topic_partition.topic
+        try:
+            meta = self.segment_for_offset(ulog, fetch_offset)
+            while True:
+                if meta is None:
+                    raise OffsetOutOfRangeError(
+                        f"offset {fetch_offset} of {ulog.topic_partition} is not in remote storage")
+                result = read_remote_segment(self.ctx.rsm, self.ctx.index_cache, meta,
+                                             fetch_offset, max_bytes, min_one_message)
+                if not result.end_of_segment:
+                    break
+                # no batch of this segment reaches the offset: it is in the next one
+                meta = self.segment_for_offset(ulog, meta.end_offset + 1)
+            aborted = None
+            if isolation is FetchIsolation.TXN_COMMITTED:
+                aborted = self._aborted_transactions(ulog, meta, fetch_offset, result.next_offset) \
+                    if result.records else []
+        except KafkaError:
+            self.ctx.metrics.fetch_failed(topic)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the consumer retries; never wrong data
+            self.ctx.metrics.fetch_failed(topic)
+            log.warning("remote read of %s at %d failed: %s", ulog.topic_partition, fetch_offset, exc)
+            raise KafkaStorageError(f"remote read failed: {exc}") from exc
+        self.ctx.metrics.fetched(topic, len(result.records))
+        return RemoteReadResult(result.records, aborted)
+
+    def _aborted_transactions(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
+                              start: int, upper: int) -> list:
+        """Aborted transactions overlapping [start, upper): an entry sits in the segment of its
+        abort marker, so the search goes on through later remote segments, then the local log,
+        until an entry ends at or past ``upper`` (Kafka's collectAbortedTransactions)."""
+        from strata.tiered.manager.remote_log_reader import search_aborted_transactions
+        out: list = []
+        later = sorted((m for m in self.ctx.rlmm.list_remote_log_segments(meta.topic_id_partition)
+                        if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                        and m.start_offset > meta.end_offset), key=lambda m: m.start_offset)
+        for m in [meta, *later]:
+            found = search_aborted_transactions(self.ctx.index_cache, m, start, upper)
+            out.extend(found.aborted_transactions)
+            if found.is_complete:
+                return out
+        with ulog.lock:
+            out.extend(ulog.local_log.collect_aborted_transactions(
+                max(start, ulog.local_log_start_offset), upper))
+        return out
+
+    def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int):
+        """The first offset with a timestamp ≥ ``timestamp`` in the remote tier, or None."""
+        from strata.tiered.manager.remote_log_reader import find_offset_by_timestamp
+        tip = self._tip(ulog)
+        start = ulog.log_start_offset
+        for m in sorted(self.ctx.rlmm.list_remote_log_segments(tip), key=lambda m: m.start_offset):
+            if m.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+                continue
+            if m.end_offset < start or m.max_timestamp_ms < timestamp:
+                continue
+            found = find_offset_by_timestamp(self.ctx.rsm, self.ctx.index_cache, m, timestamp,
+                                             start)
+            if found is not None:
+                return found
+        return None
+
+    # ---- introspection -----------------------------------------------------------------------
+
+    def describe(self, ulog: UnifiedLog) -> dict[str, int]:
+        """Remote segment count and bytes of one partition (copied segments only)."""
+        tip = self._tip(ulog)
+        done = [m for m in self.ctx.rlmm.list_remote_log_segments(tip)
+                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        return {"remote_segments": len(done),
+                "remote_bytes": sum(m.segment_size_in_bytes for m in done)}
+
+    def copy_lag(self, ulog: UnifiedLog) -> tuple[int, int]:
+        """(bytes, segments) of inactive local segments not yet in remote storage."""
+        with ulog.lock:
+            highest = ulog.highest_offset_in_remote_storage
+            segs = list(ulog.local_log.segments)[:-1]
+        pending = [s for s in segs if s.base_offset > highest]
+        return sum(s.size for s in pending), len(pending)

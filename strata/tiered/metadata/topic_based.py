@@ -1,0 +1,739 @@
+"""The default RemoteLogMetadataManager: remote segment metadata in ``__remote_log_metadata``.
+
+Kafka's ``TopicBasedRemoteLogMetadataManager`` without the client round trip: publishing
+appends the serialised event (``serde``) to the metadata partition the user partition maps
+to (``RemoteLogMetadataTopicPartitioner``) through a ``MetadataTopicLog``, then applies the
+partition's records from the log up to and including it to the in-memory
+``RemotePartitionMetadataStore`` -- the same code path that replays the topic at start, so
+what this broker reads is exactly what the log says. Bad records (undecodable, unknown
+segment, invalid transition) are logged and skipped, never fatal.
+
+Snapshots (Kafka has none and replays the whole topic at every start): per metadata
+partition the materialised state is written every
+``remote.log.metadata.snapshot.interval.records`` applied records or
+``remote.log.metadata.snapshot.interval.ms``, whichever comes first, and on ``close``;
+``start`` loads it and replays only the records after it. See ``encode_snapshot`` for the
+file format; files live in ``{log.dir}/remote-log-metadata-snapshots/``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import struct
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import crc32c as _crc32c
+
+from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.config import ConfigDef, ConfigType, at_least
+from strata.common.errors import InvalidConfigError
+from strata.common.files import atomic_write
+from strata.tiered.api import (
+    RemoteLogMetadata,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageNotReadyException,
+    TopicIdPartition,
+    TopicPartition,
+)
+from strata.tiered.metadata.cache import (
+    IllegalStateTransition,
+    RemoteLogLeaderEpochState,
+    RemoteLogMetadataCache,
+    RemotePartitionMetadataStore,
+)
+from strata.tiered.metadata.serde import (
+    MetadataParseException,
+    RemoteLogMetadataTopicPartitioner,
+    RemoteLogSegmentMetadataSnapshot,
+    deserialize,
+    serialize,
+)
+from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME, MetadataTopicLog
+
+__all__ = [
+    "MetadataSnapshot",
+    "SNAPSHOT_DIR_NAME",
+    "SnapshotError",
+    "TopicBasedRemoteLogMetadataManager",
+    "decode_snapshot",
+    "encode_snapshot",
+    "snapshot_path",
+]
+
+log = logging.getLogger(__name__)
+
+# Kafka's TopicBasedRemoteLogMetadataManagerConfig keys and defaults, then Strata's own.
+NUM_PARTITIONS = "remote.log.metadata.topic.num.partitions"
+REPLICATION_FACTOR = "remote.log.metadata.topic.replication.factor"
+RETENTION_MS = "remote.log.metadata.topic.retention.ms"
+SNAPSHOT_INTERVAL_RECORDS = "remote.log.metadata.snapshot.interval.records"
+SNAPSHOT_INTERVAL_MS = "remote.log.metadata.snapshot.interval.ms"
+BROKER_ID = "broker.id"
+CLUSTER_ID = "cluster.id"
+LOG_DIR = "log.dir"
+
+
+def _retention(name: str, value: Any) -> None:
+    if value != -1 and value <= 0:
+        raise InvalidConfigError(f"Invalid metadata topic retention in millis: {value} ({name})")
+
+
+CONFIG = (ConfigDef()
+          .define(NUM_PARTITIONS, ConfigType.INT, 50, at_least(1))
+          .define(REPLICATION_FACTOR, ConfigType.SHORT, 3, at_least(1))
+          .define(RETENTION_MS, ConfigType.LONG, -1, _retention)
+          .define(SNAPSHOT_INTERVAL_RECORDS, ConfigType.INT, 1000, at_least(0),
+                  "Applied records of a metadata partition between two snapshots of it (0: none).")
+          .define(SNAPSHOT_INTERVAL_MS, ConfigType.LONG, 60_000, at_least(0),
+                  "Most milliseconds a metadata partition's applied records wait for a snapshot "
+                  "(0: no time trigger).")
+          .define(BROKER_ID, ConfigType.INT, -1)
+          .define(CLUSTER_ID, ConfigType.STRING, None)
+          .define(LOG_DIR, ConfigType.STRING, None))
+
+SNAPSHOT_DIR_NAME = "remote-log-metadata-snapshots"
+
+
+def snapshot_path(log_dir: Path | str, metadata_partition: int) -> Path:
+    """Where the snapshot of one metadata partition lives."""
+    return Path(log_dir) / SNAPSHOT_DIR_NAME / f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{metadata_partition}.snapshot"
+
+
+# --------------------------------------------------------------------------- snapshot format
+
+SNAPSHOT_MAGIC = b"SRLM"
+SNAPSHOT_VERSION = 1
+_HEADER = struct.Struct(">4shI")          # magic, version, crc32c of everything after
+_PREFIX = struct.Struct(">iqq")           # metadata partition, next offset, last value crc or -1
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_EPOCH = struct.Struct(">iq")             # leader epoch, highest offset or -1
+_REFERENCE = struct.Struct(">q16s")       # epoch start offset, segment uuid
+
+
+class SnapshotError(ValueError):
+    """A snapshot file is unreadable, corrupt or of an unknown version."""
+
+
+@dataclass(frozen=True)
+class MetadataSnapshot:
+    """The state of one metadata partition after applying every record below ``next_offset``.
+
+    ``last_value_crc`` is the CRC32C of the record value at ``next_offset - 1`` (-1 if none):
+    a loader checks it against the log to tell a snapshot of this log from one of another.
+    """
+
+    metadata_partition: int
+    next_offset: int
+    last_value_crc: int
+    partitions: list[tuple[TopicIdPartition, list[RemoteLogSegmentMetadata],
+                           list[tuple[int, RemoteLogLeaderEpochState]]]]
+    delete_states: list[RemotePartitionDeleteMetadata]
+
+
+def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
+    """The snapshot file's bytes. Big-endian::
+
+        magic "SRLM" | version int16 (1) | crc uint32: CRC32C of everything after it |
+        metadata partition int32 | next offset int64 | last value crc int64 (-1: none) |
+        user partition count uint32, per user partition:
+            topic id 16 bytes | partition int32 | topic name uint16 length + UTF-8 |
+            segment count uint32, per segment: uint32 length + a RemoteLogSegmentMetadataSnapshot
+                record value (serde api key 3), by start offset |
+            epoch count uint32, per leader epoch: epoch int32 | highest offset int64 (-1: none) |
+                finished count uint32 + (epoch start offset int64, segment uuid 16 bytes) each |
+                unreferenced count uint32 + segment uuid 16 bytes each |
+        delete state count uint32, per state: uint32 length + a RemotePartitionDeleteMetadata
+            record value (serde api key 2)
+
+    The epoch states are written out, not recomputed on load, because they depend on the
+    order segments finished in (superseded copies, highest offsets of deleted segments).
+    """
+    out = bytearray(_PREFIX.pack(snapshot.metadata_partition, snapshot.next_offset,
+                                 snapshot.last_value_crc))
+    out += _U32.pack(len(snapshot.partitions))
+    for tip, segments, epochs in snapshot.partitions:
+        name = tip.topic.encode("utf-8")
+        out += tip.topic_id.bytes + _I32.pack(tip.partition) + _U16.pack(len(name)) + name
+        out += _U32.pack(len(segments))
+        for metadata in segments:
+            _put_bytes(out, serialize(RemoteLogSegmentMetadataSnapshot.create(metadata)))
+        out += _U32.pack(len(epochs))
+        for epoch, state in epochs:
+            out += _EPOCH.pack(epoch, -1 if state.highest_offset is None else state.highest_offset)
+            out += _U32.pack(len(state.offset_to_id))
+            for start, segment_id in sorted(state.offset_to_id.items()):
+                out += _REFERENCE.pack(start, segment_id.id.bytes)
+            out += _U32.pack(len(state.unreferenced))
+            for segment_id in sorted(state.unreferenced, key=lambda i: i.id.int):
+                out += segment_id.id.bytes
+    out += _U32.pack(len(snapshot.delete_states))
+    for delete in snapshot.delete_states:
+        _put_bytes(out, serialize(delete))
+    return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, _crc32c.crc32c(out)) + bytes(out)
+
+
+def _put_bytes(out: bytearray, data: bytes) -> None:
+    out += _U32.pack(len(data))
+    out += data
+
+
+class _SnapshotReader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def take(self, n: int) -> bytes:
+        if n > len(self.data) - self.pos:
+            raise SnapshotError(f"snapshot truncated at byte {self.pos}")
+        start = self.pos
+        self.pos += n
+        return self.data[start:self.pos]
+
+    def unpack(self, st: struct.Struct) -> tuple[Any, ...]:
+        return st.unpack(self.take(st.size))
+
+    def count(self) -> int:
+        return self.unpack(_U32)[0]
+
+    def sized(self) -> bytes:
+        return self.take(self.count())
+
+
+def decode_snapshot(data: bytes) -> MetadataSnapshot:
+    """Parse a snapshot file; SnapshotError if it is not one this version can trust."""
+    if len(data) < _HEADER.size:
+        raise SnapshotError("snapshot shorter than its header")
+    magic, version, crc = _HEADER.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC:
+        raise SnapshotError(f"not a remote log metadata snapshot (magic {magic!r})")
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"unsupported snapshot version {version}")
+    if _crc32c.crc32c(data[_HEADER.size:]) != crc:
+        raise SnapshotError("snapshot CRC mismatch")
+    r = _SnapshotReader(data, _HEADER.size)
+    try:
+        metadata_partition, next_offset, last_value_crc = r.unpack(_PREFIX)
+        partitions = [_read_partition(r) for _ in range(r.count())]
+        deletes = []
+        for _ in range(r.count()):
+            delete = deserialize(r.sized())
+            if not isinstance(delete, RemotePartitionDeleteMetadata):
+                raise SnapshotError(f"expected a partition delete record, found {type(delete).__name__}")
+            deletes.append(delete)
+    except SnapshotError:
+        raise
+    except ValueError as exc:  # a record the serde or the api types reject, a bad name
+        raise SnapshotError(f"bad record in snapshot: {exc}") from exc
+    if r.pos != len(data):
+        raise SnapshotError(f"{len(data) - r.pos} byte(s) after the snapshot's end")
+    return MetadataSnapshot(metadata_partition, next_offset, last_value_crc, partitions, deletes)
+
+
+def _read_partition(r: _SnapshotReader) -> tuple[TopicIdPartition, list[RemoteLogSegmentMetadata],
+                                                 list[tuple[int, RemoteLogLeaderEpochState]]]:
+    topic_id = uuid.UUID(bytes=r.take(16))
+    partition = r.unpack(_I32)[0]
+    name = r.take(r.unpack(_U16)[0]).decode("utf-8")
+    tip = TopicIdPartition(topic_id, TopicPartition(name, partition))
+    segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+    for _ in range(r.count()):
+        s = deserialize(r.sized())
+        if not isinstance(s, RemoteLogSegmentMetadataSnapshot):
+            raise SnapshotError(f"expected a segment snapshot record, found {type(s).__name__}")
+        segments[s.segment_id] = RemoteLogSegmentMetadata(
+            _segment_id(tip, s.segment_id), s.start_offset, s.end_offset, s.max_timestamp_ms,
+            s.broker_id, s.event_timestamp_ms, s.segment_size_in_bytes,
+            custom_metadata=s.custom_metadata, state=s.state,
+            segment_leader_epochs=s.segment_leader_epochs, txn_idx_empty=s.txn_idx_empty)
+    epochs = []
+    for _ in range(r.count()):
+        epoch, highest = r.unpack(_EPOCH)
+        offset_to_id = {}
+        for _ in range(r.count()):
+            start, raw = r.unpack(_REFERENCE)
+            offset_to_id[start] = _segment_id(tip, uuid.UUID(bytes=raw))
+        unreferenced = [_segment_id(tip, uuid.UUID(bytes=r.take(16))) for _ in range(r.count())]
+        epochs.append((epoch, RemoteLogLeaderEpochState(offset_to_id, unreferenced,
+                                                        None if highest < 0 else highest)))
+    return tip, list(segments.values()), epochs
+
+
+def _segment_id(tip: TopicIdPartition, segment_uuid: uuid.UUID) -> RemoteLogSegmentId:
+    return RemoteLogSegmentId(tip, segment_uuid)
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+class _MetadataPartition:
+    """Consumption state of one metadata partition; ``lock`` orders its appends and applies."""
+
+    __slots__ = ("partition", "lock", "next_offset", "last_value_crc", "ready",
+                 "unsnapshotted", "last_snapshot_ns")
+
+    def __init__(self, partition: int, now_ns: int) -> None:
+        self.partition = partition
+        self.lock = threading.Lock()
+        self.next_offset = 0           # every record below it is applied
+        self.last_value_crc = -1       # CRC32C of the value at next_offset - 1, -1 if unknown
+        self.ready = False             # replayed at start
+        self.unsnapshotted = 0         # records applied since the last snapshot
+        self.last_snapshot_ns = now_ns
+
+
+def _completed() -> concurrent.futures.Future[None]:
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    future.set_result(None)
+    return future
+
+
+def _failed(exc: BaseException, what: str) -> concurrent.futures.Future[None]:
+    if not isinstance(exc, RemoteStorageException):
+        error = RemoteStorageException(f"{what}: {exc}")
+        error.__cause__ = exc
+        exc = error
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    future.set_exception(exc)
+    return future
+
+
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
+    """RemoteLogMetadataManager over the ``__remote_log_metadata`` topic, with snapshots.
+
+    Life cycle: ``TopicBasedRemoteLogMetadataManager(topic_log)``, ``configure(configs)``,
+    ``start()`` (creates the topic if needed, loads each metadata partition's snapshot and
+    replays the records after it), then any calls, then ``close()`` (writes snapshots).
+    Before ``start`` returns, reads and publishes raise RemoteStorageNotReadyException.
+
+    Configs (rlmm prefix already stripped): ``remote.log.metadata.topic.num.partitions``
+    (50), ``remote.log.metadata.topic.replication.factor`` (3; the topic is created with
+    replication factor 1 by this single-node broker), ``remote.log.metadata.topic.retention.ms``
+    (-1), ``remote.log.metadata.snapshot.interval.records`` (1000),
+    ``remote.log.metadata.snapshot.interval.ms`` (60000), ``broker.id``, ``cluster.id`` and
+    ``log.dir`` (required: the snapshots' home).
+
+    An existing topic keeps its partition count, which then wins over the configured one
+    (Kafka refuses to start instead). Every metadata partition is materialised whole,
+    whatever this broker leads or follows: a single node hosts every partition, and whole
+    partitions keep snapshots complete. Leadership calls only track the assigned set
+    (``assigned_partitions``); a partition's state is dropped when its
+    DELETE_PARTITION_FINISHED is applied, as in Kafka.
+
+    Counters of the last ``start``: ``replayed_records`` (records read from the log after
+    the snapshots), ``replayed_records_by_partition``, ``snapshot_offsets`` (metadata
+    partition -> offset of the snapshot it loaded). ``skipped_records`` counts bad records.
+
+    Threads: any method from any thread. A lock per metadata partition orders its appends,
+    applies and snapshot writes; the store's one lock guards the caches for readers. A
+    publish blocks its caller until its record is appended and applied (the returned future
+    is already done) and occasionally for a snapshot write of its metadata partition. A
+    read first applies records other writers appended to its metadata partition since
+    (``poll`` does it for all), so there is no consumer thread.
+    """
+
+    def __init__(self, topic_log: MetadataTopicLog, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._topic_log = topic_log
+        self._clock = clock
+        self._store = RemotePartitionMetadataStore()
+        self._configured = False
+        self._started = False
+        self._closed = False
+        self._lifecycle_lock = threading.Lock()
+        self._partitions: list[_MetadataPartition] = []
+        self._partitioner: RemoteLogMetadataTopicPartitioner | None = None
+        self._assigned: set[TopicIdPartition] = set()
+        self._assigned_lock = threading.Lock()
+        self._partition_of: dict[TopicIdPartition, int] = {}
+        self.num_partitions = 50
+        self.retention_ms = -1
+        self.snapshot_interval_records = 1000
+        self.snapshot_interval_ms = 60_000
+        self.broker_id = -1
+        self.cluster_id: str | None = None
+        self.log_dir: Path | None = None
+        self.replayed_records = 0
+        self.replayed_records_by_partition: dict[int, int] = {}
+        self.snapshot_offsets: dict[int, int] = {}
+        self.skipped_records = 0
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        with self._lifecycle_lock:
+            if self._configured:
+                log.info("topic-based RLMM is already configured; ignoring the new configs")
+                return
+            values = CONFIG.parse(configs)
+            if not values[LOG_DIR]:
+                raise InvalidConfigError(f"{LOG_DIR} config must not be null or empty.")
+            self.num_partitions = values[NUM_PARTITIONS]
+            self.retention_ms = values[RETENTION_MS]
+            self.snapshot_interval_records = values[SNAPSHOT_INTERVAL_RECORDS]
+            self.snapshot_interval_ms = values[SNAPSHOT_INTERVAL_MS]
+            self.broker_id = values[BROKER_ID]
+            self.cluster_id = values[CLUSTER_ID]
+            self.log_dir = Path(values[LOG_DIR])
+            if values[REPLICATION_FACTOR] > 1:
+                log.info("%s=%d: this broker creates %s with replication factor 1",
+                         REPLICATION_FACTOR, values[REPLICATION_FACTOR], REMOTE_LOG_METADATA_TOPIC_NAME)
+            self._partitioner = RemoteLogMetadataTopicPartitioner(self.num_partitions)
+            self._configured = True
+
+    def start(self) -> None:
+        """Create the topic if absent, then per metadata partition load the snapshot (if it
+        is valid and fits the log) and apply the records after it."""
+        with self._lifecycle_lock:
+            if not self._configured:
+                raise RemoteStorageException("configure() must be called before start()")
+            if self._closed:
+                raise RemoteStorageException("this RemoteLogMetadataManager is closed")
+            if self._started:
+                return
+            count = self._topic_log.ensure_topic(self.num_partitions, self.retention_ms)
+            if count != self.num_partitions:
+                log.warning("%s has %d partitions, not %s=%d; using %d", REMOTE_LOG_METADATA_TOPIC_NAME,
+                            count, NUM_PARTITIONS, self.num_partitions, count)
+                self.num_partitions = count
+                self._partitioner = RemoteLogMetadataTopicPartitioner(count)
+            now = self._clock.nanoseconds()
+            self._store = RemotePartitionMetadataStore()  # a retried start begins afresh
+            self._partition_of.clear()
+            self._partitions = [_MetadataPartition(p, now) for p in range(count)]
+            self.replayed_records = 0
+            self.replayed_records_by_partition = {}
+            self.snapshot_offsets = {}
+            for mp in self._partitions:
+                with mp.lock:
+                    if not self._load_snapshot(mp):
+                        mp.next_offset = self._topic_log.log_start_offset(mp.partition)
+                    replayed = self._consume(mp, live=False)
+                    self.replayed_records_by_partition[mp.partition] = replayed
+                    self.replayed_records += replayed
+                    mp.ready = True
+                    self._maybe_snapshot(mp)
+            self._started = True
+            log.info("topic-based RLMM started: %d metadata partitions, %d snapshot(s) loaded, "
+                     "%d record(s) replayed", count, len(self.snapshot_offsets), self.replayed_records)
+
+    def close(self) -> None:
+        """Write the snapshots of partitions with records applied since their last one."""
+        with self._lifecycle_lock:
+            if self._closed:
+                return
+            self._closed = True
+            for mp in self._partitions:
+                with mp.lock:
+                    if mp.ready and mp.unsnapshotted:
+                        self._write_snapshot(mp)
+
+    # ---- publishing -----------------------------------------------------------------------
+
+    def add_remote_log_segment_metadata(
+            self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> concurrent.futures.Future[None]:
+        metadata = remote_log_segment_metadata
+        if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError(f"Given remoteLogSegmentMetadata should have state as "
+                             f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name} but it contains "
+                             f"state as: {metadata.state.name}")
+
+        def validate() -> None:
+            existing = self._store.segment(metadata.remote_log_segment_id)
+            _check(RemoteLogSegmentState, existing.state if existing else None, metadata.state,
+                   f"segment {metadata.remote_log_segment_id.id}")
+        return self._publish(metadata.topic_id_partition, metadata, validate)
+
+    def update_remote_log_segment_metadata(
+            self, remote_log_segment_metadata_update: RemoteLogSegmentMetadataUpdate) -> concurrent.futures.Future[None]:
+        update = remote_log_segment_metadata_update
+        if update.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError(f"Given remoteLogSegmentMetadata should not have the state as: "
+                             f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name}")
+
+        def validate() -> None:
+            existing = self._store.segment(update.remote_log_segment_id)
+            if existing is None:
+                raise RemoteResourceNotFoundException(
+                    f"No remote log segment metadata found for: {update.remote_log_segment_id}")
+            _check(RemoteLogSegmentState, existing.state, update.state,
+                   f"segment {update.remote_log_segment_id.id}")
+        return self._publish(update.topic_id_partition, update, validate)
+
+    def put_remote_partition_delete_metadata(
+            self, remote_partition_delete_metadata: RemotePartitionDeleteMetadata) -> concurrent.futures.Future[None]:
+        delete = remote_partition_delete_metadata
+
+        def validate() -> None:
+            current = self._store.delete_state(delete.topic_id_partition)
+            _check(RemotePartitionDeleteState, current.state if current else None, delete.state,
+                   f"partition {delete.topic_id_partition}")
+        return self._publish(delete.topic_id_partition, delete, validate)
+
+    def _publish(self, tip: TopicIdPartition, metadata: RemoteLogMetadata,
+                 validate: Callable[[], None]) -> concurrent.futures.Future[None]:
+        """Validate against the caught-up state, append, apply through the appended offset."""
+        self._ensure_running()
+        value = serialize(metadata)  # type: ignore[arg-type]
+        mp = self._partitions[self.metadata_partition(tip)]
+        with mp.lock:
+            self._ensure_running()
+            try:
+                self._consume(mp, live=True)
+            except Exception as exc:
+                return _failed(exc, f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
+            validate()
+            try:
+                offset = self._topic_log.append(mp.partition, value)
+                self._consume(mp, live=True)
+                if mp.next_offset <= offset:
+                    raise RemoteStorageException(
+                        f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition} offset {offset} is not "
+                        f"readable after its append (read up to {mp.next_offset})")
+            except Exception as exc:
+                return _failed(exc, f"storing {metadata} in {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
+            self._maybe_snapshot(mp)
+        return _completed()
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def poll(self) -> int:
+        """Apply what other writers appended to any metadata partition; the records read.
+        Reads do this for their own metadata partition, so calling it is never required."""
+        self._ensure_running()
+        return sum(self._catch_up(mp) for mp in self._partitions)
+
+    def remote_log_segment_metadata(self, topic_id_partition: TopicIdPartition, epoch_for_offset: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        self._ensure_ready(topic_id_partition)
+        return self._store.remote_log_segment_metadata(topic_id_partition, epoch_for_offset, offset)
+
+    def highest_offset_for_epoch(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int | None:
+        self._ensure_ready(topic_id_partition)
+        return self._store.highest_offset_for_epoch(topic_id_partition, leader_epoch)
+
+    def list_remote_log_segments(self, topic_id_partition: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        self._ensure_ready(topic_id_partition)
+        return iter(self._store.list_remote_log_segments(topic_id_partition, leader_epoch))
+
+    def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
+        self._ensure_ready(topic_id_partition)
+        return self._store.remote_log_size(topic_id_partition, leader_epoch)
+
+    def remote_partition_delete_metadata(self, topic_id_partition: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
+        """The partition's latest delete state, or None (none, or DELETE_PARTITION_FINISHED)."""
+        self._ensure_ready(topic_id_partition)
+        return self._store.delete_state(topic_id_partition)
+
+    def describe(self) -> Iterator[RemoteLogMetadata]:
+        """Every live segment (by partition, then start offset) and partition delete state,
+        for tools such as ``strata tiered metadata``."""
+        self.poll()
+        return self._store.describe()
+
+    def cache_copy(self, topic_id_partition: TopicIdPartition) -> RemoteLogMetadataCache | None:
+        """An independent copy of a partition's cache, or None (tests, tools)."""
+        self._ensure_ready(topic_id_partition)
+        return self._store.cache_copy(topic_id_partition)
+
+    def metadata_partition(self, topic_id_partition: TopicIdPartition) -> int:
+        """The ``__remote_log_metadata`` partition holding this partition's events."""
+        found = self._partition_of.get(topic_id_partition)
+        if found is None:
+            if self._partitioner is None:
+                raise RemoteStorageNotReadyException("configure() has not been called")
+            found = self._partition_of[topic_id_partition] = \
+                self._partitioner.metadata_partition(topic_id_partition)
+        return found
+
+    def read_offset(self, metadata_partition: int) -> int | None:
+        """The next offset to apply in a metadata partition, None before it is replayed."""
+        if not 0 <= metadata_partition < len(self._partitions):
+            return None
+        mp = self._partitions[metadata_partition]
+        return mp.next_offset if mp.ready else None
+
+    # ---- assignment -----------------------------------------------------------------------
+
+    def on_partition_leadership_changes(self, leader_partitions: AbstractSet[TopicIdPartition],
+                                        follower_partitions: AbstractSet[TopicIdPartition]) -> None:
+        if self._closed:
+            raise RemoteStorageException("this RemoteLogMetadataManager is closed")
+        with self._assigned_lock:
+            self._assigned |= set(leader_partitions) | set(follower_partitions)
+
+    def on_stop_partitions(self, partitions: AbstractSet[TopicIdPartition]) -> None:
+        if self._closed:
+            raise RemoteStorageException("this RemoteLogMetadataManager is closed")
+        with self._assigned_lock:
+            self._assigned -= set(partitions)
+
+    def assigned_partitions(self) -> frozenset[TopicIdPartition]:
+        with self._assigned_lock:
+            return frozenset(self._assigned)
+
+    def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
+        if not self._started or self._closed:
+            return False
+        return self._partitions[self.metadata_partition(topic_id_partition)].ready
+
+    # ---- consuming ------------------------------------------------------------------------
+
+    def _consume(self, mp: _MetadataPartition, *, live: bool) -> int:
+        """Apply the partition's records from ``mp.next_offset`` to the high watermark; the
+        number read. Caller holds ``mp.lock``."""
+        count = 0
+        for offset, value in self._topic_log.read(mp.partition, mp.next_offset):
+            if offset < mp.next_offset:
+                continue
+            self._apply(mp.partition, offset, value, live)
+            mp.next_offset = offset + 1
+            mp.last_value_crc = _crc32c.crc32c(value)
+            count += 1
+        mp.unsnapshotted += count
+        return count
+
+    def _apply(self, partition: int, offset: int, value: bytes, live: bool) -> None:
+        try:
+            metadata = deserialize(value)
+            if isinstance(metadata, RemoteLogSegmentMetadataSnapshot):
+                raise MetadataParseException("a snapshot record has no place in the topic")
+            self._store.handle(metadata)
+        except (ValueError, RemoteStorageException) as exc:
+            self.skipped_records += 1
+            # Replaying a topic whose start was deleted by retention meets updates of
+            # segments it never saw: expected then, worth a warning otherwise.
+            quiet = not live and isinstance(exc, RemoteResourceNotFoundException)
+            log.log(logging.DEBUG if quiet else logging.WARNING, "skipping %s-%d offset %d: %s",
+                    REMOTE_LOG_METADATA_TOPIC_NAME, partition, offset, exc)
+
+    # ---- snapshots ------------------------------------------------------------------------
+
+    def _snapshot_path(self, partition: int) -> Path:
+        assert self.log_dir is not None
+        return snapshot_path(self.log_dir, partition)
+
+    def _maybe_snapshot(self, mp: _MetadataPartition) -> None:
+        if not mp.unsnapshotted:
+            return
+        by_count = 0 < self.snapshot_interval_records <= mp.unsnapshotted
+        by_time = self.snapshot_interval_ms > 0 and \
+            self._clock.nanoseconds() - mp.last_snapshot_ns >= self.snapshot_interval_ms * 1_000_000
+        if by_count or by_time:
+            self._write_snapshot(mp)
+
+    def _write_snapshot(self, mp: _MetadataPartition) -> None:
+        """Write the partition's snapshot (caller holds ``mp.lock``); a failure only logs."""
+        tips = [tip for tip in self._store.partitions()
+                if self.metadata_partition(tip) == mp.partition]
+        caches, deletes = self._store.export(tips)
+        snapshot = MetadataSnapshot(mp.partition, mp.next_offset, mp.last_value_crc, caches, deletes)
+        path = self._snapshot_path(mp.partition)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, encode_snapshot(snapshot))
+        except OSError as exc:
+            log.warning("could not write the snapshot %s: %s", path, exc)
+            return
+        mp.unsnapshotted = 0
+        mp.last_snapshot_ns = self._clock.nanoseconds()
+
+    def _load_snapshot(self, mp: _MetadataPartition) -> bool:
+        """Restore the partition's snapshot into the store if it is valid and fits the log."""
+        path = self._snapshot_path(mp.partition)
+        try:
+            snapshot = decode_snapshot(path.read_bytes())
+            self._check_snapshot(mp.partition, snapshot)
+            caches = []
+            for tip, segments, epochs in snapshot.partitions:
+                cache = RemoteLogMetadataCache()
+                cache.restore(segments, epochs)
+                caches.append((tip, cache))
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring the snapshot %s, replaying %s-%d from its start: %s", path,
+                        REMOTE_LOG_METADATA_TOPIC_NAME, mp.partition, exc)
+            return False
+        for tip, cache in caches:
+            self._store.restore_partition(tip, cache)
+        for delete in snapshot.delete_states:
+            self._store.restore_delete_state(delete)
+        mp.next_offset = snapshot.next_offset
+        mp.last_value_crc = snapshot.last_value_crc
+        self.snapshot_offsets[mp.partition] = snapshot.next_offset
+        return True
+
+    def _check_snapshot(self, partition: int, snapshot: MetadataSnapshot) -> None:
+        if snapshot.metadata_partition != partition:
+            raise SnapshotError(f"it is the snapshot of partition {snapshot.metadata_partition}")
+        start = self._topic_log.log_start_offset(partition)
+        end = self._topic_log.end_offset(partition)
+        if not start <= snapshot.next_offset <= end:
+            raise SnapshotError(f"its offset {snapshot.next_offset} is outside the log's "
+                                f"[{start}, {end}]")
+        last = snapshot.next_offset - 1
+        if snapshot.last_value_crc >= 0 and last >= start:
+            found = next(iter(self._topic_log.read(partition, last)), None)
+            if found is None or found[0] != last or _crc32c.crc32c(found[1]) != snapshot.last_value_crc:
+                raise SnapshotError(f"the log's record at offset {last} is not the one it covers")
+        for tip, _, _ in snapshot.partitions:
+            if self.metadata_partition(tip) != partition:
+                raise SnapshotError(f"{tip} does not belong in this metadata partition")
+        for delete in snapshot.delete_states:
+            if self.metadata_partition(delete.topic_id_partition) != partition:
+                raise SnapshotError(f"{delete.topic_id_partition} does not belong in this metadata partition")
+
+    # ---- state checks ---------------------------------------------------------------------
+
+    def _ensure_running(self) -> None:
+        if self._closed:
+            raise RemoteStorageException("this RemoteLogMetadataManager is closed")
+        if not self._started:
+            raise RemoteStorageNotReadyException("the topic-based RLMM has not started yet")
+
+    def _ensure_ready(self, tip: TopicIdPartition) -> None:
+        """Check a read may be served, after applying what others appended meanwhile."""
+        self._ensure_running()
+        mp = self._partitions[self.metadata_partition(tip)]
+        if not mp.ready:
+            raise RemoteStorageNotReadyException(f"remote log metadata of {tip} is not loaded yet")
+        self._catch_up(mp)
+
+    def _catch_up(self, mp: _MetadataPartition) -> int:
+        if self._topic_log.end_offset(mp.partition) <= mp.next_offset:
+            return 0
+        with mp.lock:
+            try:
+                count = self._consume(mp, live=True)
+            except RemoteStorageException:
+                raise
+            except Exception as exc:
+                raise RemoteStorageException(
+                    f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}: {exc}") from exc
+            self._maybe_snapshot(mp)
+            return count
+
+
+def _check(states: Any, src: Any, dst: Any, what: str) -> None:
+    if not states.is_valid_transition(src, dst):
+        raise IllegalStateTransition(f"{what} can not move from {src.name if src else 'nothing'} "
+                                     f"to {dst.name}")

@@ -1,0 +1,728 @@
+"""A small synchronous object store: the dumb layer under the segment-aware RemoteStorageManager.
+
+Keys are ``/``-separated relative strings (no leading ``/``, no empty, ``.`` or ``..`` parts).
+Every backend raises ``RemoteResourceNotFoundException`` for a missing object, and wraps every
+other failure in ``RemoteStorageException`` (``RetriableRemoteStorageException`` when it is
+transient: connection errors, timeouts, throttling, 5xx). Calls block and may come from several
+threads at once; every backend here is thread-safe.
+
+Backends: ``FileSystemObjectStore`` (a directory tree), ``MemoryObjectStore`` (unit tests),
+``ObstoreObjectStore`` (S3, GCS, Azure, HTTP through ``obstore``), and the
+``FaultInjectingObjectStore`` decorator. ``object_store_from_config`` builds one from the
+``storage.*`` and ``fault.*`` keys of the RSM configuration.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import os
+import random
+import re
+import shutil
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from strata.tiered.api import (
+    RemoteResourceNotFoundException, RemoteStorageException, RetriableRemoteStorageException)
+
+__all__ = [
+    "FaultInjectingObjectStore",
+    "FileSystemObjectStore",
+    "MemoryObjectStore",
+    "ObjectStore",
+    "ObstoreObjectStore",
+    "object_store_from_config",
+]
+
+
+def _check_key(key: str) -> str:
+    if not isinstance(key, str) or not key or key.startswith("/") or any(
+            part in ("", ".", "..") for part in key.split("/")):
+        raise ValueError(f"invalid object key {key!r}")
+    return key
+
+
+class ObjectStore(abc.ABC):
+    """Whole-object puts, ranged gets, deletes and prefix listings over one bucket or root.
+
+    A put is atomic: readers see the old object, the new one, or none, never a partial one.
+    ``list`` uses plain string-prefix matching and returns keys in no promised order.
+    """
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace the object ``key`` with ``data``."""
+
+    @abc.abstractmethod
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Create or replace ``key`` with the content of the local file ``path``, streamed
+        (multipart for big files where the backend supports it)."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        """Bytes ``[start, end_exclusive)`` of the object, clamped to its end: empty when
+        ``start`` is at or past the end or the range is empty (the object must still exist)."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """The object's size in bytes."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete the object; a missing object is not an error."""
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete every key; missing objects are not an error."""
+        for key in keys:
+            self.delete(key)
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """``(key, size)`` of every object whose key starts with ``prefix``."""
+
+    def close(self) -> None:
+        """Release resources; no other method is called afterwards."""
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_range(start: int, end_exclusive: int) -> None:
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if end_exclusive < 0:
+        raise ValueError(f"end_exclusive must be >= 0, got {end_exclusive}")
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class MemoryObjectStore(ObjectStore):
+    """Objects in a dict, for unit tests. Thread-safe; ``objects`` is a snapshot copy."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def objects(self) -> dict[str, bytes]:
+        with self._lock:
+            return dict(self._objects)
+
+    def put(self, key: str, data: bytes) -> None:
+        value = bytes(data)
+        with self._lock:
+            self._objects[_check_key(key)] = value
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise RemoteStorageException(f"cannot read {path} to upload as {key}: {e}") from e
+        self.put(key, data)
+
+    def _object(self, key: str) -> bytes:
+        with self._lock:
+            try:
+                return self._objects[_check_key(key)]
+            except KeyError:
+                raise RemoteResourceNotFoundException(f"object {key} not found") from None
+
+    def get(self, key: str) -> bytes:
+        return self._object(key)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        _check_range(start, end_exclusive)
+        return self._object(key)[start:end_exclusive]
+
+    def size(self, key: str) -> int:
+        return len(self._object(key))
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._objects.pop(_check_key(key), None)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        with self._lock:
+            found = [(k, len(v)) for k, v in self._objects.items() if k.startswith(prefix)]
+        return iter(sorted(found))
+
+
+# --------------------------------------------------------------------------- file system
+
+
+_TMP_MARK = ".strata-tmp-"
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class FileSystemObjectStore(ObjectStore):
+    """Objects as files under ``root``; the key's ``/`` parts are directories.
+
+    A put writes ``<dir>/<name>.strata-tmp-<random>``, fsyncs it, renames it over the key and
+    fsyncs the directory, so a reader (or a crash) never sees a partial object; leftover
+    temporary files are skipped by ``list``. A delete removes directories it leaves empty.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, sync: bool = True) -> None:
+        self.root = Path(root).absolute()
+        self.sync = sync
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RemoteStorageException(f"cannot create object store root {self.root}: {e}") from e
+
+    def __repr__(self) -> str:
+        return f"FileSystemObjectStore({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*_check_key(key).split("/"))
+
+    def _write(self, key: str, write: Callable[[Any], None]) -> None:
+        path = self._path(key)
+        tmp = path.with_name(f"{path.name}{_TMP_MARK}{uuid.uuid4().hex}")
+        try:
+            # A concurrent delete may prune the freshly made directory; make it again then.
+            for attempt in range(3):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    f = open(tmp, "xb")
+                    break
+                except FileNotFoundError:
+                    if attempt == 2:
+                        raise
+            with f:
+                write(f)
+                if self.sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as e:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            if isinstance(e, OSError):
+                raise RemoteStorageException(f"cannot write object {key}: {e}") from e
+            raise
+        if self.sync:
+            _fsync_dir(path.parent)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._write(key, lambda f: f.write(data))
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        try:
+            src = open(path, "rb")
+        except OSError as e:
+            raise RemoteStorageException(f"cannot read {path} to upload as {key}: {e}") from e
+        with src:
+            self._write(key, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
+
+    def _fail(self, key: str, e: OSError) -> NoReturn:
+        if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+            raise RemoteResourceNotFoundException(f"object {key} not found") from e
+        raise RemoteStorageException(f"object {key}: {e}") from e
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except OSError as e:
+            self._fail(key, e)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        _check_range(start, end_exclusive)
+        try:
+            with open(self._path(key), "rb") as f:
+                if end_exclusive <= start:
+                    return b""
+                f.seek(start)
+                return f.read(end_exclusive - start)
+        except OSError as e:
+            self._fail(key, e)
+
+    def size(self, key: str) -> int:
+        path = self._path(key)
+        try:
+            if path.is_dir():
+                raise IsADirectoryError(str(path))
+            return path.stat().st_size
+        except OSError as e:
+            self._fail(key, e)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return
+        except OSError as e:
+            raise RemoteStorageException(f"cannot delete object {key}: {e}") from e
+        # Prune directories left empty, as an object store has none (best effort, racy by design:
+        # rmdir fails on a directory that a concurrent put has just filled).
+        parent = path.parent
+        while parent != self.root and self.root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        # Walk only below the deepest directory the prefix names.
+        base = prefix.rpartition("/")[0]
+        top = self.root.joinpath(*base.split("/")) if base else self.root
+        found: list[tuple[str, int]] = []
+        if top.is_dir():
+            for dirpath, _dirs, files in os.walk(top):
+                rel = Path(dirpath).relative_to(self.root).as_posix()
+                for name in files:
+                    if _TMP_MARK in name:
+                        continue
+                    key = name if rel == "." else f"{rel}/{name}"
+                    if not key.startswith(prefix):
+                        continue
+                    try:
+                        found.append((key, os.stat(os.path.join(dirpath, name)).st_size))
+                    except FileNotFoundError:
+                        continue    # deleted while listing
+        return iter(sorted(found))
+
+
+# --------------------------------------------------------------------------- obstore
+
+
+# Substrings (lowercase) of obstore error messages that mean "try again later".
+_TRANSIENT_MARKERS = (
+    "http error", "error sending request", "timed out", "timeout", "connection", "connect error",
+    "broken pipe", "reset by peer", "status code: 5", "429", "too many requests", "slowdown",
+    "slow down", "service unavailable", "internal error", "incomplete", "unexpected eof",
+)
+# Range requests that start at or past the end of an object.
+_RANGE_PAST_END_MARKERS = ("416", "invalidrange", "range not satisfiable", "starttoolarge")
+
+# Option names obstore takes as client options (they must not go into the store config).
+_CLIENT_OPTIONS = frozenset({
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "default_content_type",
+    "default_headers", "http1_only", "http2_keep_alive_interval", "http2_keep_alive_timeout",
+    "http2_keep_alive_while_idle", "http2_only", "pool_idle_timeout", "pool_max_idle_per_host",
+    "proxy_url", "proxy_ca_certificate", "proxy_excludes", "root_certificate",
+    "randomize_addresses", "read_timeout", "timeout", "user_agent",
+})
+
+
+def _obstore_error(op: str, key: str, e: BaseException) -> RemoteStorageException:
+    """The Strata exception for an obstore failure of ``op`` on ``key``."""
+    import obstore.exceptions as oe
+
+    first_line = str(e).split("\n", 1)[0]
+    message = f"{op} {key}: {type(e).__name__}: {first_line}"
+    if isinstance(e, (FileNotFoundError, oe.NotFoundError)):
+        return RemoteResourceNotFoundException(message)
+    if isinstance(e, (TimeoutError, ConnectionError)):
+        return RetriableRemoteStorageException(message)
+    if isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError, oe.InvalidPathError,
+                      oe.NotSupportedError, oe.UnknownConfigurationKeyError, ValueError, TypeError)):
+        return RemoteStorageException(message)
+    text = str(e).lower()
+    if any(marker in text for marker in _TRANSIENT_MARKERS):
+        return RetriableRemoteStorageException(message)
+    return RemoteStorageException(message)
+
+
+class ObstoreObjectStore(ObjectStore):
+    """Objects in S3, GCS, Azure Blob or over HTTP, through ``obstore`` (thread-safe; calls
+    release the GIL while the Rust client works).
+
+    ``put_file`` streams the file and switches to a multipart upload above
+    ``multipart_chunk_size``. obstore's own retries (``retry_config``) run inside each call;
+    what still fails is translated as the module docstring says.
+    """
+
+    def __init__(self, store: Any, *, multipart_chunk_size: int = 8 * 1024 * 1024,
+                 multipart_concurrency: int = 4, description: str | None = None) -> None:
+        self._store = store
+        self.multipart_chunk_size = multipart_chunk_size
+        self.multipart_concurrency = multipart_concurrency
+        self._description = description or repr(store)
+
+    @classmethod
+    def from_url(cls, url: str, *, config: Mapping[str, Any] | None = None,
+                 client_options: Mapping[str, Any] | None = None,
+                 retry_config: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> ObstoreObjectStore:
+        """Build over ``obstore.store.from_url(url, config=..., client_options=..., retry_config=...)``."""
+        from obstore.store import from_url
+
+        try:
+            store = from_url(url, config=dict(config or {}) or None,
+                             client_options=dict(client_options or {}) or None,
+                             retry_config=dict(retry_config or {}) or None)
+        except BaseException as e:  # obstore panics surface as BaseException subclasses
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise RemoteStorageException(f"cannot open object store {url}: {e}") from e
+        return cls(store, description=url, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"ObstoreObjectStore({self._description!r})"
+
+    def _call(self, op: str, key: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except RemoteStorageException:
+            raise
+        except Exception as e:
+            raise _obstore_error(op, key, e) from e
+
+    def put(self, key: str, data: bytes) -> None:
+        import obstore
+
+        _check_key(key)
+        self._call("put", key, lambda: obstore.put(self._store, key, bytes(data), use_multipart=False))
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        import obstore
+
+        _check_key(key)
+        try:
+            src = open(path, "rb")
+        except OSError as e:
+            raise RemoteStorageException(f"cannot read {path} to upload as {key}: {e}") from e
+        with src:
+            self._call("put", key, lambda: obstore.put(
+                self._store, key, src, chunk_size=self.multipart_chunk_size,
+                max_concurrency=self.multipart_concurrency))
+
+    def get(self, key: str) -> bytes:
+        import obstore
+
+        _check_key(key)
+        return self._call("get", key, lambda: bytes(obstore.get(self._store, key).bytes()))
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        import obstore
+
+        _check_key(key)
+        _check_range(start, end_exclusive)
+        if end_exclusive <= start:
+            self.size(key)  # an empty range still requires the object to exist
+            return b""
+        try:
+            return bytes(obstore.get_range(self._store, key, start=start, end=end_exclusive))
+        except Exception as e:
+            error = _obstore_error("get_range", key, e)
+            if not isinstance(error, RemoteResourceNotFoundException) and any(
+                    m in str(e).lower() for m in _RANGE_PAST_END_MARKERS):
+                return b""  # the range starts at or past the end of an existing object
+            raise error from e
+
+    def size(self, key: str) -> int:
+        import obstore
+
+        _check_key(key)
+        return int(self._call("head", key, lambda: obstore.head(self._store, key)["size"]))
+
+    def delete(self, key: str) -> None:
+        self.delete_many([key])
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        import obstore
+
+        batch = [_check_key(k) for k in keys]
+        if not batch:
+            return
+        try:
+            obstore.delete(self._store, batch if len(batch) > 1 else batch[0])
+        except Exception as e:
+            error = _obstore_error("delete", batch[0], e)
+            if not isinstance(error, RemoteResourceNotFoundException):
+                raise error from e
+            # Some backends (local, memory) fail a whole batch on one missing key.
+            for key in batch:
+                try:
+                    obstore.delete(self._store, key)
+                except Exception as e1:
+                    error = _obstore_error("delete", key, e1)
+                    if not isinstance(error, RemoteResourceNotFoundException):
+                        raise error from e1
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        import obstore
+
+        # obstore matches whole path segments; list the prefix's directory, filter by string.
+        base = prefix.rpartition("/")[0]
+
+        def run() -> list[tuple[str, int]]:
+            found = []
+            for batch in obstore.list(self._store, prefix=base or None):
+                for meta in batch:
+                    if meta["path"].startswith(prefix):
+                        found.append((meta["path"], int(meta["size"])))
+            return found
+
+        return iter(sorted(self._call("list", prefix, run)))
+
+    def close(self) -> None:
+        self._store = None
+
+
+# --------------------------------------------------------------------------- fault injection
+
+
+class FaultInjectingObjectStore(ObjectStore):
+    """Wraps a store and injects latency and failures, for tests and benchmarks.
+
+    Before each call: while ``set_outage(True)`` is in force, it fails; a key matching
+    ``fail_keys`` (regex, ``re.search``) fails; with probability ``error_rate`` it fails; a key
+    matching ``delay_keys`` sleeps ``delay_ms``; gets (get, get_range, size, list) sleep
+    ``get_latency_ms`` and puts ``put_latency_ms``. Failures are
+    ``RetriableRemoteStorageException`` and the inner store is not called. Attributes may be
+    changed while other threads use the store.
+    """
+
+    _GETS = frozenset({"get", "get_range", "size", "list"})
+    _PUTS = frozenset({"put", "put_file"})
+
+    def __init__(self, inner: ObjectStore, *, get_latency_ms: float = 0.0,
+                 put_latency_ms: float = 0.0, error_rate: float = 0.0,
+                 fail_keys: str | None = None, delay_keys: str | None = None,
+                 delay_ms: float = 0.0, seed: int | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not 0.0 <= error_rate <= 1.0:
+            raise ValueError(f"error_rate must be within [0, 1], got {error_rate}")
+        self.inner = inner
+        self.get_latency_ms = get_latency_ms
+        self.put_latency_ms = put_latency_ms
+        self.error_rate = error_rate
+        self.fail_keys = fail_keys
+        self.delay_keys = delay_keys
+        self.delay_ms = delay_ms
+        self.injected_failures = 0
+        self._outage = False
+        self._random = random.Random(seed)
+        self._sleep = sleep
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FaultInjectingObjectStore({self.inner!r})"
+
+    @property
+    def fail_keys(self) -> str | None:
+        return self._fail_keys.pattern if self._fail_keys else None
+
+    @fail_keys.setter
+    def fail_keys(self, pattern: str | None) -> None:
+        self._fail_keys = re.compile(pattern) if pattern else None
+
+    @property
+    def delay_keys(self) -> str | None:
+        return self._delay_keys.pattern if self._delay_keys else None
+
+    @delay_keys.setter
+    def delay_keys(self, pattern: str | None) -> None:
+        self._delay_keys = re.compile(pattern) if pattern else None
+
+    @property
+    def outage(self) -> bool:
+        return self._outage
+
+    def set_outage(self, outage: bool) -> None:
+        """While True, every call fails with RetriableRemoteStorageException."""
+        self._outage = bool(outage)
+
+    def _fault(self, op: str, keys: list[str]) -> None:
+        reason = None
+        if self._outage:
+            reason = "outage"
+        else:
+            fail = self._fail_keys
+            if fail is not None and any(fail.search(k) for k in keys):
+                reason = f"key matches {fail.pattern!r}"
+            elif self.error_rate > 0:
+                with self._lock:
+                    roll = self._random.random()
+                if roll < self.error_rate:
+                    reason = f"error rate {self.error_rate}"
+        if reason is not None:
+            with self._lock:
+                self.injected_failures += 1
+            raise RetriableRemoteStorageException(f"injected failure: {op} {keys[:3]}: {reason}")
+        delay = self._delay_keys
+        if delay is not None and self.delay_ms > 0 and any(delay.search(k) for k in keys):
+            self._sleep(self.delay_ms / 1000.0)
+        latency = (self.get_latency_ms if op in self._GETS
+                   else self.put_latency_ms if op in self._PUTS else 0.0)
+        if latency > 0:
+            self._sleep(latency / 1000.0)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._fault("put", [key])
+        self.inner.put(key, data)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self._fault("put_file", [key])
+        self.inner.put_file(key, path)
+
+    def get(self, key: str) -> bytes:
+        self._fault("get", [key])
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        self._fault("get_range", [key])
+        return self.inner.get_range(key, start, end_exclusive)
+
+    def size(self, key: str) -> int:
+        self._fault("size", [key])
+        return self.inner.size(key)
+
+    def delete(self, key: str) -> None:
+        self._fault("delete", [key])
+        self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self._fault("delete_many", keys)
+        self.inner.delete_many(keys)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        self._fault("list", [prefix])
+        return self.inner.list(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# --------------------------------------------------------------------------- factory
+
+
+_FAULT_KEYS = {
+    "fault.get.latency.ms": ("get_latency_ms", float),
+    "fault.put.latency.ms": ("put_latency_ms", float),
+    "fault.error.rate": ("error_rate", float),
+    "fault.fail.keys": ("fail_keys", str),
+    "fault.delay.keys": ("delay_keys", str),
+    "fault.delay.ms": ("delay_ms", float),
+    "fault.seed": ("seed", int),
+}
+_RETRY_DURATIONS = {"retry_timeout_ms": "retry_timeout", "init_backoff_ms": "init_backoff",
+                    "max_backoff_ms": "max_backoff"}
+
+
+def _option_value(value: Any) -> Any:
+    # obstore takes strings for nearly every option; booleans as "true"/"false".
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+def _retry_config(options: Mapping[str, Any]) -> dict[str, Any]:
+    retry: dict[str, Any] = {}
+    backoff: dict[str, Any] = {}
+    for name, value in options.items():
+        if name == "max_retries":
+            retry["max_retries"] = int(value)
+        elif name == "retry_timeout_ms":
+            retry["retry_timeout"] = datetime.timedelta(milliseconds=float(value))
+        elif name in ("init_backoff_ms", "max_backoff_ms"):
+            backoff[_RETRY_DURATIONS[name]] = datetime.timedelta(milliseconds=float(value))
+        elif name == "backoff_base":
+            backoff["base"] = float(value)
+        else:
+            raise RemoteStorageException(f"unknown retry option storage.retry.{name}")
+    if backoff:
+        retry["backoff"] = backoff
+    return retry
+
+
+def object_store_from_config(configs: Mapping[str, Any]) -> ObjectStore:
+    """The store named by ``storage.url``, wrapped in a FaultInjectingObjectStore when any
+    ``fault.*`` key is present.
+
+    ``storage.url``: ``file:///abs/path`` (FileSystemObjectStore), ``memory://`` (a new
+    MemoryObjectStore), ``s3://bucket[/prefix]``, ``gs://...``, ``az://...``, ``http(s)://...``
+    (ObstoreObjectStore). For obstore: ``storage.client.<option>`` and the client options
+    named without it (``storage.timeout``, ``storage.aws_allow_http``; a cloud prefix such as
+    ``aws_`` is dropped) go to ``client_options``; ``storage.retry.max_retries``,
+    ``storage.retry.{retry_timeout,init_backoff,max_backoff}_ms`` and
+    ``storage.retry.backoff_base`` to ``retry_config``; ``storage.multipart.chunk.bytes`` and
+    ``storage.multipart.concurrency`` tune ``put_file``; every other ``storage.<option>``
+    (``storage.aws_endpoint``, ``storage.aws_region``, ...) is passed as store config.
+    """
+    url = configs.get("storage.url")
+    if not url:
+        raise RemoteStorageException("storage.url is required")
+    url = str(url)
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    store: ObjectStore
+    if scheme == "file":
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise RemoteStorageException(f"storage.url {url!r}: file URLs need an absolute path")
+        store = FileSystemObjectStore(urllib.parse.unquote(parsed.path))
+    elif scheme == "memory":
+        store = MemoryObjectStore()
+    elif scheme in ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https"):
+        config: dict[str, Any] = {}
+        client: dict[str, Any] = {}
+        retry: dict[str, Any] = {}
+        tuning: dict[str, Any] = {}
+        for full, value in configs.items():
+            if not full.startswith("storage.") or full == "storage.url":
+                continue
+            name = full[len("storage."):]
+            if name.startswith("client."):
+                client[name[len("client."):]] = _option_value(value)
+            elif name.startswith("retry."):
+                retry[name[len("retry."):]] = value
+            elif name == "multipart.chunk.bytes":
+                tuning["multipart_chunk_size"] = int(value)
+            elif name == "multipart.concurrency":
+                tuning["multipart_concurrency"] = int(value)
+            else:
+                bare = re.sub(r"^(aws|google|azure)_", "", name)
+                if bare in _CLIENT_OPTIONS:
+                    client[bare] = _option_value(value)
+                else:
+                    config[name] = _option_value(value)
+        store = ObstoreObjectStore.from_url(url, config=config, client_options=client,
+                                            retry_config=_retry_config(retry), **tuning)
+    else:
+        raise RemoteStorageException(f"storage.url {url!r}: unsupported scheme {scheme!r}")
+
+    faults = {k: v for k, v in configs.items() if k.startswith("fault.")}
+    if not faults:
+        return store
+    kwargs: dict[str, Any] = {}
+    for key, value in faults.items():
+        if key not in _FAULT_KEYS:
+            raise RemoteStorageException(f"unknown fault injection option {key}")
+        name, kind = _FAULT_KEYS[key]
+        kwargs[name] = kind(value)
+    return FaultInjectingObjectStore(store, **kwargs)
