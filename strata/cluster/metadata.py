@@ -31,7 +31,6 @@ and only after the change is durable. A listener may read the metadata from its 
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import re
@@ -47,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from strata.common.config import ConfigType, load_properties
 from strata.common.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
 from strata.common.files import atomic_write
+from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.tiered.config import (
     INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
@@ -90,23 +90,7 @@ class MetaPropertiesError(RuntimeError):
     """``meta.properties`` or the metadata file is unreadable or belongs to another node/cluster."""
 
 
-# ---- Kafka UUIDs -------------------------------------------------------------------------------
-
-def uuid_to_kafka_str(u: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding (22 chars)."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
-
-
-def uuid_from_kafka_str(s: str) -> uuid.UUID:
-    """Kafka's ``Uuid.fromString``; raises ``ValueError`` for anything but 16 encoded bytes."""
-    if len(s) > 24:
-        raise ValueError(f"Input string with prefix `{s[:24]}` is too long to be decoded as a "
-                         "base64 UUID")
-    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"Input string `{s}` decoded as {len(raw)} bytes, which is not equal to "
-                         "the expected 16 bytes of a base64-encoded UUID")
-    return uuid.UUID(bytes=raw)
+# Kafka UUID strings live in strata.common.types (re-exported here for callers).
 
 
 def random_kafka_uuid() -> uuid.UUID:

@@ -8,7 +8,6 @@ instead of fetching them from remote storage on every read.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import math
@@ -22,6 +21,7 @@ from typing import BinaryIO, NamedTuple, TypeVar
 
 from theine_core import TlfuCore, spread
 
+from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str as kafka_uuid_str
 from strata.log.indexes import (
     CorruptIndexError, OffsetIndex, OffsetPosition, TimeIndex, TransactionIndex,
     TxnIndexSearchResult)
@@ -45,17 +45,6 @@ _MAX_SLOTS = 16384
 _I = TypeVar("_I")
 
 
-def kafka_uuid_str(u: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, unpadded (22 chars)."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
-
-
-def _parse_kafka_uuid(s: str) -> uuid.UUID:
-    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"not a Kafka uuid: {s!r}")
-    return uuid.UUID(bytes=raw)
-
 
 def index_file_prefix(meta: RemoteLogSegmentMetadata) -> str:
     """``{startOffset}_{segment uuid}``, the name of a segment's cached index files without
@@ -66,7 +55,7 @@ def index_file_prefix(meta: RemoteLogSegmentMetadata) -> str:
 def _parse_prefix(prefix: str) -> tuple[int, uuid.UUID] | None:
     offset, sep, uuid_str = prefix.partition("_")
     try:
-        return (int(offset), _parse_kafka_uuid(uuid_str)) if sep and offset.isdigit() else None
+        return (int(offset), uuid_from_kafka_str(uuid_str)) if sep and offset.isdigit() else None
     except ValueError:
         return None
 

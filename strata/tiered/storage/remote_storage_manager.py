@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import collections
 import dataclasses
 import io
@@ -14,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from strata.common.types import uuid_to_kafka_str as kafka_uuid_str
 from strata.tiered.api import (
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager,
@@ -45,10 +45,6 @@ _INDEX_NAMES = {
     IndexType.TRANSACTION: "transaction",
 }
 
-
-def kafka_uuid_str(u: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes without padding (22 chars)."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
 
 
 # --------------------------------------------------------------------------- manifest
