@@ -62,6 +62,10 @@ def _within_lineage(meta: RemoteLogSegmentMetadata, epochs: dict[int, int], earl
     if meta.end_offset >= log_end_offset:
         return False
     seg_epochs = list(meta.segment_leader_epochs.items())
+    if all(epoch < earliest_epoch for epoch, _ in seg_epochs):
+        return False  # the log's earliest epoch covers its start: this is no part of it
+    if seg_epochs[-1][0] > max(epochs, default=-1):
+        return False
     for i, (epoch, start) in enumerate(seg_epochs):
         if epoch < earliest_epoch:
             continue  # truncated from the start of the cache with the log start offset

@@ -1,0 +1,258 @@
+"""The remote log manager's tasks, run one at a time on a real log, a memory object store and
+the topic-based metadata manager in memory, with a mock clock: what gets copied, what the
+expirer deletes and why, how the log's offsets move, retries with backoff, remote reads."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from strata.common.clock import MockClock
+from strata.common.errors import KafkaStorageError
+from strata.common.types import TopicIdPartition, TopicPartition
+from strata.log.log_config import LogConfig
+from strata.log.unified_log import FetchIsolation, UnifiedLog
+from strata.protocol.records import SimpleRecord, build_batch, iter_records
+from strata.tiered.api import RemoteLogSegmentState, RemoteStorageException
+from strata.tiered.manager import copier, expirer
+from strata.tiered.manager.remote_index_cache import RemoteIndexCache
+from strata.tiered.manager.remote_log_manager import PartitionTiering, RemoteLogManager, TieringSettings
+from strata.tiered.manager.retry import Backoff
+from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
+from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
+from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore, ObjectStoreRemoteStorageManager
+
+T0 = 1_700_000_000_000
+TOPIC_ID = uuid.UUID(int=0xC0FFEE)
+TP = TopicPartition("orders", 0)
+TIP = TopicIdPartition(TOPIC_ID, TP)
+
+
+class Env:
+    def __init__(self, tmp: Path, **config):
+        self.clock = MockClock(T0)
+        props = {"remote.storage.enable": "true", "internal.segment.bytes": "2048",
+                 "local.retention.bytes": "1", "index.interval.bytes": "256", **config}
+        self.log = UnifiedLog(tmp / "orders-0", LogConfig(props), clock=self.clock,
+                              topic_partition=TP)
+        self.faults = FaultInjectingObjectStore(MemoryObjectStore())
+        self.rsm = ObjectStoreRemoteStorageManager(self.faults)
+        self.rsm.configure({})
+        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataTopicLog(), clock=self.clock)
+        self.rlmm.configure({"log.dir": str(tmp), "broker.id": 1,
+                             "remote.log.metadata.topic.num.partitions": 3})
+        self.rlmm.start()
+        self.cache = RemoteIndexCache(self.rsm, tmp, 1 << 20)
+        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=1, logs=lambda: [self.log],
+                                    topic_id=lambda t: TOPIC_ID if t == "orders" else None,
+                                    settings=TieringSettings(), index_cache=self.cache,
+                                    clock=self.clock)
+        self.part = PartitionTiering(TIP, self.log, self.rlm.settings)
+
+    def produce(self, n: int, ts: int | None = None, size: int = 100) -> None:
+        for _ in range(n):
+            off = self.log.log_end_offset
+            value = (b"%d-" % off) * (size // 4)
+            self.log.append_as_leader(build_batch([SimpleRecord(value[:size], b"k%d" % off,
+                                                                timestamp=ts or self.clock.milliseconds())]), 0)
+            self.log.update_high_watermark(self.log.log_end_offset)
+
+    def copy(self) -> int:
+        self.rlm._ensure_initialized(self.part)
+        return copier.copy_log_segments(self.rlm.ctx, self.part)
+
+    def expire(self) -> int:
+        self.rlm._ensure_initialized(self.part)
+        return expirer.expire_remote_segments(self.rlm.ctx, self.part)
+
+    def remote(self, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED):
+        return [m for m in self.rlmm.list_remote_log_segments(TIP) if state is None or m.state is state]
+
+    def objects(self) -> list[str]:
+        return sorted(self.faults.inner.objects) if hasattr(self.faults, "inner") else \
+            sorted(k for k, _ in self.faults.list(""))
+
+    def read_all(self, start: int) -> list[int]:
+        out = []
+        while start < self.log.high_watermark:
+            if start < self.log.local_log_start_offset:
+                data = self.rlm.read(self.log, start, 10_000, FetchIsolation.HIGH_WATERMARK, True).records
+            else:
+                data = self.log.read(start, 10_000).records
+            got = [r.offset for r in iter_records(data) if r.offset >= start]
+            assert got, f"no progress at {start}"
+            out += got
+            start = got[-1] + 1
+        return out
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = Env(tmp_path)
+    yield e
+    e.cache.close()
+    e.rlmm.close()
+
+
+def test_copier_tiers_every_inactive_segment_in_order_and_local_retention_follows(env):
+    env.produce(100)
+    segments = env.log.local_log.segments
+    assert len(segments) > 3
+    copied = env.copy()
+    assert copied == len(segments) - 1  # never the active segment
+    remote = env.remote()
+    assert [m.start_offset for m in remote] == [s.base_offset for s in segments[:-1]]
+    assert all(b.start_offset == a.end_offset + 1 for a, b in zip(remote, remote[1:]))
+    assert env.log.highest_offset_in_remote_storage == remote[-1].end_offset
+    assert env.copy() == 0  # nothing new: idempotent
+    env.log.delete_old_segments()
+    assert env.log.local_log_start_offset == remote[-1].end_offset + 1
+    assert env.log.log_start_offset == 0
+    assert env.read_all(0) == list(range(100))
+
+
+def test_copier_stops_at_the_last_stable_offset(env):
+    env.produce(60)
+    env.log.update_high_watermark(10)  # only offsets < 10 are committed
+    env.copy()
+    assert all(m.end_offset < 10 for m in env.remote())
+
+
+def test_a_failed_copy_leaves_no_objects_and_no_visible_segment_then_retries_under_a_new_id(env):
+    env.produce(40)
+    env.faults.fail_keys = r"\.rsm-manifest$"
+    with pytest.raises(RemoteStorageException):
+        env.copy()
+    assert env.remote() == []
+    assert env.objects() == []
+    assert env.log.highest_offset_in_remote_storage == -1
+    env.faults.fail_keys = None
+    env.copy()
+    assert env.remote()[0].start_offset == 0
+    env.expire()  # the attempt's cleanup failed too (the fault matches its delete): now it goes
+    assert env.remote(None) == env.remote()
+    finished = {str(m.remote_log_segment_id.id) for m in env.remote()}
+    assert len({k.rsplit(".", 1)[0] for k in env.objects()}) == len(finished)
+
+
+def test_an_interrupted_copy_is_an_orphan_the_expirer_deletes(env):
+    from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata
+    env.produce(40)
+    seg = env.log.local_log.segments[0]
+    nxt = env.log.local_log.segments[1].base_offset
+    # a crash after COPY_SEGMENT_STARTED and the .log upload, before anything else
+    orphan = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TIP), 0, nxt - 1, T0, 1, T0,
+                                      seg.size, segment_leader_epochs={0: 0})
+    env.rlmm.add_remote_log_segment_metadata(orphan).result()
+    env.faults.put(env.rsm.object_key(orphan, "log"), seg.log_path.read_bytes())
+    env.copy()  # the segment is copied again, under a new id
+    assert env.remote()[0].start_offset == 0
+    assert env.remote()[0].remote_log_segment_id != orphan.remote_log_segment_id
+    env.expire()
+    assert [m for m in env.remote(None) if m.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED] == []
+    assert env.rsm.object_key(orphan, "log") not in env.objects()
+    assert env.read_all(0) == list(range(40))
+
+
+def test_expirer_deletes_by_retention_time_oldest_first_and_moves_the_log_start(tmp_path):
+    env = Env(tmp_path, **{"retention.ms": "3600000"})
+    env.produce(30, ts=T0 - 7_200_000)  # two hours old
+    env.produce(30, ts=T0)
+    env.log.roll()
+    env.produce(1)
+    env.copy()
+    old = [m for m in env.remote() if m.max_timestamp_ms <= T0 - 3_600_000]
+    assert old
+    deleted = env.expire()
+    assert deleted == len(old)
+    assert env.log.log_start_offset == old[-1].end_offset + 1
+    assert all(m.max_timestamp_ms > T0 - 3_600_000 for m in env.remote())
+    assert env.read_all(env.log.log_start_offset)[0] == env.log.log_start_offset
+
+
+def test_expirer_deletes_by_retention_size_until_the_whole_log_fits(tmp_path):
+    env = Env(tmp_path, **{"retention.bytes": "6000"})
+    env.produce(200)
+    env.copy()
+    env.expire()
+    remote = env.remote()
+    local_only = sum(s.size for s in env.log.local_log.segments
+                     if s.base_offset > env.log.highest_offset_in_remote_storage)
+    total = sum(m.segment_size_in_bytes for m in remote) + local_only
+    # as Kafka (and local retention) do: delete while the log stays at or above the limit
+    assert total >= 6000 and total - remote[0].segment_size_in_bytes < 6000
+    assert env.remote(None)[0].start_offset > 0
+    assert env.log.log_start_offset == remote[0].start_offset
+
+
+def test_expirer_deletes_segments_below_the_log_start_offset_after_delete_records(env):
+    env.produce(100)
+    env.copy()
+    remote = env.remote()
+    target = remote[2].start_offset + 1
+    env.log.maybe_increment_log_start_offset(target, "DeleteRecords")
+    env.expire()
+    assert [m.start_offset for m in env.remote()] == [m.start_offset for m in remote[2:]]
+    assert env.rlm.segment_for_offset(env.log, remote[0].start_offset).start_offset \
+        == remote[2].start_offset
+    assert env.read_all(target)[0] == target
+
+
+def test_segments_outside_the_leader_epoch_lineage_are_deleted(env):
+    env.produce(40)
+    env.copy()
+    victim = env.remote()[-1]
+    # the log loses the epoch that wrote the segment (as a truncating follower would)
+    env.log.leader_epoch_cache.truncate_from_end(0)
+    env.log.leader_epoch_cache.assign(5, 0)
+    env.expire()
+    assert victim not in env.remote()
+
+
+def test_remote_read_of_a_deleted_object_is_a_retriable_error_never_data(env):
+    env.produce(40)
+    env.copy()
+    env.log.delete_old_segments()
+    m = env.remote()[0]
+    for key in env.rsm.segment_keys(m):
+        env.faults.delete(key)
+    env.cache.remove(m.remote_log_segment_id.id)
+    with pytest.raises(KafkaStorageError):
+        env.rlm.read(env.log, m.start_offset, 1000, FetchIsolation.HIGH_WATERMARK, True)
+    assert env.rlm.metrics.snapshot()["RemoteFetchErrorsPerSec"]["orders"] == 1
+
+
+def test_resume_after_restart_finds_the_highest_copied_offset_through_the_epochs(tmp_path):
+    env = Env(tmp_path)
+    env.produce(40)
+    env.copy()
+    highest = env.log.highest_offset_in_remote_storage
+    fresh = PartitionTiering(TIP, env.log, env.rlm.settings)
+    env.log.update_highest_offset_in_remote_storage(-1, force=True)
+    env.rlm._ensure_initialized(fresh)
+    assert env.log.highest_offset_in_remote_storage == highest
+
+
+def test_backoff_doubles_with_jitter_up_to_the_maximum_and_resets():
+    b = Backoff(100, 1000, 0.2, random.Random(7))
+    delays = [b.next_delay_ms() for _ in range(8)]
+    for i, d in enumerate(delays[:4]):
+        assert 0.8 * 100 * 2 ** i <= d <= 1.2 * 100 * 2 ** i
+    assert all(800 <= d <= 1200 for d in delays[4:])
+    b.reset()
+    assert 80 <= b.next_delay_ms() <= 120
+
+
+def test_topic_deletion_removes_every_remote_segment_and_records_the_partition_states(env):
+    env.produce(60)
+    env.copy()
+    assert env.objects()
+    env.rlm._remove_partition(TIP)
+    assert env.objects() == []
+    assert env.rlmm.list_remote_log_segments(TIP) == [] or not list(env.rlmm.list_remote_log_segments(TIP))
+    states = [r.state.name for r in env.rlmm.describe() if hasattr(r, "state") and
+              not hasattr(r, "start_offset")]
+    assert "DELETE_PARTITION_STARTED" not in states
