@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 import socket
 import sys
@@ -138,6 +139,18 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
     return rlm, cfg
 
 
+def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, metadata):
+    """The metrics endpoint when ``strata.metrics.listener`` is set (serving), else None."""
+    from strata.server.metrics import METRICS_LISTENER_CONFIG, MetricsServer
+    listener = props.get(METRICS_LISTENER_CONFIG, "").strip()
+    if not listener:
+        return None
+    server = MetricsServer(listener, logs=log_manager.all_logs, rlm=rlm,
+                           topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
+    server.start()
+    return server
+
+
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
     from strata.cluster.metadata import ClusterMetadata
     from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
@@ -178,6 +191,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if rlm is not None:
         ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
         rlm.start()
+    metrics_server = start_metrics_server(props, manager, rlm, metadata)
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))
@@ -208,6 +222,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     ctx.group_coordinator.shutdown()
     watchers.close()  # long-polling fetches answer now
     await server.stop()
+    if metrics_server is not None:
+        metrics_server.stop()
     if rlm is not None:
         rlm.shutdown()
     scheduler.shutdown(run_pending=False)
@@ -260,6 +276,102 @@ def dump_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_json(url: str, timeout: float = 30) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read())
+        except ValueError:
+            return exc.code, {"error": exc.reason}
+
+
+def format_tiered_table(doc: dict) -> str:
+    """``strata tiered describe``'s table of a ``/tiered/<topic>`` document."""
+    columns = (("PARTITION", "partition"), ("LOG-START", "log_start_offset"),
+               ("LOCAL-LOG-START", "local_log_start_offset"), ("HIGH-WATERMARK", "high_watermark"),
+               ("LOG-END", "log_end_offset"),
+               ("HIGHEST-REMOTE-OFFSET", "highest_offset_in_remote_storage"),
+               ("LOCAL-SEGMENTS", "local_segments"), ("LOCAL-BYTES", "local_bytes"),
+               ("REMOTE-SEGMENTS", "remote_segments"), ("REMOTE-BYTES", "remote_bytes"))
+    rows = [[title for title, _ in columns]]
+    for p in doc.get("partitions", []):
+        rows.append(["-" if p.get(key) is None else str(p.get(key)) for _, key in columns])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    lines = [f"Topic: {doc.get('topic')}\tTopicId: {doc.get('topic_id') or '-'}\t"
+             f"remote.storage.enable: {str(bool(doc.get('remote_storage_enable'))).lower()}"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    for p in doc.get("partitions", []):
+        if p.get("remote_error"):
+            lines.append(f"partition {p['partition']}: remote metadata unavailable: {p['remote_error']}")
+    return "\n".join(lines)
+
+
+def tiered_describe(args: argparse.Namespace) -> int:
+    """Per partition offsets and tier sizes of a topic, from a broker's metrics endpoint."""
+    from urllib.parse import quote
+    url = f"{args.metrics_url.rstrip('/')}/tiered/{quote(args.topic, safe='')}"
+    try:
+        status, doc = _fetch_json(url)
+    except OSError as exc:
+        print(f"cannot reach {url}: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"{url}: HTTP {status}: {doc.get('error', '')}", file=sys.stderr)
+        return 1
+    print(format_tiered_table(doc))
+    return 0
+
+
+def tiered_metadata(args: argparse.Namespace) -> int:
+    """Print every record of ``__remote_log_metadata`` from its partition logs, offline, in the
+    form of Kafka's RemoteLogMetadataFormatter. Reads the segment files only (no locks, no
+    writes), so run it on a stopped broker's log dir or accept a torn last batch."""
+    import mmap
+    import re
+    from strata.protocol import records as rec
+    from strata.tiered.metadata.formatting import format_record
+    from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
+    log_dir = Path(args.log_dir)
+    pattern = re.compile(rf"^{re.escape(REMOTE_LOG_METADATA_TOPIC_NAME)}-(\d+)$")
+    partitions = sorted((int(m.group(1)), d) for d in (log_dir.iterdir() if log_dir.is_dir() else [])
+                        if d.is_dir() and (m := pattern.match(d.name)))
+    if not partitions:
+        print(f"no {REMOTE_LOG_METADATA_TOPIC_NAME} partitions in {log_dir}", file=sys.stderr)
+        return 1
+    bad = 0
+    for partition, directory in partitions:
+        if args.partition is not None and partition != args.partition:
+            continue
+        for segment in sorted(directory.glob("*.log")):
+            with open(segment, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    continue
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    for header in rec.iter_headers(data):
+                        if header.is_control:
+                            continue
+                        try:
+                            records = rec.decode_batch(data, header)
+                        except ValueError as exc:
+                            bad += 1
+                            print(f"partition: {partition}, offset: {header.base_offset}, "
+                                  f"error: undecodable batch: {exc}")
+                            continue
+                        for r in records:
+                            try:
+                                print(format_record(partition, r.offset, r.value))
+                            except ValueError as exc:
+                                bad += 1
+                                print(f"partition: {partition}, offset: {r.offset}, error: {exc}")
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Kafka-compatible tiered log broker")
     parser.add_argument("--log-level", default="INFO")
@@ -272,6 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--print-data", action="store_true")
     p.set_defaults(fn=dump_log)
+    p = sub.add_parser("tiered", help="tiered storage tools")
+    tiered = p.add_subparsers(dest="tiered_command", required=True)
+    p = tiered.add_parser("describe", help="offsets and tier sizes of a topic's partitions, from a "
+                                           "broker's metrics endpoint (strata.metrics.listener)")
+    p.add_argument("topic")
+    p.add_argument("--metrics-url", required=True, help="the broker's metrics endpoint, http://host:port")
+    p.set_defaults(fn=tiered_describe)
+    p = tiered.add_parser("metadata", help="print every __remote_log_metadata record from a log "
+                                           "dir, offline")
+    p.add_argument("--log-dir", required=True, help="a broker log dir (one of log.dirs)")
+    p.add_argument("--partition", type=int, default=None, help="only this metadata partition")
+    p.set_defaults(fn=tiered_metadata)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

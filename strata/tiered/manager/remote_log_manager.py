@@ -22,6 +22,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from collections import defaultdict
 from typing import Any, Callable, NamedTuple
 
@@ -96,6 +97,49 @@ class TieringMetrics:
             return {n: dict(c) for n, c in self.counters.items()}
 
 
+class ReaderPoolStats:
+    """Accounting of the reader pool for its metrics: reads queued (submitted, not started),
+    reads running, and the reader threads' busy time (thread-safe; read on scrape)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._lock = threading.Lock()
+        self.queued = 0
+        self.active = 0
+        self._busy_ns = 0
+        self._active_started_ns = 0  # sum of the start times of the running reads
+        self.created_ns = time.monotonic_ns()
+
+    def submitted(self) -> None:
+        with self._lock:
+            self.queued += 1
+
+    def dropped(self) -> None:
+        with self._lock:
+            self.queued -= 1
+
+    def started(self) -> int:
+        now = time.monotonic_ns()
+        with self._lock:
+            self.queued -= 1
+            self.active += 1
+            self._active_started_ns += now
+        return now
+
+    def finished(self, started_ns: int) -> None:
+        now = time.monotonic_ns()
+        with self._lock:
+            self.active -= 1
+            self._active_started_ns -= started_ns
+            self._busy_ns += now - started_ns
+
+    def busy_ns(self, now_ns: int | None = None) -> int:
+        """Total busy time of the reader threads so far, running reads included."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        with self._lock:
+            return self._busy_ns + self.active * now - self._active_started_ns
+
+
 @dataclasses.dataclass
 class TieringContext:
     """What every task needs: the plugins, this broker's id, the clock, the metrics."""
@@ -162,6 +206,7 @@ class RemoteLogManager:
         self._expirers = concurrent.futures.ThreadPoolExecutor(s.expiration_threads, "rlm-expirer")
         self._readers = concurrent.futures.ThreadPoolExecutor(s.reader_threads, "rlm-reader")
         self._read_slots = threading.BoundedSemaphore(s.reader_max_pending_tasks)
+        self.reader_stats = ReaderPoolStats(s.reader_threads)
         self._driver: threading.Thread | None = None
 
     @property
@@ -383,14 +428,20 @@ class RemoteLogManager:
             fut.set_exception(KafkaStorageError("remote log reader queue is full"))
             return fut
 
+        stats = self.reader_stats
+
         def run() -> RemoteReadResult:
+            started = stats.started()
             try:
                 return self.read(ulog, fetch_offset, max_bytes, isolation, min_one_message)
             finally:
+                stats.finished(started)
                 self._read_slots.release()
+        stats.submitted()
         try:
             return self._readers.submit(run)
         except RuntimeError:
+            stats.dropped()
             self._read_slots.release()
             raise KafkaStorageError("broker shutting down")
 
@@ -489,6 +540,18 @@ class RemoteLogManager:
                 if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         return {"remote_segments": len(done),
                 "remote_bytes": sum(m.segment_size_in_bytes for m in done)}
+
+    def remote_segments(self, ulog: UnifiedLog) -> list[RemoteLogSegmentMetadata]:
+        """Every live remote segment of one partition, in any state (metrics, tools)."""
+        return list(self.ctx.rlmm.list_remote_log_segments(self._tip(ulog)))
+
+    def copier_idle_fraction(self) -> float:
+        """1 − copy tasks in flight / copier threads (Kafka's RemoteLogManagerTasksAvgIdlePercent,
+        the copy pool's idle ratio)."""
+        with self._lock:
+            busy = sum(1 for p in self._partitions.values() if p.copy_task.running)
+        threads = max(1, self.settings.copier_threads)
+        return 1.0 - min(busy, threads) / threads
 
     def copy_lag(self, ulog: UnifiedLog) -> tuple[int, int]:
         """(bytes, segments) of inactive local segments not yet in remote storage."""

@@ -1,0 +1,421 @@
+"""The broker's metrics endpoint: Prometheus text on its own HTTP port, plus ``/tiered/<topic>``.
+
+Configured by the broker property ``strata.metrics.listener`` (``http://host:port``; absent:
+no endpoint; port 0: any free port, logged at start). Paths:
+
+- ``/metrics``: Prometheus exposition (text 0.0.4, or OpenMetrics when asked) of a private
+  ``CollectorRegistry``. One custom collector reads every value live at scrape time from the
+  log manager, the RemoteLogManager, its metadata manager and its index cache; nothing runs
+  between scrapes. The registry also holds prometheus_client's process collector.
+- ``/tiered/<topic>``: JSON with, per partition hosted here, ``log_start_offset``,
+  ``local_log_start_offset``, ``high_watermark``, ``log_end_offset``,
+  ``highest_offset_in_remote_storage``, ``local_segments``/``local_bytes`` and
+  ``remote_segments``/``remote_bytes`` (copied segments: COPY_SEGMENT_FINISHED). 404 when no
+  partition of the topic is hosted here. ``strata tiered describe`` prints it as a table.
+
+Metric names: Kafka's MBeans as the Prometheus JMX exporter maps them with the common rules
+(``kafka.(\\w+)<type=(.+), name=(.+), topic=(.+)><>Count`` to ``kafka_$1_$2_$3_total`` with a
+``topic`` label, ``...><>Value`` to a gauge ``kafka_$1_$2_$3``), *without*
+``lowercaseOutputName`` and without stripping ``PerSec``, so Kafka's names stay as KIP-405/
+KIP-930/KIP-963 spell them. An MBean ``domain:type=T,name=N[,k=v...]`` becomes
+``<domain with dots as underscores>_T_N``; a meter's cumulative count is a counter with the
+``_total`` suffix, a gauge keeps its name; the MBean's other keys become labels. Kafka's
+all-topics MBean (no ``topic`` key) is the same metric without the label. So::
+
+    kafka_server_BrokerTopicMetrics_RemoteCopyBytesPerSec_total{topic="t"}   counter
+    kafka_server_BrokerTopicMetrics_RemoteCopyBytesPerSec_total              counter, all topics
+    kafka_server_BrokerTopicMetrics_RemoteLogSizeBytes{topic="t"}            gauge
+
+Families (``{topic}``: per topic and an all-topics series without the label):
+
+- ``kafka_server_BrokerTopicMetrics_<N>_total{topic}`` for N in RemoteCopyBytesPerSec,
+  RemoteCopyRequestsPerSec, RemoteCopyErrorsPerSec, RemoteFetchBytesPerSec,
+  RemoteFetchRequestsPerSec, RemoteFetchErrorsPerSec, RemoteDeleteRequestsPerSec,
+  RemoteDeleteErrorsPerSec (since broker start; a failed attempt counts as a request too).
+- ``kafka_server_BrokerTopicMetrics_<N>{topic}`` gauges: RemoteCopyLagBytes and
+  RemoteCopyLagSegments (inactive local segments not yet copied), RemoteLogSizeBytes (bytes of
+  the copied segments), RemoteLogMetadataCount (remote segment metadata in any live state:
+  COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED, DELETE_SEGMENT_STARTED), over the partitions
+  with tiering enabled or data still in the remote tier.
+- ``kafka_log_remote_RemoteLogManager_RemoteLogManagerTasksAvgIdlePercent``: 1 − copy tasks
+  running / copier threads, a fraction in [0, 1] as Kafka reports it.
+- ``org_apache_kafka_storage_internals_log_RemoteStorageThreadPool_RemoteLogReaderTaskQueueSize``:
+  remote reads queued and not yet started.
+- ``org_apache_kafka_storage_internals_log_RemoteStorageThreadPool_RemoteLogReaderAvgIdlePercent``:
+  the reader threads' idle fraction in [0, 1], averaged over the time since the previous scrape
+  (from their busy time; Kafka samples ``1 − active/threads`` instead).
+- ``kafka_log_remote_RemoteIndexCache_{Hits,Misses,Evictions}_total`` and
+  ``kafka_log_remote_RemoteIndexCache_{Entries,SizeBytes}``: the remote index cache (Strata's
+  names; Kafka has no MBean for them).
+- ``kafka_log_Log_{Size,NumLogSegments,LogStartOffset,LogEndOffset}{topic,partition}`` and
+  ``kafka_server_ReplicaManager_PartitionCount``: the local logs, with or without tiering.
+
+Without tiering the tiered families are present with no samples.
+
+Threads: the HTTP server runs on its own threads (one per request); everything it reads is
+either lock-protected (log offsets under the log's lock, counters) or already called from many
+threads (the RemoteLogManager's introspection methods).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import socketserver
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from strata.common.types import uuid_to_kafka_str
+
+log = logging.getLogger(__name__)
+
+METRICS_LISTENER_CONFIG = "strata.metrics.listener"
+
+BROKER_TOPIC_METRICS = "kafka_server_BrokerTopicMetrics"
+RLM_METRICS = "kafka_log_remote_RemoteLogManager"
+THREAD_POOL_METRICS = "org_apache_kafka_storage_internals_log_RemoteStorageThreadPool"
+INDEX_CACHE_METRICS = "kafka_log_remote_RemoteIndexCache"
+LOG_METRICS = "kafka_log_Log"
+REPLICA_MANAGER_METRICS = "kafka_server_ReplicaManager"
+
+# (name, help): meters, exposed as counters of their cumulative count
+TOPIC_COUNTERS = (
+    ("RemoteCopyBytesPerSec", "Bytes of segments copied to remote storage."),
+    ("RemoteCopyRequestsPerSec", "Segment copies to remote storage attempted."),
+    ("RemoteCopyErrorsPerSec", "Segment copies to remote storage that failed."),
+    ("RemoteFetchBytesPerSec", "Bytes read from remote storage for consumers."),
+    ("RemoteFetchRequestsPerSec", "Consumer reads served from remote storage."),
+    ("RemoteFetchErrorsPerSec", "Consumer reads from remote storage that failed."),
+    ("RemoteDeleteRequestsPerSec", "Remote segment deletions attempted."),
+    ("RemoteDeleteErrorsPerSec", "Remote segment deletions that failed."),
+)
+TOPIC_GAUGES = (
+    ("RemoteCopyLagBytes", "Bytes of inactive local segments not yet copied to remote storage."),
+    ("RemoteCopyLagSegments", "Inactive local segments not yet copied to remote storage."),
+    ("RemoteLogSizeBytes", "Bytes of the segments in remote storage (copy finished)."),
+    ("RemoteLogMetadataCount", "Remote log segment metadata entries (any live state)."),
+)
+LOG_GAUGES = (
+    ("Size", "Bytes of the partition's local log."),
+    ("NumLogSegments", "Local segments of the partition."),
+    ("LogStartOffset", "The partition's log start offset (remote tier included)."),
+    ("LogEndOffset", "The partition's log end offset."),
+)
+
+
+def parse_metrics_listener(value: str) -> tuple[str, int]:
+    """``http://host:port`` to (host, port); an empty host binds every interface."""
+    parts = urlsplit(value.strip())
+    if parts.scheme != "http" or parts.port is None or parts.path not in ("", "/"):
+        raise ValueError(f"{METRICS_LISTENER_CONFIG} must look like http://host:port, got {value!r}")
+    return parts.hostname or "", parts.port
+
+
+# --------------------------------------------------------------------------- live state
+
+
+def _tiered(ulog: Any) -> bool:
+    """Tiering on, or data still in the remote tier (tiering turned off without deletion)."""
+    return bool(ulog.remote_log_enabled) or ulog.highest_offset_in_remote_storage >= 0
+
+
+def partition_state(ulog: Any, rlm: Any = None) -> dict[str, Any]:
+    """The ``/tiered/<topic>`` entry of one partition."""
+    with ulog.lock:
+        segments = list(ulog.local_log.segments)
+        out: dict[str, Any] = {
+            "partition": ulog.topic_partition.partition,
+            "remote_storage_enable": bool(ulog.remote_log_enabled),
+            "log_start_offset": ulog.log_start_offset,
+            "local_log_start_offset": ulog.local_log_start_offset,
+            "high_watermark": ulog.high_watermark,
+            "last_stable_offset": ulog.last_stable_offset,
+            "log_end_offset": ulog.log_end_offset,
+            "highest_offset_in_remote_storage": ulog.highest_offset_in_remote_storage,
+            "local_segments": len(segments),
+            "local_bytes": sum(s.size for s in segments),
+        }
+    out["remote_segments"] = out["remote_bytes"] = 0
+    if rlm is not None:
+        try:
+            out.update(rlm.describe(ulog))
+        except Exception as exc:  # noqa: BLE001 - report it, keep the local numbers
+            out["remote_segments"] = out["remote_bytes"] = None
+            out["remote_error"] = str(exc)
+    return out
+
+
+def topic_state(logs: Iterable[Any], topic: str, rlm: Any = None,
+                topic_id: Callable[[str], Any] | None = None) -> dict[str, Any] | None:
+    """The ``/tiered/<topic>`` document, or None when no partition of ``topic`` is hosted here."""
+    mine = sorted((ul for ul in logs if ul.topic_partition.topic == topic),
+                  key=lambda ul: ul.topic_partition.partition)
+    if not mine:
+        return None
+    tid = topic_id(topic) if topic_id is not None else None
+    partitions = [partition_state(ul, rlm) for ul in mine]
+    return {"topic": topic, "topic_id": uuid_to_kafka_str(tid) if tid is not None else None,
+            "remote_storage_enable": any(p["remote_storage_enable"] for p in partitions),
+            "partitions": partitions}
+
+
+# --------------------------------------------------------------------------- collector
+
+
+class BrokerMetricsCollector(Collector):
+    """Reads every metric at scrape time (see the module docstring for the names)."""
+
+    def __init__(self, logs: Callable[[], list[Any]], rlm: Any = None) -> None:
+        self._logs = logs
+        self._rlm = rlm
+        self._idle_lock = threading.Lock()
+        stats = getattr(rlm, "reader_stats", None)
+        # (monotonic ns, reader busy ns) at the previous scrape
+        self._last_reader = (stats.created_ns, 0) if stats is not None else None
+
+    def describe(self) -> list[Metric]:
+        return list(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        logs = self._logs()
+        families = self._families()
+        try:
+            self._fill_log_metrics(families, logs)
+        except Exception:  # noqa: BLE001 - a scrape never fails as a whole
+            log.exception("collecting the log metrics failed")
+        if self._rlm is not None:
+            for fill in (self._fill_topic_counters, self._fill_topic_gauges,
+                         self._fill_pool_metrics, self._fill_index_cache_metrics):
+                try:
+                    fill(families, logs)
+                except Exception:  # noqa: BLE001
+                    log.exception("collecting tiered metrics (%s) failed", fill.__name__)
+        return iter(families.values())
+
+    @staticmethod
+    def _families() -> dict[str, Metric]:
+        f: dict[str, Metric] = {}
+        for name, doc in TOPIC_COUNTERS:
+            f[name] = CounterMetricFamily(f"{BROKER_TOPIC_METRICS}_{name}", doc, labels=["topic"])
+        for name, doc in TOPIC_GAUGES:
+            f[name] = GaugeMetricFamily(f"{BROKER_TOPIC_METRICS}_{name}", doc, labels=["topic"])
+        f["RemoteLogManagerTasksAvgIdlePercent"] = GaugeMetricFamily(
+            f"{RLM_METRICS}_RemoteLogManagerTasksAvgIdlePercent",
+            "Idle fraction of the remote log manager's copier threads (0 to 1).")
+        f["RemoteLogReaderTaskQueueSize"] = GaugeMetricFamily(
+            f"{THREAD_POOL_METRICS}_RemoteLogReaderTaskQueueSize",
+            "Remote reads queued for the reader threads, not yet started.")
+        f["RemoteLogReaderAvgIdlePercent"] = GaugeMetricFamily(
+            f"{THREAD_POOL_METRICS}_RemoteLogReaderAvgIdlePercent",
+            "Idle fraction of the remote reader threads since the previous scrape (0 to 1).")
+        for name, doc in (("Hits", "Remote index cache lookups served from the cache."),
+                          ("Misses", "Remote index cache lookups that fetched the indexes."),
+                          ("Evictions", "Remote index cache entries evicted by its size policy.")):
+            f[f"IndexCache{name}"] = CounterMetricFamily(f"{INDEX_CACHE_METRICS}_{name}", doc)
+        f["IndexCacheEntries"] = GaugeMetricFamily(
+            f"{INDEX_CACHE_METRICS}_Entries", "Segments whose indexes the remote index cache holds.")
+        f["IndexCacheSizeBytes"] = GaugeMetricFamily(
+            f"{INDEX_CACHE_METRICS}_SizeBytes", "Bytes of the remote index cache's files.")
+        for name, doc in LOG_GAUGES:
+            f[f"Log{name}"] = GaugeMetricFamily(f"{LOG_METRICS}_{name}", doc,
+                                                labels=["topic", "partition"])
+        f["PartitionCount"] = GaugeMetricFamily(f"{REPLICA_MANAGER_METRICS}_PartitionCount",
+                                                "Partitions hosted by this broker.")
+        return f
+
+    def _fill_log_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        f["PartitionCount"].add_metric([], len(logs))
+        for ulog in sorted(logs, key=lambda ul: ul.topic_partition):
+            tp = ulog.topic_partition
+            labels = [tp.topic, str(tp.partition)]
+            with ulog.lock:
+                segments = list(ulog.local_log.segments)
+                values = {"Size": sum(s.size for s in segments), "NumLogSegments": len(segments),
+                          "LogStartOffset": ulog.log_start_offset,
+                          "LogEndOffset": ulog.log_end_offset}
+            for name, value in values.items():
+                f[f"Log{name}"].add_metric(labels, value)
+
+    def _fill_topic_counters(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        snapshot = self._rlm.metrics.snapshot()
+        # every counter of every topic that is tiered or has counted anything, zeros included
+        topics = {ul.topic_partition.topic for ul in logs if _tiered(ul)}
+        topics.update(t for per_topic in snapshot.values() for t in per_topic)
+        for name, _ in TOPIC_COUNTERS:
+            per_topic = snapshot.get(name, {})
+            for topic in sorted(topics):
+                f[name].add_metric([topic], per_topic.get(topic, 0))
+            f[name].add_metric([], sum(per_topic.values()))
+
+    def _fill_topic_gauges(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        from strata.tiered.api import RemoteLogSegmentState
+        totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(
+            (n for n, _ in TOPIC_GAUGES), 0))
+        for ulog in logs:
+            if not _tiered(ulog):
+                continue
+            topic = ulog.topic_partition.topic
+            t = totals[topic]
+            try:
+                if ulog.remote_log_enabled and not ulog.config.get("remote.log.copy.disable"):
+                    lag_bytes, lag_segments = self._rlm.copy_lag(ulog)
+                    t["RemoteCopyLagBytes"] += lag_bytes
+                    t["RemoteCopyLagSegments"] += lag_segments
+                segments = self._rlm.remote_segments(ulog)
+            except Exception as exc:  # noqa: BLE001 - a partition not ready, a topic deleted
+                log.debug("no remote metrics for %s: %s", ulog.topic_partition, exc)
+                continue
+            t["RemoteLogMetadataCount"] += len(segments)
+            t["RemoteLogSizeBytes"] += sum(
+                m.segment_size_in_bytes for m in segments
+                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        for name, _ in TOPIC_GAUGES:
+            for topic in sorted(totals):
+                f[name].add_metric([topic], totals[topic][name])
+            f[name].add_metric([], sum(t[name] for t in totals.values()))
+
+    def _fill_pool_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        f["RemoteLogManagerTasksAvgIdlePercent"].add_metric([], self._rlm.copier_idle_fraction())
+        stats = getattr(self._rlm, "reader_stats", None)
+        if stats is None:
+            return
+        f["RemoteLogReaderTaskQueueSize"].add_metric([], max(0, stats.queued))
+        now = time.monotonic_ns()
+        busy = stats.busy_ns(now)
+        threads = max(1, stats.threads)
+        with self._idle_lock:
+            last_now, last_busy = self._last_reader or (now, busy)
+            elapsed = now - last_now
+            if elapsed > 0:
+                idle = 1.0 - (busy - last_busy) / (threads * elapsed)
+            else:
+                idle = 1.0 - stats.active / threads
+            self._last_reader = (now, busy)
+        f["RemoteLogReaderAvgIdlePercent"].add_metric([], min(1.0, max(0.0, idle)))
+
+    def _fill_index_cache_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        cache = getattr(getattr(self._rlm, "ctx", None), "index_cache", None)
+        if cache is None:
+            return
+        s = cache.stats()
+        f["IndexCacheHits"].add_metric([], s.hits)
+        f["IndexCacheMisses"].add_metric([], s.misses)
+        f["IndexCacheEvictions"].add_metric([], s.evictions)
+        f["IndexCacheEntries"].add_metric([], s.entries)
+        f["IndexCacheSizeBytes"].add_metric([], s.size_bytes)
+
+
+# --------------------------------------------------------------------------- HTTP server
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _ThreadingWSGIServer6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        log.debug("metrics endpoint: " + format, *args)
+
+
+class MetricsApp:
+    """The WSGI application: ``/metrics``, ``/tiered/<topic>``, and a short index at ``/``."""
+
+    def __init__(self, registry: CollectorRegistry, logs: Callable[[], list[Any]], rlm: Any = None,
+                 topic_id: Callable[[str], Any] | None = None) -> None:
+        self._prometheus = make_wsgi_app(registry)
+        self._logs = logs
+        self._rlm = rlm
+        self._topic_id = topic_id
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable) -> list[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        # wsgiref decodes the path as latin-1; topic names are ASCII, but be exact anyway
+        path = environ.get("PATH_INFO", "/").encode("latin-1", "replace").decode("utf-8", "replace")
+        if method not in ("GET", "HEAD"):
+            return self._reply(start_response, "405 Method Not Allowed", {"error": "GET only"})
+        if path in ("/metrics", "/metrics/"):
+            return self._prometheus(environ, start_response)
+        if path.startswith("/tiered/") and len(path) > len("/tiered/"):
+            topic = path[len("/tiered/"):].rstrip("/")
+            try:
+                doc = topic_state(self._logs(), topic, self._rlm, self._topic_id)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("describing %s failed", topic)
+                return self._reply(start_response, "500 Internal Server Error", {"error": str(exc)})
+            if doc is None:
+                return self._reply(start_response, "404 Not Found",
+                                   {"error": f"no partition of topic {topic!r} on this broker"})
+            return self._reply(start_response, "200 OK", doc)
+        if path == "/":
+            body = b"Strata metrics endpoint: /metrics (Prometheus), /tiered/<topic> (JSON)\n"
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
+        return self._reply(start_response, "404 Not Found", {"error": f"no such path {path}"})
+
+    @staticmethod
+    def _reply(start_response: Callable, status: str, doc: dict[str, Any]) -> list[bytes]:
+        body = (json.dumps(doc, indent=1) + "\n").encode()
+        start_response(status, [("Content-Type", "application/json"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
+
+
+class MetricsServer:
+    """The endpoint's HTTP server on its own threads: ``start()`` binds and serves, ``stop()``
+    stops serving and closes the socket."""
+
+    def __init__(self, listener: str, *, logs: Callable[[], list[Any]], rlm: Any = None,
+                 topic_id: Callable[[str], Any] | None = None) -> None:
+        self.host, self.port = parse_metrics_listener(listener)
+        self.registry = CollectorRegistry()
+        self.collector = BrokerMetricsCollector(logs, rlm)
+        self.registry.register(self.collector)
+        try:
+            ProcessCollector(registry=self.registry)
+        except Exception:  # noqa: BLE001 - no /proc: go without process metrics
+            log.debug("no process metrics on this platform")
+        self.app = MetricsApp(self.registry, logs, rlm, topic_id)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.host or "0.0.0.0"
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+    def start(self) -> int:
+        """Bind and serve; the port bound (the chosen one for port 0)."""
+        host = self.host or "0.0.0.0"
+        server_class = _ThreadingWSGIServer6 if ":" in host else _ThreadingWSGIServer
+        self._server = make_server(host, self.port, self.app, server_class, _QuietHandler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="metrics-http", daemon=True)
+        self._thread.start()
+        log.info("metrics endpoint listening on %s (/metrics, /tiered/<topic>)", self.url)
+        return self.port
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
