@@ -343,6 +343,9 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                                       "timestamp lag behind the broker time."),
     "log.message.timestamp.after.max.ms": _BrokerKey(_T.LONG, "3600000", "Allowed timestamp "
                                                      "lead over the broker time."),
+    "strata.metrics.listener": _BrokerKey(_T.STRING, None, "Strata: http://host:port of the "
+                                          "Prometheus endpoint (/metrics, /tiered/<topic>); "
+                                          "absent: no endpoint."),
     "log.remote.storage.enable": _BrokerKey(_T.BOOLEAN, None, "Strata: the default of the topic "
                                             "config remote.storage.enable for new topics that "
                                             "are neither compacted nor internal. Requires "

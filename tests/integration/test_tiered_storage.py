@@ -11,6 +11,7 @@ segment gone locally, and a 200 ms task interval.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import pytest
 
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import TopicPartition as CkTp  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic)
 
 SEGMENT = 16 * 1024
 TIERED_TOPIC = {"remote.storage.enable": "true", "internal.segment.bytes": str(SEGMENT),
@@ -50,13 +52,18 @@ def create(b, topic, partitions=1, **configs):
     a.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
 
 
-def alter(b, topic, **configs):
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+def alter_future(b, topic, **configs):
+    """The future of an incremental alter (SET) of topic configs."""
     res = ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
     a = admin(b)
-    for f in a.incremental_alter_configs([res]).values():
-        f.result(30)
+    fut = a.incremental_alter_configs([res])[res]
+    fut.admin = a  # the client must outlive its future
+    return fut
+
+
+def alter(b, topic, **configs):
+    alter_future(b, topic, **configs).result(30)
 
 
 def produce(b, topic, n, start=0, partition=0, size=200, ts=None):
@@ -88,13 +95,13 @@ def consume(b, topic, start, count, partition=0, timeout=60):
     return out
 
 
-def check_records(msgs, start, size=200):
+def check_records(msgs, start, size=200, base_ts=BASE_TS):
     for j, m in enumerate(msgs):
         i = start + j
         assert m.offset() == i
         assert m.key() == f"k{i}".encode()
         assert m.value() == (f"v{i}-".encode() * size)[:size]
-        assert m.timestamp()[1] == BASE_TS + i
+        assert m.timestamp()[1] == base_ts + i
         assert m.headers() == [("i", str(i).encode())]
 
 
@@ -141,3 +148,476 @@ def test_latest_tiered_is_minus_one_before_anything_is_tiered(broker):
     produce(broker, "nt", 10)
     assert list_offset(broker.bootstrap, "nt", 0, LATEST_TIERED)[1] == -1
     assert list_offset(broker.bootstrap, "nt", 0, EARLIEST_LOCAL)[1] == 0
+
+
+# ---- the remote tier as the tests see it: objects on disk and the metadata topic ------------
+
+def _api():
+    from strata.tiered import api
+    return api
+
+
+class RemoteObject(NamedTuple):
+    topic_dir: str       # "{topic}-{topicId}"
+    start: int           # the segment's start offset, from the key
+    suffixes: frozenset  # "log", "indexes", "rsm-manifest"
+    log_bytes: int       # size of the .log object (0 if absent)
+
+
+def remote_objects(b, topic, partition=0) -> dict[str, RemoteObject]:
+    """The objects of one partition in the filesystem remote tier, by segment uuid (Kafka's
+    string form). Keys are ``{topic}-{topicId}/{partition}/{start:020d}-{uuid}.{suffix}``."""
+    root = remote_root(b)
+    found: dict[str, dict] = {}
+    for f in remote_files(root, topic):
+        topic_dir, part, name = f.relative_to(root).parts
+        if topic_dir[:-23] != topic or int(part) != partition:
+            continue  # another topic whose name starts with "{topic}-"
+        start, seg_uuid, suffix = int(name[:20]), name[21:43], name[44:]
+        entry = found.setdefault(seg_uuid, {"topic_dir": topic_dir, "start": start,
+                                            "suffixes": set(), "log_bytes": 0})
+        entry["suffixes"].add(suffix)
+        if suffix == "log":
+            entry["log_bytes"] = f.stat().st_size
+    return {k: RemoteObject(v["topic_dir"], v["start"], frozenset(v["suffixes"]), v["log_bytes"])
+            for k, v in found.items()}
+
+
+def metadata_records(b) -> list:
+    """Every record of ``__remote_log_metadata``, decoded, read with a plain consumer."""
+    from strata.tiered.metadata.serde import deserialize
+    topic = "__remote_log_metadata"
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"m-{time.monotonic_ns()}",
+                     "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    out = []
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(CkTp(topic, p), timeout=10)[1] for p in parts}
+        pending = {p for p, end in ends.items() if end > 0}
+        c.assign([CkTp(topic, p, ck.OFFSET_BEGINNING) for p in pending])
+        deadline = time.monotonic() + 30
+        while pending and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                assert m.error() is None, m.error()
+                if m.offset() < ends[m.partition()]:
+                    out.append(deserialize(m.value()))
+                if m.offset() + 1 >= ends[m.partition()]:
+                    pending.discard(m.partition())
+        assert not pending, f"could not read {topic} partitions {pending} to their end"
+    finally:
+        c.close()
+    return out
+
+
+class SegmentHistory(NamedTuple):
+    meta: object         # the RemoteLogSegmentMetadata record (COPY_SEGMENT_STARTED)
+    states: list         # every state it went through, in order
+
+    @property
+    def state(self):
+        return self.states[-1]
+
+    @property
+    def uuid(self) -> str:
+        from strata.common.types import uuid_to_kafka_str
+        return uuid_to_kafka_str(self.meta.remote_log_segment_id.id)
+
+
+def segment_histories(b, topic, partition=0, records=None) -> dict[str, SegmentHistory]:
+    """Each remote segment (copy attempt) of a partition with its states, by uuid string."""
+    api = _api()
+    out: dict[str, SegmentHistory] = {}
+    for r in metadata_records(b) if records is None else records:
+        tip = r.topic_id_partition
+        if tip.topic != topic or tip.partition != partition:
+            continue
+        if isinstance(r, api.RemoteLogSegmentMetadata):
+            h = SegmentHistory(r, [r.state])
+            out[h.uuid] = h
+        elif isinstance(r, api.RemoteLogSegmentMetadataUpdate):
+            from strata.common.types import uuid_to_kafka_str
+            out[uuid_to_kafka_str(r.remote_log_segment_id.id)].states.append(r.state)
+    return out
+
+
+def chain_problems(b, topic, partition=0) -> tuple[list[str], list]:
+    """What is wrong with a partition's remote tier (nothing, once tiering is at rest):
+    the copied segments must be contiguous with no duplicate, from the log start offset to the
+    highest tiered offset, and the tier must hold exactly their three objects each — no orphan,
+    no leftover of a deleted segment. Also the copied segments, oldest first."""
+    api = _api()
+    S = api.RemoteLogSegmentState
+    o = offsets(b.bootstrap, topic, partition)
+    hist = segment_histories(b, topic, partition)
+    objects = remote_objects(b, topic, partition)
+    live = sorted((h for h in hist.values() if h.state is S.COPY_SEGMENT_FINISHED),
+                  key=lambda h: h.meta.start_offset)
+    problems = []
+    if not live:
+        return ["no copied segment"], live
+    if not live[0].meta.start_offset <= o["start"] <= live[0].meta.end_offset:
+        problems.append(f"log start {o['start']} not in the first remote segment "
+                        f"[{live[0].meta.start_offset}, {live[0].meta.end_offset}]")
+    for a, z in zip(live, live[1:]):
+        if z.meta.start_offset != a.meta.end_offset + 1:
+            problems.append(f"gap or overlap: [{a.meta.start_offset}, {a.meta.end_offset}] then "
+                            f"[{z.meta.start_offset}, {z.meta.end_offset}]")
+    if live[-1].meta.end_offset != o["tiered"]:
+        problems.append(f"last remote segment ends at {live[-1].meta.end_offset}, "
+                        f"highest tiered offset is {o['tiered']}")
+    for h in hist.values():
+        if h.state is not S.COPY_SEGMENT_FINISHED and h.state is not S.DELETE_SEGMENT_FINISHED:
+            problems.append(f"segment {h.uuid} [{h.meta.start_offset}] in state {h.state.name}")
+    for h in live:
+        obj = objects.get(h.uuid)
+        if obj is None or obj.suffixes != {"log", "indexes", "rsm-manifest"}:
+            problems.append(f"objects of {h.uuid}: {obj}")
+        elif obj.start != h.meta.start_offset or obj.log_bytes != h.meta.segment_size_in_bytes:
+            problems.append(f"object {obj} does not match {h.meta}")
+    extra = set(objects) - {h.uuid for h in live}
+    if extra:
+        problems.append(f"objects of no copied segment: {sorted(extra)}")
+    return problems, live
+
+
+def wait_chain(b, topic, partition=0, timeout=60, cond=lambda live: True):
+    """Until ``chain_problems`` finds nothing and ``cond(live segments)`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        problems, live = chain_problems(b, topic, partition)
+        if not problems and cond(live):
+            return live
+        if time.monotonic() > deadline:
+            raise AssertionError(f"remote tier of {topic}-{partition}: {problems or 'cond'}; "
+                                 f"segments {[(h.meta.start_offset, h.meta.end_offset) for h in live]}")
+        time.sleep(0.2)
+
+
+def config_error(fut):
+    with pytest.raises(ck.KafkaException) as exc:
+        fut.result(30)
+    err = exc.value.args[0]
+    assert err.code() == ck.KafkaError.INVALID_CONFIG, err
+    return err.str()
+
+
+def all_segments(b, topic, partition=0):
+    return local_segments(b.data_dir / "kafka-logs", topic, partition)
+
+
+# ---- the scenarios ------------------------------------------------------------------------
+
+
+def test_enable_remote_log_on_an_existing_topic(broker):
+    """EnableRemoteLogOnTopic: segments rolled before tiering was turned on are tiered after."""
+    create(broker, "en", **{"internal.segment.bytes": str(SEGMENT), "segment.index.bytes": "4096"})
+    produce(broker, "en", 600)
+    assert len(all_segments(broker, "en")) >= 6
+    time.sleep(0.6)  # three task intervals: nothing is tiered while the topic is not
+    assert offsets(broker.bootstrap, "en") == {"start": 0, "local_start": 0, "end": 600,
+                                              "tiered": -1}
+    assert remote_files(remote_root(broker), "en") == []
+
+    alter(broker, "en", **{"remote.storage.enable": "true", "local.retention.bytes": "1"})
+    o = wait_tiered(broker, "en", 450)
+    assert o["start"] == 0 and o["end"] == 600, o
+    live = wait_chain(broker, "en")
+    assert live[0].meta.start_offset == 0
+    # only the active segment is still local
+    assert [int(p.stem) for p in all_segments(broker, "en")] == [o["tiered"] + 1]
+    msgs = consume(broker, "en", 0, 600)
+    assert len(msgs) == 600
+    check_records(msgs, 0)
+    produce(broker, "en", 300, start=600)
+    wait_tiered(broker, "en", 800)
+    wait_chain(broker, "en")
+    msgs = consume(broker, "en", 0, 900)
+    assert len(msgs) == 900
+    check_records(msgs, 0)
+
+
+def test_copy_disable_keeps_remote_reads_and_resumes_without_gap(broker):
+    """DisableRemoteLogOnTopic (read-only): remote.log.copy.disable stops copying, the remote
+    data stays readable, and copying resumes where it stopped."""
+    create(broker, "cd", **TIERED_TOPIC)
+    produce(broker, "cd", 400)
+    wait_tiered(broker, "cd", 250)
+    # Kafka requires local retention = total retention while copying is disabled
+    assert "remote.log.copy.disable" in config_error(
+        alter_future(broker, "cd", **{"remote.log.copy.disable": "true"}))
+    alter(broker, "cd", **{"remote.log.copy.disable": "true", "local.retention.bytes": "-2"})
+    time.sleep(0.5)  # a copy in flight when the config changed may still finish
+    frozen = offsets(broker.bootstrap, "cd")
+    produce(broker, "cd", 400, start=400)
+    assert len([p for p in all_segments(broker, "cd") if int(p.stem) > frozen["tiered"]]) >= 6
+    deadline = time.monotonic() + 2.0  # ten task intervals
+    while time.monotonic() < deadline:
+        o = offsets(broker.bootstrap, "cd")
+        assert o["tiered"] == frozen["tiered"] and o["local_start"] == frozen["local_start"], o
+        time.sleep(0.1)
+    live = wait_chain(broker, "cd")
+    assert live[0].meta.start_offset == 0 and live[-1].meta.end_offset == frozen["tiered"]
+    msgs = consume(broker, "cd", 0, 800)  # the first part from the remote tier
+    assert len(msgs) == 800
+    check_records(msgs, 0)
+
+    alter(broker, "cd", **{"remote.log.copy.disable": "false", "local.retention.bytes": "1"})
+    o = wait_tiered(broker, "cd", 700)
+    assert o["start"] == 0 and o["end"] == 800
+    after = wait_chain(broker, "cd")  # contiguous from 0: no gap, no duplicate
+    assert [h.uuid for h in after[:len(live)]] == [h.uuid for h in live]  # nothing copied twice
+    assert after[len(live)].meta.start_offset == frozen["tiered"] + 1
+    msgs = consume(broker, "cd", 0, 800)
+    assert len(msgs) == 800
+    check_records(msgs, 0)
+
+
+def test_disable_remote_storage_with_delete_on_disable(broker):
+    """DisableRemoteLogOnTopic: turning tiering off needs remote.log.delete.on.disable, which
+    deletes every remote object; the log then starts at the local log start."""
+    create(broker, "dd", **TIERED_TOPIC)
+    produce(broker, "dd", 600)
+    o = wait_tiered(broker, "dd", 300)
+    assert remote_files(remote_root(broker), "dd")
+    message = config_error(alter_future(broker, "dd", **{"remote.storage.enable": "false"}))
+    assert "remote.log.delete.on.disable" in message
+    time.sleep(0.4)
+    assert remote_files(remote_root(broker), "dd"), "refused change deleted remote data"
+
+    alter(broker, "dd", **{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    wait_for(lambda: not remote_files(remote_root(broker), "dd"), 30, what="remote data deleted")
+    o2 = wait_for(lambda: (x := offsets(broker.bootstrap, "dd"))["start"] == x["local_start"]
+                  and x, 30, what="log start = local log start")
+    assert o2["start"] >= o["local_start"] > 0 and o2["end"] == 600 and o2["tiered"] == -1, o2
+    hist = segment_histories(broker, "dd")
+    S = _api().RemoteLogSegmentState
+    assert hist and all(h.states[-2:] == [S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED]
+                        for h in hist.values()), hist
+    start = o2["start"]
+    msgs = consume(broker, "dd", ck.OFFSET_BEGINNING, 600 - start)
+    assert len(msgs) == 600 - start
+    check_records(msgs, start)
+    # no longer tiered: new segments roll and stay local
+    produce(broker, "dd", 300, start=600)
+    time.sleep(0.6)
+    assert remote_files(remote_root(broker), "dd") == []
+    assert offsets(broker.bootstrap, "dd") == {"start": start, "local_start": start, "end": 900,
+                                              "tiered": -1}
+    msgs = consume(broker, "dd", start, 900 - start)
+    check_records(msgs, start)
+    assert len(msgs) == 900 - start
+
+
+def test_local_retention_ms_rolls_and_offloads_the_active_segment(broker):
+    """RollAndOffloadActiveSegment: an active segment past local.retention.ms is rolled,
+    copied, then deleted locally."""
+    now = int(time.time() * 1000)
+    create(broker, "ra", **{"remote.storage.enable": "true",
+                            "internal.segment.bytes": str(10 * 1024 * 1024),
+                            "local.retention.ms": "1000", "retention.ms": str(86_400_000)})
+    produce(broker, "ra", 100, ts=now)
+    assert len(all_segments(broker, "ra")) == 1
+    o = wait_for(lambda: (x := offsets(broker.bootstrap, "ra"))["tiered"] == 99
+                 and x["local_start"] == 100 and x, 30, what="active segment offloaded")
+    assert o == {"start": 0, "local_start": 100, "end": 100, "tiered": 99}
+    live = wait_chain(broker, "ra")
+    assert [(h.meta.start_offset, h.meta.end_offset) for h in live] == [(0, 99)]
+    assert [int(p.stem) for p in all_segments(broker, "ra")] == [100]
+    msgs = consume(broker, "ra", 0, 100)
+    assert len(msgs) == 100
+    check_records(msgs, 0, base_ts=now)
+
+
+def test_remote_segments_past_retention_ms_are_deleted(broker):
+    """DeleteSegmentsByRetentionTime: remote segments whose records are all older than
+    retention.ms go (DELETE_SEGMENT_STARTED/FINISHED), the log start offset moves past them."""
+    now = int(time.time() * 1000)
+    old = now - 2 * 3_600_000
+    create(broker, "rt", **{**TIERED_TOPIC, "retention.ms": "3600000",
+                            "local.retention.ms": "1000"})
+    produce(broker, "rt", 300, ts=old)
+    produce(broker, "rt", 300, start=300, ts=now - 300)
+    wait_tiered(broker, "rt", 450)
+
+    def settled(live):
+        return live[0].meta.max_timestamp_ms > now - 3_600_000
+    live = wait_chain(broker, "rt", cond=settled)
+    o = offsets(broker.bootstrap, "rt")
+    first = live[0].meta
+    assert o["start"] == first.start_offset and 0 < first.start_offset <= 300 <= first.end_offset, \
+        (o, first)
+    hist = segment_histories(broker, "rt")
+    S = _api().RemoteLogSegmentState
+    deleted = [h for h in hist.values() if h.state is S.DELETE_SEGMENT_FINISHED]
+    assert deleted and all(h.meta.end_offset < o["start"] and
+                           h.states == [S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED,
+                                        S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED]
+                           for h in deleted), deleted
+    assert max(h.meta.max_timestamp_ms for h in deleted) <= now - 3_600_000
+    # every offset below the log start was in a deleted segment, now gone from the tier
+    assert sorted((h.meta.start_offset, h.meta.end_offset) for h in deleted)[0][0] == 0
+    objects = remote_objects(broker, "rt")
+    assert not {h.uuid for h in deleted} & set(objects)
+    assert min(obj.start for obj in objects.values()) == o["start"]
+    # the oldest retained record is what a timestamp far in the past finds now
+    assert list_offset(broker.bootstrap, "rt", 0, old)[:2] == (0, o["start"])
+    start = o["start"]
+    msgs = consume(broker, "rt", ck.OFFSET_BEGINNING, 600 - start)
+    assert len(msgs) == 600 - start
+    check_records(msgs[:300 - start], start, base_ts=old)
+    check_records(msgs[300 - start:], 300, base_ts=now - 300)
+
+
+def test_remote_segments_past_retention_bytes_are_deleted(broker):
+    """DeleteSegmentsByRetentionSize: the oldest remote segments go while the whole log (remote
+    plus local data not yet tiered) exceeds retention.bytes by at least the segment's size."""
+    retention = 4 * SEGMENT
+    create(broker, "rs", **{**TIERED_TOPIC, "retention.bytes": str(retention)})
+    produce(broker, "rs", 1000)
+    wait_tiered(broker, "rs", 850)
+
+    def total(live):
+        tiered = live[-1].meta.end_offset
+        local = sum(p.stat().st_size for p in all_segments(broker, "rs") if int(p.stem) > tiered)
+        return sum(h.meta.segment_size_in_bytes for h in live) + local
+
+    def fits(live):
+        return total(live) - retention < live[0].meta.segment_size_in_bytes
+    live = wait_chain(broker, "rs", cond=fits)
+    assert total(live) > retention - SEGMENT  # not more than needed was deleted
+    o = offsets(broker.bootstrap, "rs")
+    assert o["start"] == live[0].meta.start_offset > 0 and o["end"] == 1000, o
+    S = _api().RemoteLogSegmentState
+    deleted = [h for h in segment_histories(broker, "rs").values()
+               if h.state is S.DELETE_SEGMENT_FINISHED]
+    assert sorted(h.meta.start_offset for h in deleted)[0] == 0
+    assert all(h.meta.end_offset < o["start"] for h in deleted)
+    start = o["start"]
+    msgs = consume(broker, "rs", ck.OFFSET_BEGINNING, 1000 - start)
+    assert len(msgs) == 1000 - start
+    check_records(msgs, start)
+
+
+def test_delete_records_into_the_remote_range(broker):
+    """DeleteSegmentsDueToLogStartOffsetBreach: DeleteRecords to an offset inside a remote
+    segment moves the log start offset there and deletes the remote segments wholly below."""
+    create(broker, "dr", **TIERED_TOPIC)
+    produce(broker, "dr", 1000)
+    wait_tiered(broker, "dr", 700)
+    live = wait_chain(broker, "dr")
+    seg = live[3].meta
+    target = (seg.start_offset + seg.end_offset) // 2
+    assert seg.start_offset < target < seg.end_offset
+    res = admin(broker).delete_records([CkTp("dr", 0, target)])
+    assert list(res.values())[0].result(30).low_watermark == target
+    assert offsets(broker.bootstrap, "dr")["start"] == target
+    after = wait_chain(broker, "dr", cond=lambda lv: lv[0].meta.start_offset == seg.start_offset)
+    assert [h.uuid for h in after[:len(live) - 3]] == [h.uuid for h in live[3:]]
+    S = _api().RemoteLogSegmentState
+    hist = segment_histories(broker, "dr")
+    assert all(hist[h.uuid].state is S.DELETE_SEGMENT_FINISHED for h in live[:3])
+    assert not {h.uuid for h in live[:3]} & set(remote_objects(broker, "dr"))
+    assert offsets(broker.bootstrap, "dr")["start"] == target
+    msgs = consume(broker, "dr", ck.OFFSET_BEGINNING, 1000 - target)
+    assert len(msgs) == 1000 - target
+    check_records(msgs, target)
+    assert list_offset(broker.bootstrap, "dr", 0, BASE_TS)[:2] == (0, target)
+
+
+def test_delete_topic_removes_remote_data_and_the_name_can_be_reused(broker):
+    """DeleteTopic: the remote partition remover deletes every object of the topic."""
+    create(broker, "dt", 2, **TIERED_TOPIC)
+    for p in (0, 1):
+        produce(broker, "dt", 400, partition=p)
+    for p in (0, 1):
+        wait_tiered(broker, "dt", 200, partition=p)
+    old_dirs = {f.relative_to(remote_root(broker)).parts[0]
+                for f in remote_files(remote_root(broker), "dt")}
+    assert len(old_dirs) == 1
+    admin(broker).delete_topics(["dt"])["dt"].result(30)
+    wait_for(lambda: not remote_files(remote_root(broker), "dt"), 30, what="remote data deleted")
+    P = _api().RemotePartitionDeleteState
+    finished = {r.topic_id_partition.partition for r in metadata_records(broker)
+                if isinstance(r, _api().RemotePartitionDeleteMetadata)
+                and r.topic_id_partition.topic == "dt" and r.state is P.DELETE_PARTITION_FINISHED}
+    assert finished == {0, 1}
+    time.sleep(0.6)  # nothing comes back (a copy racing with the deletion, say)
+    assert remote_files(remote_root(broker), "dt") == []
+
+    create(broker, "dt", 1, **TIERED_TOPIC)
+    produce(broker, "dt", 300)
+    o = wait_tiered(broker, "dt", 150)
+    assert o["start"] == 0 and o["end"] == 300
+    dirs = {f.relative_to(remote_root(broker)).parts[0]
+            for f in remote_files(remote_root(broker), "dt")}
+    assert len(dirs) == 1 and not dirs & old_dirs
+    wait_chain(broker, "dt")
+    msgs = consume(broker, "dt", 0, 300)
+    assert len(msgs) == 300
+    check_records(msgs, 0)
+    assert consume(broker, "dt", 300, 1, timeout=2) == []
+
+
+def test_added_partitions_are_tiered(broker):
+    """PartitionsExpand: partitions added to a tiered topic are tiered too."""
+    create(broker, "pe", **TIERED_TOPIC)
+    produce(broker, "pe", 300)
+    wait_tiered(broker, "pe", 150)
+    admin(broker).create_partitions([NewPartitions("pe", 3)])["pe"].result(30)
+    for p in (1, 2):
+        produce(broker, "pe", 300, partition=p)
+    for p in (0, 1, 2):
+        o = wait_tiered(broker, "pe", 150, partition=p)
+        assert o["start"] == 0 and o["end"] == 300, (p, o)
+        live = wait_chain(broker, "pe", partition=p)
+        assert live[0].meta.start_offset == 0
+        msgs = consume(broker, "pe", 0, 300, partition=p)
+        assert len(msgs) == 300
+        check_records(msgs, 0)
+
+
+def test_remote_storage_config_validation(broker, tmp_path):
+    """The remote-storage topic config rules, through the AdminClient: INVALID_CONFIG."""
+    a = admin(broker)
+    bad = {
+        "compacted": {"remote.storage.enable": "true", "cleanup.policy": "compact"},
+        "local-ms-over-total": {"remote.storage.enable": "true", "retention.ms": "60000",
+                                "local.retention.ms": "120000"},
+        "local-bytes-unlimited": {"remote.storage.enable": "true", "retention.bytes": "100000",
+                                  "local.retention.bytes": "-1"},
+        "local-bytes-over-total": {"remote.storage.enable": "true", "retention.bytes": "100000",
+                                   "local.retention.bytes": "200000"},
+        "copy-disabled-local-retention": {"remote.storage.enable": "true",
+                                          "remote.log.copy.disable": "true",
+                                          "retention.bytes": "100000",
+                                          "local.retention.bytes": "1000"},
+    }
+    messages = {}
+    for name, configs in bad.items():
+        fut = a.create_topics([NewTopic(name, 1, 1, config=configs)])[name]
+        messages[name] = config_error(fut)
+    assert "cleanup.policy" in messages["compacted"]
+    assert "local.retention.ms" in messages["local-ms-over-total"]
+    assert "local.retention.bytes" in messages["local-bytes-unlimited"]
+    assert "local.retention.bytes" in messages["local-bytes-over-total"]
+    assert "remote.log.copy.disable" in messages["copy-disabled-local-retention"]
+    assert not set(bad) & set(a.list_topics(timeout=10).topics)
+
+    # the same rules on alter
+    create(broker, "cv", **{"cleanup.policy": "compact"})
+    assert "cleanup.policy" in config_error(
+        alter_future(broker, "cv", **{"remote.storage.enable": "true"}))
+    create(broker, "cv2", **TIERED_TOPIC)
+    assert "local.retention.ms" in config_error(alter_future(
+        broker, "cv2", **{"local.retention.ms": "-1", "retention.ms": "60000"}))
+
+    # a broker without remote.log.storage.system.enable refuses tiered topics
+    with BrokerProcess(tmp_path / "plain") as plain:
+        pa = admin(plain)
+        msg = config_error(pa.create_topics([NewTopic(
+            "x", 1, 1, config={"remote.storage.enable": "true"})])["x"])
+        assert "Tiered Storage functionality is disabled" in msg
+        create(plain, "y")
+        assert "Tiered Storage functionality is disabled" in config_error(
+            alter_future(plain, "y", **{"remote.storage.enable": "true"}))
+        assert "x" not in pa.list_topics(timeout=10).topics
