@@ -97,9 +97,11 @@ def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegmen
             log.warning("%s: no producer snapshot at %d; copying an empty one", part.tip, next_base)
         data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path,
                               txn_path if has_txn else None, snapshot, epoch_checkpoint)
-        ctx.rlmm.add_remote_log_segment_metadata(meta).result()
+        # Set before COPY_SEGMENT_STARTED is visible and cleared after COPY_SEGMENT_FINISHED:
+        # the expirer must never take the copy in flight for an orphan.
         part.copying = meta.remote_log_segment_id
         try:
+            ctx.rlmm.add_remote_log_segment_metadata(meta).result()
             try:
                 custom = ctx.rsm.copy_log_segment_data(meta, data)
             except Exception:

@@ -83,6 +83,16 @@ def expire_remote_segments(ctx: TieringContext, part: PartitionTiering) -> int:
     cfg = ulog.config
     now = ctx.clock.milliseconds()
     segments = sorted(ctx.rlmm.list_remote_log_segments(part.tip), key=lambda m: m.start_offset)
+    # The copy in flight, read after the listing. The copier sets it before publishing
+    # COPY_SEGMENT_STARTED and clears it after COPY_SEGMENT_FINISHED, so a listed attempt that is
+    # not the one in flight is over -- but it may have finished since the listing: only the
+    # attempts still COPY_SEGMENT_STARTED in a listing made after this read are orphans.
+    copying = part.copying
+    orphans = {m.remote_log_segment_id for m in segments
+               if m.state is _S.COPY_SEGMENT_STARTED and m.remote_log_segment_id != copying}
+    if orphans:
+        orphans = {m.remote_log_segment_id for m in ctx.rlmm.list_remote_log_segments(part.tip)
+                   if m.remote_log_segment_id in orphans and m.state is _S.COPY_SEGMENT_STARTED}
     with ulog.lock:
         log_start = ulog.log_start_offset
         log_end = ulog.log_end_offset
@@ -98,10 +108,11 @@ def expire_remote_segments(ctx: TieringContext, part: PartitionTiering) -> int:
     live: list[RemoteLogSegmentMetadata] = []
     for m in segments:
         if m.state is _S.COPY_SEGMENT_STARTED:
-            if m.remote_log_segment_id != part.copying:
+            if m.remote_log_segment_id in orphans:
                 doomed.append(m)  # orphan of a failed or interrupted copy
         elif m.state is _S.DELETE_SEGMENT_STARTED:
-            doomed.append(m)
+            if m.remote_log_segment_id != copying:  # else the copier is cleaning up its attempt
+                doomed.append(m)
         elif not _within_lineage(m, epochs, earliest_epoch, log_end):
             doomed.append(m)
         else:
