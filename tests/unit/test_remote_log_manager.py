@@ -256,3 +256,50 @@ def test_topic_deletion_removes_every_remote_segment_and_records_the_partition_s
     states = [r.state.name for r in env.rlmm.describe() if hasattr(r, "state") and
               not hasattr(r, "start_offset")]
     assert "DELETE_PARTITION_STARTED" not in states
+
+
+def test_expirer_never_deletes_a_copy_that_finishes_while_it_lists(env):
+    import threading
+    env.produce(40)
+    env.rlm._ensure_initialized(env.part)
+    at_manifest, go = threading.Event(), threading.Event()
+    env.faults.delay_keys, env.faults.delay_ms = r"\.rsm-manifest$", 1
+
+    def hold(_):
+        at_manifest.set()
+        go.wait(10)
+    env.faults._sleep = hold
+    seg, nxt = env.log.local_log.segments[0], env.log.local_log.segments[1].base_offset
+    t = threading.Thread(target=copier.copy_log_segment, args=(env.rlm.ctx, env.part, seg, nxt))
+    t.start()
+    assert at_manifest.wait(10)
+    real = env.rlmm.list_remote_log_segments
+
+    def listing(tip, *a):
+        snap = list(real(tip, *a))  # sees the copy in flight: COPY_SEGMENT_STARTED
+        env.rlmm.list_remote_log_segments = real
+        go.set()
+        t.join()  # ...which finishes before the expirer decides
+        return iter(snap)
+    env.rlmm.list_remote_log_segments = listing
+    assert expirer.expire_remote_segments(env.rlm.ctx, env.part) == 0
+    assert [m.start_offset for m in env.remote()] == [0]
+    assert env.log.highest_offset_in_remote_storage == nxt - 1
+
+
+def test_expirer_running_right_after_copy_started_leaves_the_copy_alone(env):
+    env.produce(40)
+    env.rlm._ensure_initialized(env.part)
+    real_add = env.rlmm.add_remote_log_segment_metadata
+    deleted = []
+
+    def add(meta):
+        fut = real_add(meta)
+        deleted.append(expirer.expire_remote_segments(env.rlm.ctx, env.part))
+        return fut
+    env.rlmm.add_remote_log_segment_metadata = add
+    seg, nxt = env.log.local_log.segments[0], env.log.local_log.segments[1].base_offset
+    copier.copy_log_segment(env.rlm.ctx, env.part, seg, nxt)
+    assert deleted == [0]
+    assert [m.state for m in env.remote(None)] == [RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    assert len(env.objects()) == 3
