@@ -135,6 +135,13 @@ class UnifiedLog:
         return bool(self.config.get("remote.storage.enable")) and not self.config.is_compacted
 
     @property
+    def remote_copy_enabled(self) -> bool:
+        """Tiered and still copying (Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``). Only
+        then does local retention keep segments until they are copied and leave the log start
+        offset where it is; with ``remote.log.copy.disable=true`` it works as on a plain topic."""
+        return self.remote_log_enabled and not self.config.get("remote.log.copy.disable")
+
+    @property
     def size(self) -> int:
         """Bytes of the local tier."""
         return self.local_log.size_in_bytes()
@@ -399,7 +406,9 @@ class UnifiedLog:
         topics also apply ``retention.bytes`` then ``retention.ms``. Only offsets below the high
         watermark go; an expired active segment is rolled first (an idle topic still expires).
         With tiering, ``local.retention.*`` applies and only segments already in remote storage
-        go, and the log start offset stays (the remote tier still serves those offsets).
+        go, and the log start offset stays (the remote tier still serves those offsets) -- unless
+        copying is disabled (``remote.log.copy.disable``): then ``retention.*`` applies to the
+        local segments, copied or not, and moves the log start offset, as in Kafka.
         """
         with self.lock:
             n = self._delete_log_start_offset_breached()
@@ -433,7 +442,7 @@ class UnifiedLog:
             upper = self.log_end_offset if last else segments[i + 1].base_offset
             if hw < upper or (last and seg.size == 0) or not predicate(seg, upper):
                 break
-            if self.remote_log_enabled and upper - 1 > self.highest_offset_in_remote_storage \
+            if self.remote_copy_enabled and upper - 1 > self.highest_offset_in_remote_storage \
                     and upper > self._log_start_offset:
                 break  # not tiered yet
             out.append(seg)
@@ -446,7 +455,7 @@ class UnifiedLog:
             self.roll()
         self.local_log.delete_segments(segments, reason)
         first = self.local_log.first_segment.base_offset
-        if not self.remote_log_enabled and first > self._log_start_offset:
+        if not self.remote_copy_enabled and first > self._log_start_offset:
             self._log_start_offset = first
             self.leader_epoch_cache.truncate_from_start(first)
             self.producer_state.on_log_start_offset_incremented(first)
@@ -459,7 +468,8 @@ class UnifiedLog:
                                      f"log start offset {lso} breach")
 
     def _delete_retention_ms_breached(self) -> int:
-        ms = self.config.local_retention_ms if self.remote_log_enabled else self.config.get("retention.ms")
+        ms = self.config.local_retention_ms if self.remote_copy_enabled \
+            else self.config.get("retention.ms")
         if ms < 0:
             return 0
         now = self._clock.milliseconds()
@@ -468,7 +478,7 @@ class UnifiedLog:
             f"retention time {ms}ms breach")
 
     def _delete_retention_size_breached(self) -> int:
-        limit = self.config.local_retention_bytes if self.remote_log_enabled \
+        limit = self.config.local_retention_bytes if self.remote_copy_enabled \
             else self.config.get("retention.bytes")
         if limit < 0:
             return 0

@@ -78,10 +78,12 @@ def produce(b, topic, n, start=0, partition=0, size=200, ts=None):
     assert p.flush(30) == 0
 
 
-def consume(b, topic, start, count, partition=0, timeout=60):
+def consume(b, topic, start, count, partition=0, timeout=60, reset="error"):
+    """``count`` records from ``start``; an out-of-range offset is an error unless ``reset``
+    names an ``auto.offset.reset`` policy."""
     c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{time.monotonic_ns()}",
                      "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-                     "max.partition.fetch.bytes": 64 * 1024})
+                     "max.partition.fetch.bytes": 64 * 1024, "auto.offset.reset": reset})
     c.assign([CkTp(topic, partition, start)])
     out = []
     deadline = time.monotonic() + timeout
@@ -294,8 +296,10 @@ def wait_chain(b, topic, partition=0, timeout=60, cond=lambda live: True):
 
 
 def config_error(fut):
+    """The message of the INVALID_CONFIG error an admin future must fail with."""
     with pytest.raises(ck.KafkaException) as exc:
         fut.result(30)
+    vars(fut).pop("admin", None)
     err = exc.value.args[0]
     assert err.code() == ck.KafkaError.INVALID_CONFIG, err
     return err.str()
@@ -323,8 +327,9 @@ def test_enable_remote_log_on_an_existing_topic(broker):
     assert o["start"] == 0 and o["end"] == 600, o
     live = wait_chain(broker, "en")
     assert live[0].meta.start_offset == 0
-    # only the active segment is still local
-    assert [int(p.stem) for p in all_segments(broker, "en")] == [o["tiered"] + 1]
+    # only the active segment stays local
+    wait_for(lambda: [int(p.stem) for p in all_segments(broker, "en")] ==
+             [offsets(broker.bootstrap, "en")["tiered"] + 1], 30, what="local segments deleted")
     msgs = consume(broker, "en", 0, 600)
     assert len(msgs) == 600
     check_records(msgs, 0)
@@ -360,16 +365,67 @@ def test_copy_disable_keeps_remote_reads_and_resumes_without_gap(broker):
     msgs = consume(broker, "cd", 0, 800)  # the first part from the remote tier
     assert len(msgs) == 800
     check_records(msgs, 0)
+    # remote retention still works while copying is disabled: DeleteRecords into the second
+    # remote segment deletes the first
+    target = live[1].meta.start_offset + 1
+    a = admin(broker)
+    assert list(a.delete_records([CkTp("cd", 0, target)]).values())[0].result(30) \
+        .low_watermark == target
+    kept = wait_chain(broker, "cd", cond=lambda lv: lv[0].uuid == live[1].uuid)
+    assert [h.uuid for h in kept] == [h.uuid for h in live[1:]]
 
     alter(broker, "cd", **{"remote.log.copy.disable": "false", "local.retention.bytes": "1"})
     o = wait_tiered(broker, "cd", 700)
-    assert o["start"] == 0 and o["end"] == 800
-    after = wait_chain(broker, "cd")  # contiguous from 0: no gap, no duplicate
-    assert [h.uuid for h in after[:len(live)]] == [h.uuid for h in live]  # nothing copied twice
-    assert after[len(live)].meta.start_offset == frozen["tiered"] + 1
-    msgs = consume(broker, "cd", 0, 800)
-    assert len(msgs) == 800
-    check_records(msgs, 0)
+    assert o["start"] == target and o["end"] == 800, o
+    after = wait_chain(broker, "cd")  # contiguous: no gap, no duplicate
+    assert [h.uuid for h in after[:len(kept)]] == [h.uuid for h in kept]  # nothing copied twice
+    assert after[len(kept)].meta.start_offset == frozen["tiered"] + 1
+    msgs = consume(broker, "cd", ck.OFFSET_BEGINNING, 800 - target)
+    assert len(msgs) == 800 - target
+    check_records(msgs, target)
+
+
+def test_copy_disabled_topic_applies_retention_to_local_segments(broker):
+    """With copying disabled, local retention equals total retention (Kafka requires it) and
+    applies to the local segments, copied or not, as on a plain topic (Kafka's
+    remoteLogEnabledAndRemoteCopyEnabled): the log start offset moves and the remote segments
+    below it go. Copying again resumes at the log start offset."""
+    create(broker, "cs", **TIERED_TOPIC)
+    produce(broker, "cs", 300)
+    wait_tiered(broker, "cs", 150)
+    wait_chain(broker, "cs")
+    limit = 4 * SEGMENT
+    alter(broker, "cs", **{"remote.log.copy.disable": "true", "retention.bytes": str(limit),
+                           "local.retention.bytes": str(limit)})
+    time.sleep(0.5)  # a copy in flight when the config changed may still finish
+    frozen = offsets(broker.bootstrap, "cs")["tiered"]
+    produce(broker, "cs", 1000, start=300)
+
+    def settled():
+        segs = all_segments(broker, "cs")
+        size = sum(p.stat().st_size for p in segs)
+        o = offsets(broker.bootstrap, "cs")
+        return (size - limit < segs[0].stat().st_size and o["start"] == o["local_start"]
+                and not remote_files(remote_root(broker), "cs") and o)
+    o = wait_for(settled, 30, what="local retention of a copy-disabled topic")
+    assert o["start"] == int(all_segments(broker, "cs")[0].stem) > frozen + 1, o
+    assert o["end"] == 1300 and o["tiered"] == frozen, o
+    S = _api().RemoteLogSegmentState
+    assert all(h.state is S.DELETE_SEGMENT_FINISHED
+               for h in segment_histories(broker, "cs").values())
+    start = o["start"]
+    msgs = consume(broker, "cs", ck.OFFSET_BEGINNING, 1300 - start)
+    assert len(msgs) == 1300 - start
+    check_records(msgs, start)
+
+    alter(broker, "cs", **{"remote.log.copy.disable": "false", "local.retention.bytes": "1"})
+    o = wait_tiered(broker, "cs", 1200)
+    assert o["start"] == start, o
+    live = wait_chain(broker, "cs")
+    assert live[0].meta.start_offset == start
+    msgs = consume(broker, "cs", ck.OFFSET_BEGINNING, 1300 - start)
+    assert len(msgs) == 1300 - start
+    check_records(msgs, start)
 
 
 def test_disable_remote_storage_with_delete_on_disable(broker):
@@ -422,7 +478,8 @@ def test_local_retention_ms_rolls_and_offloads_the_active_segment(broker):
     assert o == {"start": 0, "local_start": 100, "end": 100, "tiered": 99}
     live = wait_chain(broker, "ra")
     assert [(h.meta.start_offset, h.meta.end_offset) for h in live] == [(0, 99)]
-    assert [int(p.stem) for p in all_segments(broker, "ra")] == [100]
+    wait_for(lambda: [int(p.stem) for p in all_segments(broker, "ra")] == [100], 30,
+             what="segment deleted locally")
     msgs = consume(broker, "ra", 0, 100)
     assert len(msgs) == 100
     check_records(msgs, 0, base_ts=now)
@@ -468,6 +525,27 @@ def test_remote_segments_past_retention_ms_are_deleted(broker):
     check_records(msgs[300 - start:], 300, base_ts=now - 300)
 
 
+def test_an_idle_topic_past_retention_ms_empties_both_tiers(broker):
+    """DeleteSegmentsByRetentionTime, all of it: the expired active segment is rolled and
+    tiered, then every remote segment expires and the log start offset reaches the log end."""
+    old = int(time.time() * 1000) - 2 * 3_600_000
+    create(broker, "rx", **{**TIERED_TOPIC, "retention.ms": "3600000",
+                            "local.retention.ms": "1000"})
+    produce(broker, "rx", 300, ts=old)
+    o = wait_for(lambda: (x := offsets(broker.bootstrap, "rx"))["start"] == 300 and x, 30,
+                 what="every record expired")
+    assert o == {"start": 300, "local_start": 300, "end": 300, "tiered": 299}, o
+    wait_for(lambda: not remote_files(remote_root(broker), "rx"), 30, what="remote tier empty")
+    S = _api().RemoteLogSegmentState
+    hist = segment_histories(broker, "rx")
+    assert hist and all(h.state is S.DELETE_SEGMENT_FINISHED for h in hist.values())
+    assert max(h.meta.end_offset for h in hist.values()) == 299
+    assert consume(broker, "rx", ck.OFFSET_BEGINNING, 1, timeout=2) == []
+    produce(broker, "rx", 10, start=300, ts=int(time.time() * 1000))
+    msgs = consume(broker, "rx", ck.OFFSET_BEGINNING, 10)
+    assert [m.offset() for m in msgs] == list(range(300, 310))
+
+
 def test_remote_segments_past_retention_bytes_are_deleted(broker):
     """DeleteSegmentsByRetentionSize: the oldest remote segments go while the whole log (remote
     plus local data not yet tiered) exceeds retention.bytes by at least the segment's size."""
@@ -484,7 +562,7 @@ def test_remote_segments_past_retention_bytes_are_deleted(broker):
     def fits(live):
         return total(live) - retention < live[0].meta.segment_size_in_bytes
     live = wait_chain(broker, "rs", cond=fits)
-    assert total(live) > retention - SEGMENT  # not more than needed was deleted
+    assert total(live) >= retention  # not more than needed was deleted
     o = offsets(broker.bootstrap, "rs")
     assert o["start"] == live[0].meta.start_offset > 0 and o["end"] == 1000, o
     S = _api().RemoteLogSegmentState
@@ -508,7 +586,8 @@ def test_delete_records_into_the_remote_range(broker):
     seg = live[3].meta
     target = (seg.start_offset + seg.end_offset) // 2
     assert seg.start_offset < target < seg.end_offset
-    res = admin(broker).delete_records([CkTp("dr", 0, target)])
+    a = admin(broker)
+    res = a.delete_records([CkTp("dr", 0, target)])
     assert list(res.values())[0].result(30).low_watermark == target
     assert offsets(broker.bootstrap, "dr")["start"] == target
     after = wait_chain(broker, "dr", cond=lambda lv: lv[0].meta.start_offset == seg.start_offset)
@@ -522,6 +601,17 @@ def test_delete_records_into_the_remote_range(broker):
     assert len(msgs) == 1000 - target
     check_records(msgs, target)
     assert list_offset(broker.bootstrap, "dr", 0, BASE_TS)[:2] == (0, target)
+    # a fetch below the log start offset is OFFSET_OUT_OF_RANGE: the consumer resets
+    msgs = consume(broker, "dr", 0, 1000 - target, reset="earliest")
+    assert len(msgs) == 1000 - target
+    check_records(msgs, target)
+    broker.stop()
+    broker.start()
+    assert offsets(broker.bootstrap, "dr")["start"] == target
+    assert [h.uuid for h in wait_chain(broker, "dr")] == [h.uuid for h in after]
+    msgs = consume(broker, "dr", target, 1000 - target)
+    assert len(msgs) == 1000 - target
+    check_records(msgs, target)
 
 
 def test_delete_topic_removes_remote_data_and_the_name_can_be_reused(broker):
@@ -534,7 +624,8 @@ def test_delete_topic_removes_remote_data_and_the_name_can_be_reused(broker):
     old_dirs = {f.relative_to(remote_root(broker)).parts[0]
                 for f in remote_files(remote_root(broker), "dt")}
     assert len(old_dirs) == 1
-    admin(broker).delete_topics(["dt"])["dt"].result(30)
+    a = admin(broker)
+    a.delete_topics(["dt"])["dt"].result(30)
     wait_for(lambda: not remote_files(remote_root(broker), "dt"), 30, what="remote data deleted")
     P = _api().RemotePartitionDeleteState
     finished = {r.topic_id_partition.partition for r in metadata_records(broker)
@@ -563,7 +654,8 @@ def test_added_partitions_are_tiered(broker):
     create(broker, "pe", **TIERED_TOPIC)
     produce(broker, "pe", 300)
     wait_tiered(broker, "pe", 150)
-    admin(broker).create_partitions([NewPartitions("pe", 3)])["pe"].result(30)
+    a = admin(broker)
+    a.create_partitions([NewPartitions("pe", 3)])["pe"].result(30)
     for p in (1, 2):
         produce(broker, "pe", 300, partition=p)
     for p in (0, 1, 2):
