@@ -303,3 +303,36 @@ def test_expirer_running_right_after_copy_started_leaves_the_copy_alone(env):
     assert deleted == [0]
     assert [m.state for m in env.remote(None)] == [RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
     assert len(env.objects()) == 3
+
+
+def test_delete_on_disable_retries_through_an_outage_until_the_remote_data_is_gone(env):
+    import time as _time
+    env.produce(60)
+    env.copy()
+    env.log.delete_old_segments()
+    assert env.remote()
+    env.log.update_config(LogConfig({**env.log.config.originals, "remote.storage.enable": "false",
+                                     "remote.log.delete.on.disable": "true"}))
+    env.faults.set_outage(True)
+
+    def settle():
+        deadline = _time.monotonic() + 10
+        while _time.monotonic() < deadline:
+            with env.rlm._lock:
+                tasks = list(env.rlm._disabling.values())
+            if not any(t.running for t in tasks):
+                return tasks
+            _time.sleep(0.01)
+        raise AssertionError("deletion task still running")
+    env.rlm._schedule_round()
+    tasks = settle()
+    assert len(tasks) == 1 and tasks[0].backoff.failures == 1  # failed, will retry
+    assert env.remote()
+    env.faults.set_outage(False)
+    env.clock.advance_ms(60_000)
+    env.rlm._schedule_round()
+    settle()
+    assert env.remote(None) == [] and env.objects() == []
+    assert env.rlm._disabling == {}
+    assert env.log.log_start_offset == env.log.local_log_start_offset > 0
+    assert env.log.highest_offset_in_remote_storage == -1

@@ -199,6 +199,7 @@ class RemoteLogManager:
         self._topic_id = topic_id
         self._partitions: dict[TopicPartition, PartitionTiering] = {}
         self._removals: dict[TopicIdPartition, _Task] = {}
+        self._disabling: dict[TopicPartition, _Task] = {}   # delete-on-disable in progress
         self._lock = threading.Lock()
         self._wake = threading.Event()
         s = self.settings
@@ -256,7 +257,7 @@ class RemoteLogManager:
         due = now + self.settings.task_interval_ms
         with self._lock:
             tasks = [t for p in self._partitions.values() for t in (p.copy_task, p.expire_task)]
-            tasks += list(self._removals.values())
+            tasks += list(self._removals.values()) + list(self._disabling.values())
         for t in tasks:
             if t.backoff.failures and not t.running:
                 due = min(due, t.next_run_ms)
@@ -271,8 +272,8 @@ class RemoteLogManager:
             tp = ulog.topic_partition
             part = self._partitions.get(tp)
             if not ulog.remote_log_enabled:
-                if part is not None:
-                    self._on_tiering_disabled(part)
+                if ulog.config.get("remote.log.delete.on.disable"):
+                    self._schedule_remote_log_deletion(ulog, now)
                 continue
             topic_id = self._topic_id(tp.topic)
             if topic_id is None:
@@ -349,23 +350,40 @@ class RemoteLogManager:
 
     # ---- disabling and deleting --------------------------------------------------------------
 
-    def _on_tiering_disabled(self, part: PartitionTiering) -> None:
-        """``remote.storage.enable`` turned off: with delete-on-disable, the remote data goes."""
+    def _schedule_remote_log_deletion(self, ulog: UnifiedLog, now: int) -> None:
+        """``remote.storage.enable`` is off with ``remote.log.delete.on.disable``: while the
+        partition still has remote segments, delete them (retried with backoff; after a
+        restart the metadata still shows them, so an interrupted deletion resumes)."""
+        tp = ulog.topic_partition
+        topic_id = self._topic_id(tp.topic)
+        if topic_id is None:
+            return
+        tip = TopicIdPartition(topic_id, tp)
         with self._lock:
-            self._partitions.pop(part.log.topic_partition, None)
-        if part.log.config.get("remote.log.delete.on.disable"):
-            self._expirers.submit(self._delete_remote_log, part)
+            task = self._disabling.get(tp)
+        if task is None:
+            try:
+                if not self.ctx.rlmm.is_ready(tip) or \
+                        next(iter(self.ctx.rlmm.list_remote_log_segments(tip)), None) is None:
+                    return
+            except Exception:  # noqa: BLE001 - metadata not loaded yet: next round
+                return
+            task = _Task(Backoff(self.settings.retry_backoff_ms,
+                                 self.settings.retry_backoff_max_ms, self.settings.retry_jitter))
+            with self._lock:
+                self._disabling[tp] = task
+        self._submit(self._expirers, task, now, self._delete_remote_log, (tip, ulog))
 
-    def _delete_remote_log(self, part: PartitionTiering) -> None:
-        try:
-            n = expirer.delete_all_remote_segments(self.ctx, part.tip, lambda: self.ctx.stopping)
-            ulog = part.log
-            ulog.update_highest_offset_in_remote_storage(-1, force=True)
-            ulog.maybe_increment_log_start_offset(ulog.local_log_start_offset,
-                                                  "remote storage disabled")
-            log.info("%s: tiering disabled, deleted %d remote segment(s)", part.tip, n)
-        except Exception as exc:  # noqa: BLE001 - the next round finds the partition again
-            log.warning("%s: deleting remote data after disabling failed: %s", part.tip, exc)
+    def _delete_remote_log(self, target: tuple[TopicIdPartition, UnifiedLog]) -> None:
+        tip, ulog = target
+        n = expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
+        if self.ctx.stopping:
+            return
+        ulog.update_highest_offset_in_remote_storage(-1, force=True)
+        ulog.maybe_increment_log_start_offset(ulog.local_log_start_offset, "remote storage disabled")
+        with self._lock:
+            self._disabling.pop(tip.topic_partition, None)
+        log.info("%s: tiering disabled, deleted %d remote segment(s)", tip, n)
 
     def on_partitions_deleted(self, tips: list[TopicIdPartition]) -> None:
         """A topic was deleted: mark its partitions and let the remover delete every object."""
