@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from strata.common.files import fsync_dir
 from strata.tiered.api import (
     RemoteResourceNotFoundException, RemoteStorageException, RetriableRemoteStorageException)
 
@@ -167,19 +168,6 @@ class MemoryObjectStore(ObjectStore):
 _TMP_MARK = ".strata-tmp-"
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class FileSystemObjectStore(ObjectStore):
     """Objects as files under ``root``; the key's ``/`` parts are directories.
 
@@ -230,7 +218,7 @@ class FileSystemObjectStore(ObjectStore):
                 raise RemoteStorageException(f"cannot write object {key}: {e}") from e
             raise
         if self.sync:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def put(self, key: str, data: bytes) -> None:
         self._write(key, lambda f: f.write(data))
