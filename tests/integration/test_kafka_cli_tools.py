@@ -146,3 +146,26 @@ def test_perf_tools_produce_and_consume_every_record(broker):
     fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")]))
     assert int(fields["data.consumed.in.nMsg"]) == 20000, out
     assert float(fields["data.consumed.in.MB"]) == pytest.approx(20000 * 1024 / 1024 / 1024, rel=0.01)
+
+
+def test_java_tools_read_a_tiered_topic_across_both_tiers(tmp_path):
+    """Kafka's GetOffsetShell asks for earliest-local (−4) and latest-tiered (−5) through the Java
+    AdminClient (ListOffsets v8+), and the Java console consumer reads from offset 0 through the
+    remote tier into the local one."""
+    from tiered_support import TIERED_BROKER, offsets as raw_offsets, wait_for
+    with BrokerProcess(tmp_path, TIERED_BROKER) as b:
+        topics(b, "--create", "--topic", "tt", "--partitions", "1", "--config",
+               "remote.storage.enable=true", "--config", "internal.segment.bytes=16384",
+               "--config", "local.retention.bytes=1")
+        lines = "".join(f"value-{i:05d}-{'x' * 200}\n" for i in range(400))
+        tool(CONSOLE_PRODUCER, "--bootstrap-server", b.bootstrap, "--topic", "tt",
+             "--producer-property", "batch.size=2048", input=lines)
+        o = wait_for(lambda: (x := raw_offsets(b.bootstrap, "tt"))["tiered"] > 200
+                     and x["local_start"] > 200 and x, 60, what="tiering")
+        assert offsets(b, "tt", "-4") == {0: o["local_start"]}
+        assert offsets(b, "tt", "-5") == {0: o["tiered"]}
+        assert offsets(b, "tt", "-2") == {0: 0}
+        out = tool(CONSOLE_CONSUMER, "--bootstrap-server", b.bootstrap, "--topic", "tt",
+                   "--from-beginning", "--max-messages", "400", "--timeout-ms", "30000")
+        got = [line for line in out.splitlines() if line.startswith("value-")]
+        assert got == lines.splitlines()
