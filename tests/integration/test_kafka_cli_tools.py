@@ -160,8 +160,13 @@ def test_java_tools_read_a_tiered_topic_across_both_tiers(tmp_path):
         lines = "".join(f"value-{i:05d}-{'x' * 200}\n" for i in range(400))
         tool(CONSOLE_PRODUCER, "--bootstrap-server", b.bootstrap, "--topic", "tt",
              "--producer-property", "batch.size=2048", input=lines)
-        o = wait_for(lambda: (x := raw_offsets(b.bootstrap, "tt"))["tiered"] > 200
-                     and x["local_start"] > 200 and x, 60, what="tiering")
+        def settled():  # every inactive segment tiered and gone locally, twice in a row
+            x = raw_offsets(b.bootstrap, "tt")
+            if x["tiered"] < 200 or x["local_start"] != x["tiered"] + 1:
+                return None
+            time.sleep(1)
+            return x if raw_offsets(b.bootstrap, "tt") == x else None
+        o = wait_for(settled, 60, what="tiering to settle")
         assert offsets(b, "tt", "-4") == {0: o["local_start"]}
         assert offsets(b, "tt", "-5") == {0: o["tiered"]}
         assert offsets(b, "tt", "-2") == {0: 0}
