@@ -250,12 +250,19 @@ def test_topic_deletion_removes_every_remote_segment_and_records_the_partition_s
     env.produce(60)
     env.copy()
     assert env.objects()
+    published = []
+    real_put = env.rlmm.put_remote_partition_delete_metadata
+
+    def put(meta):
+        published.append(meta.state.name)
+        return real_put(meta)
+    env.rlmm.put_remote_partition_delete_metadata = put
     env.rlm._remove_partition(TIP)
     assert env.objects() == []
-    assert env.rlmm.list_remote_log_segments(TIP) == [] or not list(env.rlmm.list_remote_log_segments(TIP))
-    states = [r.state.name for r in env.rlmm.describe() if hasattr(r, "state") and
-              not hasattr(r, "start_offset")]
-    assert "DELETE_PARTITION_STARTED" not in states
+    assert list(env.rlmm.list_remote_log_segments(TIP)) == []
+    assert published == ["DELETE_PARTITION_MARKED", "DELETE_PARTITION_STARTED",
+                         "DELETE_PARTITION_FINISHED"]
+    assert env.rlm._removals == {}
 
 
 def test_expirer_never_deletes_a_copy_that_finishes_while_it_lists(env):

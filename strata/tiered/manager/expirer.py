@@ -82,7 +82,7 @@ def expire_remote_segments(ctx: TieringContext, part: PartitionTiering) -> int:
     ulog = part.log
     cfg = ulog.config
     now = ctx.clock.milliseconds()
-    segments = sorted(ctx.rlmm.list_remote_log_segments(part.tip), key=lambda m: m.start_offset)
+    segments = list(ctx.rlmm.list_remote_log_segments(part.tip))  # by start offset
     # The copy in flight, read after the listing. The copier sets it before publishing
     # COPY_SEGMENT_STARTED and clears it after COPY_SEGMENT_FINISHED, so a listed attempt that is
     # not the one in flight is over -- but it may have finished since the listing: only the
@@ -155,7 +155,7 @@ def expire_remote_segments(ctx: TieringContext, part: PartitionTiering) -> int:
 def delete_all_remote_segments(ctx: TieringContext, part_tip, stop_check=lambda: False) -> int:
     """Every remote segment of a partition, whatever its state (topic deletion, disabling)."""
     deleted = 0
-    for m in sorted(ctx.rlmm.list_remote_log_segments(part_tip), key=lambda m: m.start_offset):
+    for m in list(ctx.rlmm.list_remote_log_segments(part_tip)):
         if stop_check():
             break
         delete_remote_segment(ctx, m)

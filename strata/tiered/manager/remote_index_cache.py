@@ -464,12 +464,12 @@ class RemoteIndexCache:
             offset_index = self._load_file(
                 _with_suffix(base, INDEX_SUFFIX),
                 lambda: self._rsm.fetch_index(meta, IndexType.OFFSET),
-                lambda p: _open_offset_index(p, start))
+                lambda p: _open_index(OffsetIndex, p, start))
             opened.append(offset_index)
             time_index = self._load_file(
                 _with_suffix(base, TIME_INDEX_SUFFIX),
                 lambda: self._rsm.fetch_index(meta, IndexType.TIMESTAMP),
-                lambda p: _open_time_index(p, start))
+                lambda p: _open_index(TimeIndex, p, start))
             opened.append(time_index)
             txn_path = _with_suffix(base, TXN_INDEX_SUFFIX)
             txn_index = self._load_file(txn_path, lambda: self._fetch_txn_index(meta),
@@ -544,9 +544,9 @@ class RemoteIndexCache:
 
 def _open_entry(offset_path: Path, time_path: Path, txn_path: Path, start_offset: int) -> Entry:
     """The entry of a complete set of cached files (FileNotFoundError if one is missing)."""
-    offset_index = _open_offset_index(offset_path, start_offset)
+    offset_index = _open_index(OffsetIndex, offset_path, start_offset)
     try:
-        time_index = _open_time_index(time_path, start_offset)
+        time_index = _open_index(TimeIndex, time_path, start_offset)
     except BaseException:
         offset_index.close()
         raise
@@ -559,18 +559,9 @@ def _open_entry(offset_path: Path, time_path: Path, txn_path: Path, start_offset
     return Entry(offset_index, time_index, txn_index, txn_path)
 
 
-def _open_offset_index(path: Path, start_offset: int) -> OffsetIndex:
-    index = OffsetIndex(path, start_offset, writable=False)
-    try:
-        index.sanity_check()
-    except CorruptIndexError:
-        index.close()
-        raise
-    return index
-
-
-def _open_time_index(path: Path, start_offset: int) -> TimeIndex:
-    index = TimeIndex(path, start_offset, writable=False)
+def _open_index(cls: type[_I], path: Path, start_offset: int) -> _I:
+    """An offset or time index file opened read-only, refused if it fails Kafka's sanity check."""
+    index = cls(path, start_offset, writable=False)
     try:
         index.sanity_check()
     except CorruptIndexError:

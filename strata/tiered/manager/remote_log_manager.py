@@ -24,11 +24,12 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.errors import ErrorCode, KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from strata.common.types import TopicIdPartition, TopicPartition
+from strata.log.local_log import FetchDataInfo
 from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.tiered.api import (
     RemoteLogMetadataManager, RemoteLogSegmentId, RemoteLogSegmentMetadata,
@@ -183,11 +184,6 @@ class PartitionTiering:
         return self.log.remote_log_enabled and not self.log.config.get("remote.log.copy.disable")
 
 
-class RemoteReadResult(NamedTuple):
-    records: bytes
-    aborted_transactions: list | None
-
-
 class RemoteLogManager:
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
                  broker_id: int, logs: Callable[[], list[UnifiedLog]],
@@ -335,10 +331,14 @@ class RemoteLogManager:
             part.log.maybe_increment_log_start_offset(earliest, "earliest remote segment")
         part.initialized = True
 
+    def copied_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The partition's fully copied remote segments (what readers may use), by start offset."""
+        return [m for m in self.ctx.rlmm.list_remote_log_segments(tip)
+                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
     def _earliest_remote_offset(self, tip: TopicIdPartition) -> int | None:
-        starts = [m.start_offset for m in self.ctx.rlmm.list_remote_log_segments(tip)
-                  if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-        return min(starts) if starts else None
+        copied = self.copied_segments(tip)
+        return copied[0].start_offset if copied else None
 
     def _copy(self, part: PartitionTiering) -> None:
         self._ensure_initialized(part)
@@ -436,7 +436,7 @@ class RemoteLogManager:
 
     def submit_read(self, ulog: UnifiedLog, fetch_offset: int, max_bytes: int,
                     isolation: FetchIsolation, min_one_message: bool
-                    ) -> concurrent.futures.Future[RemoteReadResult]:
+                    ) -> concurrent.futures.Future[FetchDataInfo]:
         """Queue a consumer read of ``fetch_offset`` from the remote tier on the reader pool.
 
         A full queue (``remote.log.reader.max.pending.tasks``) fails the future at once.
@@ -448,7 +448,7 @@ class RemoteLogManager:
 
         stats = self.reader_stats
 
-        def run() -> RemoteReadResult:
+        def run() -> FetchDataInfo:
             started = stats.started()
             try:
                 return self.read(ulog, fetch_offset, max_bytes, isolation, min_one_message)
@@ -478,12 +478,10 @@ class RemoteLogManager:
             meta = self.ctx.rlmm.remote_log_segment_metadata(tip, epoch, offset)
             if meta is not None:
                 return meta
-        above = [m for m in self.ctx.rlmm.list_remote_log_segments(tip)
-                 if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= offset]
-        return min(above, key=lambda m: m.start_offset) if above else None
+        return next((m for m in self.copied_segments(tip) if m.end_offset >= offset), None)
 
     def read(self, ulog: UnifiedLog, fetch_offset: int, max_bytes: int,
-             isolation: FetchIsolation, min_one_message: bool) -> RemoteReadResult:
+             isolation: FetchIsolation, min_one_message: bool) -> FetchDataInfo:
         """Whole batches from the remote segment that holds ``fetch_offset`` (blocking)."""
         from strata.tiered.manager.remote_log_reader import read_remote_segment
         topic = ulog.topic_partition.topic
@@ -511,7 +509,7 @@ class RemoteLogManager:
             log.warning("remote read of %s at %d failed: %s", ulog.topic_partition, fetch_offset, exc)
             raise KafkaStorageError(f"remote read failed: {exc}") from exc
         self.ctx.metrics.fetched(topic, len(result.records))
-        return RemoteReadResult(result.records, aborted)
+        return result.to_fetch_data_info(aborted)
 
     def _aborted_transactions(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
                               start: int, upper: int) -> list:
@@ -520,9 +518,8 @@ class RemoteLogManager:
         until an entry ends at or past ``upper`` (Kafka's collectAbortedTransactions)."""
         from strata.tiered.manager.remote_log_reader import search_aborted_transactions
         out: list = []
-        later = sorted((m for m in self.ctx.rlmm.list_remote_log_segments(meta.topic_id_partition)
-                        if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                        and m.start_offset > meta.end_offset), key=lambda m: m.start_offset)
+        later = [m for m in self.copied_segments(meta.topic_id_partition)
+                 if m.start_offset > meta.end_offset]
         for m in [meta, *later]:
             found = search_aborted_transactions(self.ctx.index_cache, m, start, upper)
             out.extend(found.aborted_transactions)
@@ -538,9 +535,7 @@ class RemoteLogManager:
         from strata.tiered.manager.remote_log_reader import find_offset_by_timestamp
         tip = self._tip(ulog)
         start = ulog.log_start_offset
-        for m in sorted(self.ctx.rlmm.list_remote_log_segments(tip), key=lambda m: m.start_offset):
-            if m.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
-                continue
+        for m in self.copied_segments(tip):
             if m.end_offset < start or m.max_timestamp_ms < timestamp:
                 continue
             found = find_offset_by_timestamp(self.ctx.rsm, self.ctx.index_cache, m, timestamp,
@@ -553,9 +548,7 @@ class RemoteLogManager:
 
     def describe(self, ulog: UnifiedLog) -> dict[str, int]:
         """Remote segment count and bytes of one partition (copied segments only)."""
-        tip = self._tip(ulog)
-        done = [m for m in self.ctx.rlmm.list_remote_log_segments(tip)
-                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        done = self.copied_segments(self._tip(ulog))
         return {"remote_segments": len(done),
                 "remote_bytes": sum(m.segment_size_in_bytes for m in done)}
 
