@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench-log bench-clients venv system-deps kafka-dist clean
+.PHONY: run test test-fast bench bench-smoke bench-log venv system-deps kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ run: venv
 
 test: venv system-deps kafka-dist
 	$(VENV)/bin/pytest -q
+	$(MAKE) --no-print-directory bench-smoke
 
 test-fast: venv
 	$(VENV)/bin/pytest -q -m "not slow"
@@ -36,9 +37,15 @@ test-fast: venv
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
 
-# Kafka clients against a Strata broker it starts (confluent-kafka and Kafka's perf tools).
-bench-clients: venv kafka-dist
-	$(PY) -m strata.bench.client_bench
+# Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
+# writes its section of docs/benchmarks.md and the charts under docs/benchmarks/.
+bench: venv kafka-dist
+	$(PY) -m strata.bench.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
+		--json docs/benchmarks/compare.json
+
+# Every workload of `make bench` at a tiny size against Strata alone (part of `make test`).
+bench-smoke: venv
+	$(PY) -m strata.bench.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

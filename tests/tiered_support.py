@@ -3,21 +3,11 @@ confluent-kafka spelling), waiting for conditions, and a look at the remote tier
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from pathlib import Path
 
-from kio.schema.list_offsets.v9.request import (
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
-from kio.schema.list_offsets.v9.response import ListOffsetsResponse
-from kio.serial import entity_reader
-from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i64
-
-from wire import client_frame, framed
-
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+from strata.protocol.client import (  # noqa: F401
+    EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP, list_offset)
 
 TIERED_BROKER = {
     "remote.log.storage.system.enable": "true",
@@ -28,33 +18,6 @@ TIERED_BROKER = {
     "log.segment.delete.delay.ms": "0",
     "rlmm.config.remote.log.metadata.topic.num.partitions": "5",
 }
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
-def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
-    """(error code, offset, leader epoch) of a ListOffsets v9 for one partition."""
-    host, port = bootstrap.rsplit(":", 1)
-    req = ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
-        ListOffsetsTopic(name=TopicName(topic), partitions=(
-            ListOffsetsPartition(partition_index=i32(partition), timestamp=i64(timestamp)),)),))
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(framed(client_frame(req, correlation_id=1)))
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        payload = _recv_exact(s, size)
-    _, pos = entity_reader(ListOffsetsResponse.__header_schema__)(payload, 0)
-    resp, _ = entity_reader(ListOffsetsResponse)(payload, pos)
-    p = resp.topics[0].partitions[0]
-    return int(p.error_code.value if hasattr(p.error_code, "value") else p.error_code), \
-        int(p.offset), int(p.leader_epoch)
 
 
 def offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, int]:

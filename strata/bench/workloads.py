@@ -1,0 +1,344 @@
+"""The workloads of the benchmarks, each driven by a real Kafka client against any
+Kafka-compatible broker: confluent-kafka (librdkafka) producers and consumers, and Apache
+Kafka's own ``kafka-producer-perf-test`` / ``kafka-consumer-perf-test``.
+
+Records are 1 KiB of random (incompressible) bytes by default, no key, no compression.
+MiB/s counts record value bytes only (N x record size), as Kafka's perf tools do (they print
+"MB/sec" but divide by 1024 * 1024 too).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from strata.bench.brokers import java_command
+
+MIB = 1024 * 1024
+PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+LATENCY_WARMUP_RECORDS = 200
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- topics --------------------------------------------------------------------------------
+
+class Topics:
+    """Creates the bench's topics: CreateTopics when the broker has it, else auto-creation."""
+
+    def __init__(self, bootstrap: str, partitions: int, replication_factor: int):
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.create_topics_error: str | None = None  # set once CreateTopics failed: use auto-create
+        self.created: list[str] = []
+        self.notes: list[str] = []
+
+    def new(self, label: str, config: dict[str, str] | None = None) -> str:
+        name = f"bench-{label}-{uuid.uuid4().hex[:8]}"
+        self.create(name, config)
+        return name
+
+    def create(self, name: str, config: dict[str, str] | None = None) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        if self.create_topics_error is None:
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            try:
+                fs = admin.create_topics([NewTopic(name, num_partitions=self.partitions,
+                                                   replication_factor=self.replication_factor,
+                                                   config=dict(config or {}))],
+                                         operation_timeout=30, request_timeout=15)
+                fs[name].result(timeout=30)
+            except Exception as exc:  # noqa: BLE001 - any refusal: fall back to auto-create
+                if config:
+                    raise RuntimeError(f"CreateTopics {name} with {config} failed: {exc}") from exc
+                self.create_topics_error = str(exc)
+                note = f"CreateTopics failed ({exc}); topics are auto-created through Metadata"
+                self.notes.append(note)
+                log(note)
+        if self.create_topics_error is not None:
+            self._auto_create(name)
+        parts = self.wait_ready(name)
+        if parts != self.partitions:
+            note = (f"topic {name} has {parts} partitions, not --partitions={self.partitions} "
+                    f"(auto-created with the broker's num.partitions)")
+            if note not in self.notes:
+                self.notes.append(note)
+                log(note)
+        self.created.append(name)
+
+    def _auto_create(self, name: str) -> None:
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": self.bootstrap, "allow.auto.create.topics": True})
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                md = p.list_topics(name, timeout=10)
+                t = md.topics.get(name)
+                if t is not None and t.error is None and t.partitions:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not auto-create {name}: {t.error if t else 'absent'}")
+                time.sleep(0.2)
+        finally:
+            p.flush(1)
+
+    def wait_ready(self, name: str, timeout: float = 30) -> int:
+        """Wait until every partition of ``name`` has a leader; its partition count."""
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout
+        while True:
+            md = admin.list_topics(name, timeout=10)
+            t = md.topics.get(name)
+            if t is not None and t.error is None and t.partitions and \
+                    all(p.leader >= 0 for p in t.partitions.values()):
+                return len(t.partitions)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} not ready: {t.error if t else 'absent'}")
+            time.sleep(0.1)
+
+    def partition_ids(self, name: str) -> list[int]:
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(name, timeout=10)
+        return sorted(md.topics[name].partitions)
+
+    def delete_all(self) -> None:
+        """Best effort (for a long-running external broker)."""
+        if not self.created:
+            return
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until the futures resolve
+        try:
+            fs = admin.delete_topics(self.created, operation_timeout=30, request_timeout=15)
+            for f in fs.values():
+                f.result(timeout=30)
+        except Exception as exc:  # noqa: BLE001
+            log(f"could not delete the bench topics ({exc}); they stay: {' '.join(self.created)}")
+
+
+# --- confluent-kafka workloads -------------------------------------------------------------
+
+def random_values(record_size: int, count: int = 1024) -> list[bytes]:
+    """Distinct random (incompressible) values, cycled through by the producers."""
+    return [os.urandom(record_size) for _ in range(count)]
+
+
+def producer_config(bootstrap: str, acks: str) -> dict:
+    return {"bootstrap.servers": bootstrap,
+            "acks": acks,
+            "enable.idempotence": acks == "all",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "compression.type": "none"}
+
+
+def consumer_config(bootstrap: str) -> dict:
+    return {"bootstrap.servers": bootstrap,
+            "group.id": f"bench-assign-{uuid.uuid4().hex[:8]}",  # required; never joined
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest"}
+
+
+class _Deliveries:
+    def __init__(self):
+        self.ok = 0
+        self.errors = 0
+        self.first_error = None
+
+    def __call__(self, err, msg) -> None:
+        if err is None:
+            self.ok += 1
+        else:
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = err
+
+
+def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], acks: str) -> dict:
+    from confluent_kafka import Producer
+    d = _Deliveries()
+    p = Producer({**producer_config(bootstrap, acks), "on_delivery": d})
+    p.list_topics(topic, timeout=10)  # connect and learn the leader before the clock starts
+    produce, poll, mask = p.produce, p.poll, len(values) - 1
+    t0 = time.perf_counter()
+    for i in range(n):
+        v = values[i & mask]
+        while True:
+            try:
+                produce(topic, v)
+                break
+            except BufferError:  # local queue full: let deliveries drain it
+                poll(0.005)
+        if not i & 1023:
+            poll(0)
+    remaining = p.flush(300)
+    elapsed = time.perf_counter() - t0
+    if remaining or d.errors or d.ok != n:
+        raise RuntimeError(f"produce acks={acks}: {d.ok}/{n} delivered, {d.errors} errors "
+                           f"(first: {d.first_error}), {remaining} undelivered")
+    nbytes = n * len(values[0])
+    return {"MiB/s": nbytes / elapsed / MIB, "records/s": n / elapsed, "seconds": elapsed}
+
+
+def consume_throughput(bootstrap: str, topic: str, partitions: list[int], n: int,
+                       stall_timeout: float = 30) -> dict:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    c = Consumer(consumer_config(bootstrap))
+    try:
+        # Connect and look up where each partition starts before the clock starts. Assigning
+        # OFFSET_BEGINNING instead would resolve the offsets inside the timed span, one partition at
+        # a time: a fetch sent for an empty partition alone then waits out fetch.wait.max.ms.
+        starts = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0] for p in partitions]
+        count = nbytes = 0
+        t0 = time.perf_counter()
+        c.assign([TopicPartition(topic, p, start) for p, start in zip(partitions, starts)])
+        last_progress = time.monotonic()
+        while count < n:
+            # consume() returns when it has num_messages or at the timeout: never ask for more than is left
+            msgs = c.consume(num_messages=min(n - count, 10_000), timeout=1.0)
+            if not msgs:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise RuntimeError(f"consume: stalled at {count}/{n} records")
+                continue
+            last_progress = time.monotonic()
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"consume: {err}")
+                count += 1
+                nbytes += len(m)  # the value's length
+        elapsed = time.perf_counter() - t0
+    finally:
+        c.close()
+    return {"MiB/s": nbytes / elapsed / MIB, "records/s": count / elapsed, "seconds": elapsed,
+            "records": count}
+
+
+def percentile(sorted_xs: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(0, math.ceil(q / 100 * len(sorted_xs)) - 1)
+    return sorted_xs[min(k, len(sorted_xs) - 1)]
+
+
+def produce_latency(bootstrap: str, topic: str, rate: float, seconds: float, values: list[bytes]) -> dict:
+    from confluent_kafka import Producer
+    count = max(1, int(rate * seconds))
+    sent = [0.0] * count
+    latency = [-1.0] * count
+    errors: list = []
+    now = time.perf_counter
+
+    def on_delivery(i, err, msg):
+        if err is None:
+            latency[i] = now() - sent[i]
+        else:
+            errors.append(err)
+
+    p = Producer(producer_config(bootstrap, "all"))
+    warm = _Deliveries()
+    for i in range(LATENCY_WARMUP_RECORDS):
+        p.produce(topic, values[i % len(values)], on_delivery=warm)
+    p.flush(60)
+    if warm.ok != LATENCY_WARMUP_RECORDS:
+        raise RuntimeError(f"latency warm-up: {warm.ok}/{LATENCY_WARMUP_RECORDS} delivered ({warm.first_error})")
+    produce, poll, mask = p.produce, p.poll, len(values) - 1
+    cb = functools.partial
+    t0 = now()
+    i = 0
+    while i < count:
+        due = min(count, int((now() - t0) * rate) + 1)
+        while i < due:
+            sent[i] = now()
+            produce(topic, values[i & mask], on_delivery=cb(on_delivery, i))
+            i += 1
+        # serve delivery callbacks until the next record is due (librdkafka waits in whole ms)
+        wait = t0 + i / rate - now()
+        poll(max(1, math.ceil(wait * 1000)) / 1000 if wait > 0 else 0)
+    send_span = now() - t0
+    remaining = p.flush(60)
+    if errors or remaining or min(latency) < 0:
+        raise RuntimeError(f"latency: {len(errors)} errors (first: {errors[:1]}), {remaining} undelivered")
+    xs = sorted(x * 1000 for x in latency)
+    return {"p50 ms": percentile(xs, 50), "p99 ms": percentile(xs, 99), "p99.9 ms": percentile(xs, 99.9),
+            "max ms": xs[-1], "mean ms": statistics.fmean(xs), "achieved records/s": count / send_span,
+            "records": count}
+
+
+# --- Apache Kafka's perf tools -------------------------------------------------------------
+
+def run_java(cmd: list[str], timeout: float) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout + "\n" + proc.stderr
+
+
+# "200000 records sent, 51480.1 records/sec (50.27 MB/sec), 379.61 ms avg latency, 760.00 ms max
+#  latency, 390 ms 50th, 610 ms 95th, 700 ms 99th, 740 ms 99.9th."
+_PRODUCER_PERF_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th")
+
+
+def parse_producer_perf(text: str) -> dict:
+    matches = _PRODUCER_PERF_SUMMARY.findall(text)
+    if not matches:
+        raise ValueError(f"no ProducerPerformance summary line in:\n{text[-2000:]}")
+    sent, rps, mbps, avg, mx, p50, p95, p99, p999 = matches[-1]
+    return {"records": int(sent), "records/s": float(rps), "MiB/s": float(mbps),
+            "avg ms": float(avg), "max ms": float(mx), "p50 ms": float(p50), "p95 ms": float(p95),
+            "p99 ms": float(p99), "p99.9 ms": float(p999)}
+
+
+def parse_consumer_perf(text: str) -> dict:
+    """The header line ("start.time, end.time, data.consumed.in.MB, MB.sec, ...") and the row after it."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("start.time, end.time,"):
+            names = [s.strip() for s in line.split(",")]
+            for row in lines[i + 1:]:
+                values = [s.strip() for s in row.split(",")]
+                if len(values) == len(names):
+                    return dict(zip(names, values))
+    raise ValueError(f"no ConsumerPerformance summary in:\n{text[-2000:]}")
+
+
+def java_produce(libs: Path, bootstrap: str, topic: str, n: int, record_size: int, acks: str = "all",
+                 extra_props: list[str] = ()) -> tuple[dict, list[str]]:
+    """kafka-producer-perf-test at full speed (``--throughput -1``), Java client defaults
+    otherwise (batch.size 16 KiB, linger.ms 5, idempotence on with acks=all)."""
+    cmd = java_command(libs, PRODUCER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
+                       "--num-records", str(n), "--record-size", str(record_size), "--throughput", "-1",
+                       "--command-property", f"acks={acks}", *extra_props)
+    res = parse_producer_perf(run_java(cmd, timeout=120 + n / 500))
+    if res["records"] != n:
+        raise RuntimeError(f"kafka-producer-perf-test sent {res['records']} of {n} records")
+    return res, cmd
+
+
+def java_consume(libs: Path, bootstrap: str, topic: str, n: int) -> tuple[dict, list[str]]:
+    cmd = java_command(libs, CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
+                       "--num-records", str(n), "--group", f"bench-perf-{uuid.uuid4().hex[:8]}",
+                       "--timeout", "30000")
+    row = parse_consumer_perf(run_java(cmd, timeout=120 + n / 500))
+    got = int(row["data.consumed.in.nMsg"])
+    if got < n:
+        raise RuntimeError(f"kafka-consumer-perf-test read {got} of {n} records: {row}")
+    return {"fetch MiB/s": float(row["fetch.MB.sec"]), "fetch records/s": float(row["fetch.nMsg.sec"]),
+            "total MiB/s": float(row["MB.sec"]), "total records/s": float(row["nMsg.sec"]),
+            "rebalance ms": float(row["rebalance.time.ms"]), "records": got}, cmd
