@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import shutil
 import threading
@@ -19,8 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, TypeVar
 
-from theine_core import TlfuCore, spread
-
+from strata.common.tinylfu import ByteWeightedTinyLfu
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str as kafka_uuid_str
 from strata.log.indexes import (
     CorruptIndexError, OffsetIndex, OffsetPosition, TimeIndex, TransactionIndex,
@@ -39,8 +37,6 @@ TXN_INDEX_SUFFIX = ".txnindex"
 TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 _SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-# The byte budget is split into at most this many policy slots (see RemoteIndexCache).
-_MAX_SLOTS = 16384
 
 _I = TypeVar("_I")
 
@@ -202,12 +198,10 @@ class RemoteIndexCache:
     of three files left by an earlier run are reused, incomplete sets and ``.tmp`` /
     ``.deleted`` leftovers are deleted.
 
-    Policy: W-TinyLFU, keyed by segment uuid, through theine's policy core
-    (``theine_core.TlfuCore``). theine counts entries and has no weigher, so the byte budget
-    is split into at most 16384 equal slots and an entry takes ``ceil(bytes / slot size)``
-    slots, each a policy key; when the policy evicts any of them the entry is evicted.
-    Invariant: the entries' bytes never exceed ``max_size_bytes``; an entry bigger than the
-    whole budget is used once and not kept.
+    Policy: W-TinyLFU keyed by segment uuid and weighted by the entry's bytes
+    (:class:`strata.common.tinylfu.ByteWeightedTinyLfu`, theine's policy core split into byte
+    slots). Invariant: the entries' bytes never exceed ``max_size_bytes``; an entry bigger
+    than the whole budget is used once and not kept.
 
     Threads: every method may be called from any thread. Different segments load in
     parallel; concurrent requests for the same segment download it once (a lock per
@@ -220,11 +214,8 @@ class RemoteIndexCache:
         self._rsm = rsm
         self.cache_dir = Path(log_dir) / DIR_NAME
         self._lock = threading.Lock()      # guards every field below
-        self._entries: dict[uuid.UUID, Entry] = {}
-        self._slot_keys: dict[uuid.UUID, list[int]] = {}
-        self._owner: dict[int, uuid.UUID] = {}
+        self._entries: dict[uuid.UUID, Entry] = {}    # the keys the policy holds
         self._key_locks: dict[uuid.UUID, _KeyLock] = {}
-        self._size_bytes = 0
         self._hits = 0
         self._misses = 0
         self._evictions = 0
@@ -250,11 +241,11 @@ class RemoteIndexCache:
     @property
     def size_bytes(self) -> int:
         """Bytes of the index files of the cached entries."""
-        return self._size_bytes
+        return self._policy.weighted_bytes
 
     @property
     def max_size_bytes(self) -> int:
-        return self._max_bytes
+        return self._policy.capacity_bytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -265,7 +256,7 @@ class RemoteIndexCache:
     def stats(self) -> RemoteIndexCacheStats:
         with self._lock:
             return RemoteIndexCacheStats(self._hits, self._misses, self._evictions,
-                                         len(self._entries), self._size_bytes)
+                                         len(self._entries), self._policy.weighted_bytes)
 
     # ---- lookups -----------------------------------------------------------------------------
 
@@ -311,13 +302,11 @@ class RemoteIndexCache:
         """Change the byte budget, evicting what no longer fits. The policy's frequency
         history starts afresh."""
         with self._lock:
+            entries = list(self._entries.items())
+            self._entries.clear()
             self._set_budget(max_bytes)
             evicted: list[Entry] = []
-            for key, entry in list(self._entries.items()):
-                del self._entries[key]
-                self._size_bytes -= entry.size_bytes
-                for h in self._slot_keys.pop(key):
-                    del self._owner[h]
+            for key, entry in entries:
                 evicted += self._admit(key, entry)
         self._log_evicted(evicted)
 
@@ -329,9 +318,7 @@ class RemoteIndexCache:
             self._closed = True
             entries = list(self._entries.values())
             self._entries.clear()
-            self._slot_keys.clear()
-            self._owner.clear()
-            self._size_bytes = 0
+            self._policy.clear()
         for entry in entries:
             entry.retire(delete=False)
         log.info("closed the remote index cache in %s: %s", self.cache_dir, self.stats())
@@ -345,39 +332,19 @@ class RemoteIndexCache:
     # ---- internals: policy -------------------------------------------------------------------
 
     def _set_budget(self, max_bytes: int) -> None:
-        self._max_bytes = max(0, max_bytes)
-        self._slot_bytes = max(1, math.ceil(self._max_bytes / _MAX_SLOTS))
-        self._capacity = self._max_bytes // self._slot_bytes
-        self._core = TlfuCore(self._capacity) if self._capacity > 0 else None
+        """A fresh policy (no entries, no frequency history) for ``max_bytes``."""
+        self._policy: ByteWeightedTinyLfu[uuid.UUID] = ByteWeightedTinyLfu(max_bytes)
 
     def _admit(self, key: uuid.UUID, entry: Entry) -> list[Entry]:
         """Add ``entry`` to the policy; returns the entries evicted (already retired),
         ``entry`` itself included when the policy does not keep it. Holds ``_lock``."""
-        slots = max(1, math.ceil(entry.size_bytes / self._slot_bytes))
-        if self._core is None or slots > self._capacity:
-            self._evictions += 1
-            entry.retire(delete=True)
-            return [entry]
-        hashes = []
-        for i in range(slots):
-            h = spread(hash((key, i)))
-            salt = 0
-            while h in self._owner:  # a 64-bit collision: pick another slot key
-                salt += 1
-                h = spread(hash((key, i, salt)))
-            self._owner[h] = key
-            hashes.append(h)
         self._entries[key] = entry
-        self._slot_keys[key] = hashes
-        self._size_bytes += entry.size_bytes
         evicted = []
-        for h in self._core.set([(h, 0) for h in hashes]):
-            victim_key = self._owner.get(h)
-            if victim_key is None:
-                continue
-            victim = self._drop(victim_key)
+        for victim_key in self._policy.admit(key, entry.size_bytes):
+            victim = self._entries.pop(victim_key, None)
             if victim is not None:
                 self._evictions += 1
+                victim.retire(delete=True)
                 evicted.append(victim)
         return evicted
 
@@ -386,11 +353,7 @@ class RemoteIndexCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
-        self._size_bytes -= entry.size_bytes
-        for h in self._slot_keys.pop(key):
-            del self._owner[h]
-            if self._core is not None:
-                self._core.remove(h)
+        self._policy.remove(key)
         # Renamed now, under the lock, so a later download of the same segment never meets
         # this entry's files under the live names.
         entry.retire(delete=True)
@@ -427,8 +390,7 @@ class RemoteIndexCache:
         if entry is None or not entry.pin():
             return None
         self._hits += 1
-        if self._core is not None:
-            self._core.access(self._slot_keys[key])
+        self._policy.touch(key)
         return entry
 
     def _acquire(self, meta: RemoteLogSegmentMetadata) -> Entry:
@@ -539,7 +501,7 @@ class RemoteIndexCache:
                 evicted = self._admit(key, entry)
             self._log_evicted(evicted)
         log.info("remote index cache in %s reuses %d entries (%d bytes)", self.cache_dir,
-                 len(self._entries), self._size_bytes)
+                 len(self._entries), self._policy.weighted_bytes)
 
 
 def _open_entry(offset_path: Path, time_path: Path, txn_path: Path, start_offset: int) -> Entry:
