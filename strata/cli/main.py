@@ -80,6 +80,11 @@ class _LogsFollowMetadata:
         if self.remote_log_manager is not None:
             self.remote_log_manager.wake()
 
+    def on_broker_configs_changed(self, rlm_config) -> None:
+        """Dynamic broker configs changed: the remote copy/fetch quotas apply at once."""
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.reconfigure(rlm_config)
+
 
 def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
     """``notify`` for the event loop's purgatory, callable from the loop or any other thread
@@ -100,7 +105,8 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
     from strata.log.producer_state import AppendOrigin
     from strata.tiered.config import load_plugin
     from strata.tiered.manager.remote_index_cache import RemoteIndexCache
-    from strata.tiered.manager.remote_log_manager import RemoteLogManager, TieringSettings
+    from strata.tiered.manager.remote_log_manager import (
+        RemoteLogManager, TieringSettings, quota_settings)
     from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
     from strata.tiered.metadata.topic_log import LogMetadataTopicLog
 
@@ -131,7 +137,8 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         task_interval_ms=cfg.task_interval_ms, retry_backoff_ms=cfg.retry_backoff_ms,
         retry_backoff_max_ms=cfg.retry_backoff_max_ms, retry_jitter=cfg.retry_jitter,
         copier_threads=cfg.copier_threads, expiration_threads=cfg.expiration_threads,
-        reader_threads=cfg.reader_threads, reader_max_pending_tasks=cfg.reader_max_pending_tasks)
+        reader_threads=cfg.reader_threads, reader_max_pending_tasks=cfg.reader_max_pending_tasks,
+        **quota_settings(cfg))   # static values overlaid with the stored dynamic ones
     rlm = RemoteLogManager(
         rsm, rlmm, broker_id=node_id, logs=log_manager.all_logs,
         topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
@@ -147,6 +154,10 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
         return None
     server = MetricsServer(listener, logs=log_manager.all_logs, rlm=rlm,
                            topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
+    cache = getattr(rlm.ctx.rsm, "chunk_cache", None) if rlm is not None else None
+    if cache is not None:
+        server.add_stats("strata_remote_chunk_cache", cache.stats, gauges=cache.LEVEL_STATS,
+                         doc="the remote storage manager's chunk cache (memory and disk tiers, prefetch)")
     server.start()
     return server
 

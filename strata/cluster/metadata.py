@@ -12,12 +12,20 @@ On disk, in the first log dir:
 
 - ``meta.properties``: Kafka's v1 format (``version=1``, ``node.id``, ``cluster.id``,
   ``directory.id``), written on first start and checked on every later one.
-- ``__strata_cluster_metadata.json``: every topic, rewritten whole and atomically (tmp file,
-  fsync, rename, dir fsync) by each mutation::
+- ``__strata_cluster_metadata.json``: every topic, and the dynamic broker configs when any
+  is set, rewritten whole and atomically (tmp file, fsync, rename, dir fsync) by each
+  mutation::
 
       {"version": 1, "cluster_id": "<22 chars>",
        "topics": [{"name": "orders", "topic_id": "<Kafka base64 uuid>", "partitions": 3,
-                   "configs": {"retention.ms": "3600000"}}]}
+                   "configs": {"retention.ms": "3600000"}}],
+       "broker_configs": {"": {"remote.log.manager.fetch.max.bytes.per.second": "1048576"},
+                          "1": {"remote.log.manager.copy.max.bytes.per.second": "5242880"}}}
+
+  ``broker_configs`` is keyed by BROKER resource name as Kafka's config records are: ""
+  (the cluster-wide default) and this node's id. Only ``DYNAMIC_BROKER_CONFIGS`` may be set
+  (through AlterConfigs / IncrementalAlterConfigs); a per-broker value wins over the default,
+  which wins over server.properties. An older Strata ignores the key.
 
 Invariants: topic ids are random version-4 UUIDs, never the zero or one UUID, whose Kafka
 string form does not start with ``-`` (Kafka's ``Uuid.randomUuid``); ``configs`` holds only
@@ -50,7 +58,9 @@ from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: 
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.tiered.config import (
     INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
-    RemoteLogManagerConfig, validate_broker_remote_storage, validate_stored_topic_remote_storage,
+    REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
+    REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
+    validate_broker_remote_storage, validate_stored_topic_remote_storage,
     validate_topic_remote_storage)
 
 log = logging.getLogger(__name__)
@@ -84,6 +94,21 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 
 LONG_MAX = 2**63 - 1
+
+# Broker configs that AlterConfigs / IncrementalAlterConfigs may change at runtime, for this
+# node or as the cluster-wide default (Kafka's DynamicRemoteLogConfig keys Strata applies live:
+# the KIP-956 quotas). Every other broker config is static.
+DYNAMIC_BROKER_CONFIGS = frozenset({
+    REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
+    REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP,
+})
+DEFAULT_BROKER_RESOURCE = ""   # the BROKER resource name of the cluster-wide defaults
+
+
+def static_broker_configs_message(keys: Iterable[str]) -> str:
+    """Why a change to static broker configs is refused (INVALID_REQUEST)."""
+    return ("Strata reads broker configs from server.properties only; dynamic broker configs "
+            f"are not supported: {', '.join(keys)}")
 
 
 class MetaPropertiesError(RuntimeError):
@@ -429,6 +454,10 @@ class ClusterMetadata:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id, self.directory_id = self._load_or_write_meta_properties()
         self._image = self._load_topics()
+        # Dynamic broker configs: resource name ("" or this node's id) -> {key: value}
+        self._dynamic_broker: dict[str, dict[str, str]] = self._load_dynamic_broker_configs()
+        if self._dynamic_broker:
+            self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
         for name, config in self._image.configs.items():
             validate_stored_topic_remote_storage(name, config,
                                                  system_enabled=self.remote_storage_system_enabled)
@@ -525,14 +554,19 @@ class ClusterMetadata:
         log.info("loaded %d topics from %s", len(topics), path)
         return _build_image(topics, configs)
 
-    def _persist(self, topics: Iterable[TopicInfo]) -> None:
-        doc = {
+    def _persist(self, topics: Iterable[TopicInfo],
+                 broker_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        doc: dict[str, Any] = {
             "version": METADATA_FORMAT_VERSION,
             "cluster_id": self.cluster_id,
             "topics": [{"name": t.name, "topic_id": uuid_to_kafka_str(t.topic_id),
                         "partitions": t.partitions, "configs": dict(t.configs)}
                        for t in sorted(topics, key=lambda t: t.name)],
         }
+        if broker_configs is None:
+            broker_configs = getattr(self, "_dynamic_broker", {})
+        if broker_configs:
+            doc["broker_configs"] = {name: dict(c) for name, c in broker_configs.items() if c}
         atomic_write(self.metadata_path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
     def _commit(self, topics: dict[str, TopicInfo], configs: dict[str, LogConfig]) -> None:
@@ -917,6 +951,114 @@ class ClusterMetadata:
         self._notify("on_topic_config_changed", updated, config)
         return updated
 
+    # ---- dynamic broker configs ----------------------------------------------------------------
+
+    def _load_dynamic_broker_configs(self) -> dict[str, dict[str, str]]:
+        """The stored dynamic broker configs of this node and the cluster default. As Kafka
+        does at startup, a stored value that is not (or no longer) valid is logged and
+        ignored rather than stopping the broker."""
+        path = self.metadata_path
+        if not path.exists():
+            return {}
+        try:
+            stored = json.loads(path.read_bytes()).get("broker_configs") or {}
+            items = {str(n): {str(k): str(v) for k, v in c.items()} for n, c in stored.items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise MetaPropertiesError(f"Unreadable broker configs in {path}: {exc}") from exc
+        out: dict[str, dict[str, str]] = {}
+        for name, configs in items.items():
+            if name not in (DEFAULT_BROKER_RESOURCE, str(self.node_id)):
+                log.warning("ignoring the stored dynamic configs of broker %r", name)
+                continue
+            kept = {}
+            for key, value in configs.items():
+                try:
+                    self._check_dynamic_broker_config(key, value)
+                except KafkaError as exc:
+                    log.warning("ignoring the stored dynamic broker config %s=%s: %s", key,
+                                value, exc)
+                    continue
+                kept[key] = value
+            if kept:
+                out[name] = kept
+        if out:
+            log.info("loaded dynamic broker configs %s from %s", out, path)
+        return out
+
+    def effective_broker_props(self) -> dict[str, str]:
+        """server.properties overlaid with the dynamic cluster default, then this node's own
+        dynamic configs (Kafka's precedence)."""
+        props = dict(self.broker_props)
+        props.update(self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {}))
+        props.update(self._dynamic_broker.get(str(self.node_id), {}))
+        return props
+
+    def dynamic_broker_configs(self, resource_name: str) -> dict[str, str]:
+        """The dynamic configs set on a BROKER resource ("" or this node's id)."""
+        return dict(self._dynamic_broker.get(resource_name, {}))
+
+    @staticmethod
+    def _check_dynamic_broker_config(key: str, value: str | None) -> None:
+        """Refuse a key that is not dynamic, or a bad value, with Kafka's INVALID_REQUEST
+        (Kafka answers a ConfigException of a broker config that way, KAFKA-13609)."""
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            raise KafkaError(static_broker_configs_message([key]), code=ErrorCode.INVALID_REQUEST)
+        cdef = REMOTE_LOG_MANAGER_CONFIG_DEF[key]
+        text = str(value).strip()
+        bound = _INT_BOUNDS[cdef.type]
+        if not _INTEGER.fullmatch(text) or not -bound <= int(text) < bound:
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Not a number of type {cdef.type.name}")
+        try:
+            REMOTE_LOG_MANAGER_CONFIG_DEF.parse_value(key, text)
+        except InvalidConfigError as exc:
+            raise InvalidRequestError(str(exc)) from None
+
+    def alter_broker_configs(self, resource_name: str,
+                             ops: Iterable[tuple[str, int, str | None]], incremental: bool,
+                             validate_only: bool = False) -> dict[str, str]:
+        """AlterConfigs (``incremental=False``: the given set replaces the resource's dynamic
+        configs) or IncrementalAlterConfigs (SET / DELETE) on the BROKER resource
+        ``resource_name``: "" (the cluster default) or this node's id (the caller checks the
+        name). Only ``DYNAMIC_BROKER_CONFIGS`` may change; values are checked as Kafka checks
+        them. Persisted, then listeners' ``on_broker_configs_changed(rlm_config)`` get the
+        new effective RemoteLogManagerConfig. Returns the resource's dynamic configs."""
+        ops = list(ops)
+        static = [k for k, _, _ in ops if k not in DYNAMIC_BROKER_CONFIGS]
+        if static:
+            raise KafkaError(static_broker_configs_message(static), code=ErrorCode.INVALID_REQUEST)
+        for _, op, _ in ops:
+            if op not in _OP_NAMES:
+                raise InvalidRequestError(f"Unknown operations type {op}")
+        nulls = [k for k, op, v in ops if v is None and not (incremental and op == OP_DELETE)]
+        if nulls:
+            raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
+        with self._lock:
+            old = self._dynamic_broker.get(resource_name, {})
+            configs = dict(old) if incremental else {}
+            for key, op, value in ops:
+                if op == OP_SET:
+                    configs[key] = str(value)
+                elif op == OP_DELETE:
+                    configs.pop(key, None)
+                else:
+                    word = "append" if op == OP_APPEND else "subtract"
+                    raise InvalidRequestError(f"Config value {word} is not allowed for config "
+                                              f"key: {key}")
+            for key, value in configs.items():
+                self._check_dynamic_broker_config(key, value)
+            if validate_only or configs == old:
+                return configs
+            updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
+            if configs:
+                updated[resource_name] = configs
+            self._persist(self._image.topics.values(), updated)
+            self._dynamic_broker = updated
+            self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
+            log.info("broker resource %r: dynamic configs now %s", resource_name, configs)
+            self._notify("on_broker_configs_changed", self.remote_log_manager_config)
+            return configs
+
     # ---- DescribeConfigs -----------------------------------------------------------------------
 
     def describe_topic_configs(self, name: str, keys: Iterable[str] | None = None,
@@ -991,9 +1133,13 @@ class ClusterMetadata:
                                 include_synonyms: bool = False,
                                 include_documentation: bool = False) -> list[ConfigEntry]:
         """DescribeConfigs for this broker: the known broker configs and every key of
-        server.properties, sorted by name. Static configs only, so every entry is read-only;
-        keys Strata does not know are typed UNKNOWN and, as in Kafka, treated as sensitive."""
+        server.properties, sorted by name, with their effective values. Every entry is
+        read-only but ``DYNAMIC_BROKER_CONFIGS``, whose source is DYNAMIC_BROKER_CONFIG or
+        DYNAMIC_DEFAULT_BROKER_CONFIG when set at runtime; keys Strata does not know are typed
+        UNKNOWN and, as in Kafka, treated as sensitive."""
         wanted = set(keys) if keys else None
+        dynamic = self._dynamic_broker.get(str(self.node_id), {})
+        default = self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {})
         names = sorted(set(BROKER_CONFIG_KEYS) | set(self.broker_props))
         entries = []
         for name in names:
@@ -1003,8 +1149,12 @@ class ClusterMetadata:
             if bkey is not None and bkey.internal and name not in self.broker_props:
                 continue  # Kafka's internal configs are described only when set
             sensitive = bkey is None or bkey.type is ConfigType.PASSWORD
-            if name in self.broker_props:
-                raw: str | None = self.broker_props[name]
+            if name in dynamic:
+                raw: str | None = dynamic[name]
+            elif name in default:
+                raw = default[name]
+            elif name in self.broker_props:
+                raw = self.broker_props[name]
             elif name == "node.id":
                 raw = str(self.node_id)
             else:
@@ -1012,6 +1162,11 @@ class ClusterMetadata:
             value = None if sensitive else raw
             synonyms: list[ConfigSynonym] = []
             group = _broker_synonyms(name)
+            for scope, source in ((dynamic, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                                  (default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)):
+                for b in group:
+                    if b in scope:
+                        synonyms.append(ConfigSynonym(b, None if sensitive else scope[b], source))
             for b in group:
                 if b in self.broker_props:
                     synonyms.append(ConfigSynonym(b, None if sensitive else self.broker_props[b],
@@ -1026,9 +1181,37 @@ class ClusterMetadata:
                 synonyms.pop(0)
             source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             entries.append(ConfigEntry(
-                name=name, value=value, read_only=True, source=source, is_sensitive=sensitive,
+                name=name, value=value, read_only=name not in DYNAMIC_BROKER_CONFIGS,
+                source=source, is_sensitive=sensitive,
                 synonyms=synonyms if include_synonyms else [],
                 config_type=_ENTRY_TYPE[bkey.type] if bkey is not None else ConfigEntryType.UNKNOWN,
                 documentation=(bkey.doc if bkey is not None else None) if include_documentation
                 else None))
+        return entries
+
+    def describe_default_broker_configs(self, keys: Iterable[str] | None = None,
+                                        include_synonyms: bool = False,
+                                        include_documentation: bool = False) -> list[ConfigEntry]:
+        """DescribeConfigs for the cluster-default BROKER resource (""): only the dynamic
+        defaults set, sorted by name, source DYNAMIC_DEFAULT_BROKER_CONFIG (Kafka's answer)."""
+        wanted = set(keys) if keys else None
+        default = self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {})
+        entries = []
+        for name in sorted(default):
+            if wanted is not None and name not in wanted:
+                continue
+            bkey = BROKER_CONFIG_KEYS[name]
+            synonyms = [ConfigSynonym(name, default[name],
+                                      ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+            if name in self.broker_props:
+                synonyms.append(ConfigSynonym(name, self.broker_props[name],
+                                              ConfigSource.STATIC_BROKER_CONFIG))
+            if bkey.default is not None:
+                synonyms.append(ConfigSynonym(name, bkey.default, ConfigSource.DEFAULT_CONFIG))
+            entries.append(ConfigEntry(
+                name=name, value=default[name], read_only=False,
+                source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, is_sensitive=False,
+                synonyms=synonyms if include_synonyms else [],
+                config_type=_ENTRY_TYPE[bkey.type],
+                documentation=bkey.doc if include_documentation else None))
         return entries

@@ -49,6 +49,22 @@ Families (``{topic}``: per topic and an all-topics series without the label):
   names; Kafka has no MBean for them).
 - ``kafka_log_Log_{Size,NumLogSegments,LogStartOffset,LogEndOffset}{topic,partition}`` and
   ``kafka_server_ReplicaManager_PartitionCount``: the local logs, with or without tiering.
+- KIP-956 quotas, Kafka's ``kafka.server:type=RemoteLogManager`` metrics (a Kafka ``Metrics``
+  sensor: the attribute name, dashes as underscores):
+  ``kafka_server_RemoteLogManager_remote_copy_throttle_time_{avg,max}`` and
+  ``kafka_server_RemoteLogManager_remote_fetch_throttle_time_{avg,max}`` (ms a copier waited /
+  a Fetch skipped remote reads, over Kafka's default 2 × 30 s windows; NaN with none), and the
+  quota sensors' measured rates ``kafka_server_RLMCopy_byte_rate`` and
+  ``kafka_server_RLMFetch_byte_rate`` (bytes per second).
+- Strata's object-store metrics (``strata_`` prefix, from the RSM's ``MeteredObjectStore``):
+  ``strata_remote_storage_requests_total{op,topic}``, ``..._bytes_total{op,topic}``,
+  ``..._errors_total{op,topic}`` (op: GET, HEAD, PUT, DELETE, LIST; topic "" when the key
+  names none) and ``strata_remote_storage_estimated_cost_total{topic}`` (dollars, request
+  charges at the configured prices).
+- ``StatsCollector``: any ``stats() -> dict[str, int]`` (a chunk cache, ...) exported under a
+  prefix, registered with ``MetricsServer.add_stats``: ``<prefix>_<key>_total`` counters, and
+  gauges ``<prefix>_<key>`` for the keys that are levels (``*_bytes``, ``*_entries``, ``size``
+  or the ones named as gauges).
 
 Without tiering the tiered families are present with no samples.
 
@@ -87,6 +103,8 @@ THREAD_POOL_METRICS = "org_apache_kafka_storage_internals_log_RemoteStorageThrea
 INDEX_CACHE_METRICS = "kafka_log_remote_RemoteIndexCache"
 LOG_METRICS = "kafka_log_Log"
 REPLICA_MANAGER_METRICS = "kafka_server_ReplicaManager"
+RLM_QUOTA_METRICS = "kafka_server_RemoteLogManager"
+REMOTE_STORAGE_METRICS = "strata_remote_storage"
 
 # (name, help): meters, exposed as counters of their cumulative count
 TOPIC_COUNTERS = (
@@ -195,7 +213,8 @@ class BrokerMetricsCollector(Collector):
             log.exception("collecting the log metrics failed")
         if self._rlm is not None:
             for fill in (self._fill_topic_counters, self._fill_topic_gauges,
-                         self._fill_pool_metrics, self._fill_index_cache_metrics):
+                         self._fill_pool_metrics, self._fill_index_cache_metrics,
+                         self._fill_quota_metrics, self._fill_object_store_metrics):
                 try:
                     fill(families, logs)
                 except Exception:  # noqa: BLE001
@@ -231,6 +250,28 @@ class BrokerMetricsCollector(Collector):
                                                 labels=["topic", "partition"])
         f["PartitionCount"] = GaugeMetricFamily(f"{REPLICA_MANAGER_METRICS}_PartitionCount",
                                                 "Partitions hosted by this broker.")
+        for kind, what in (("copy", "remote copies were throttled by the copy quota"),
+                           ("fetch", "remote fetches were throttled by the fetch quota")):
+            for stat, word in (("avg", "average"), ("max", "maximum")):
+                f[f"{kind}_throttle_{stat}"] = GaugeMetricFamily(
+                    f"{RLM_QUOTA_METRICS}_remote_{kind}_throttle_time_{stat}",
+                    f"The {word} time in millis {what}.")
+        f["copy_byte_rate"] = GaugeMetricFamily(
+            "kafka_server_RLMCopy_byte_rate", "Bytes per second admitted by the remote copy quota.")
+        f["fetch_byte_rate"] = GaugeMetricFamily(
+            "kafka_server_RLMFetch_byte_rate", "Bytes per second read under the remote fetch quota.")
+        f["store_requests"] = CounterMetricFamily(
+            f"{REMOTE_STORAGE_METRICS}_requests", "Object store requests (failed ones included).",
+            labels=["op", "topic"])
+        f["store_bytes"] = CounterMetricFamily(
+            f"{REMOTE_STORAGE_METRICS}_bytes", "Bytes sent (PUT) or received (GET) by the object "
+            "store requests.", labels=["op", "topic"])
+        f["store_errors"] = CounterMetricFamily(
+            f"{REMOTE_STORAGE_METRICS}_errors", "Object store requests that failed.",
+            labels=["op", "topic"])
+        f["store_cost"] = CounterMetricFamily(
+            f"{REMOTE_STORAGE_METRICS}_estimated_cost", "Estimated request charges of the object "
+            "store, in dollars (cost.get/put.per.1000.requests).", labels=["topic"])
         return f
 
     def _fill_log_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
@@ -315,6 +356,84 @@ class BrokerMetricsCollector(Collector):
         f["IndexCacheSizeBytes"].add_metric([], s.size_bytes)
 
 
+    def _fill_quota_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        quotas = getattr(getattr(self._rlm, "ctx", None), "quotas", None)
+        if quotas is None:
+            return
+        for kind, sensor in (("copy", quotas.copy_throttle), ("fetch", quotas.fetch_throttle)):
+            f[f"{kind}_throttle_avg"].add_metric([], sensor.avg())
+            f[f"{kind}_throttle_max"].add_metric([], sensor.max())
+        f["copy_byte_rate"].add_metric([], quotas.copy.rate())
+        f["fetch_byte_rate"].add_metric([], quotas.fetch.rate())
+
+    def _fill_object_store_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
+        from strata.tiered.storage.object_store import MeteredObjectStore, find_layer
+        rsm = getattr(getattr(self._rlm, "ctx", None), "rsm", None)
+        try:
+            store = getattr(rsm, "store", None)
+        except Exception:  # noqa: BLE001 - an RSM not configured (yet)
+            store = None
+        metered = find_layer(store, MeteredObjectStore)
+        if metered is None:
+            return
+        for (op, topic), stats in sorted(metered.snapshot().items()):
+            f["store_requests"].add_metric([op, topic], stats.requests)
+            f["store_bytes"].add_metric([op, topic], stats.bytes)
+            f["store_errors"].add_metric([op, topic], stats.errors)
+        for topic, cost in sorted(metered.estimated_cost().items()):
+            f["store_cost"].add_metric([topic], cost)
+
+
+class StatsCollector(Collector):
+    """Exports a ``stats() -> dict[str, int | float]`` (a cache's, a pool's) under ``prefix``:
+    ``<prefix>_<key>_total`` counters, except the keys that are levels, exported as gauges
+    ``<prefix>_<key>``: those in ``gauges`` or, without it, those ending in ``_bytes``,
+    ``_entries``, ``_size`` or named ``size``/``entries``. Keys are sanitized to metric-name
+    characters. A failing or missing source exports nothing (the scrape goes on)."""
+
+    _GAUGE_SUFFIXES = ("_bytes", "_entries", "_size")
+
+    def __init__(self, prefix: str, stats: Callable[[], dict[str, Any] | None], *,
+                 gauges: Iterable[str] | None = None, doc: str = "") -> None:
+        self.prefix = _metric_name(prefix)
+        self._stats = stats
+        self._gauges = set(gauges) if gauges is not None else None
+        self._doc = doc
+
+    def _is_gauge(self, key: str) -> bool:
+        if self._gauges is not None:
+            return key in self._gauges
+        return key in ("size", "entries") or key.endswith(self._GAUGE_SUFFIXES)
+
+    def describe(self) -> list[Metric]:
+        return []   # the keys are known only at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            values = self._stats() or {}
+        except Exception:  # noqa: BLE001 - a scrape never fails as a whole
+            log.exception("collecting %s failed", self.prefix)
+            return iter(())
+        out: list[Metric] = []
+        for key in sorted(values):
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            name = f"{self.prefix}_{_metric_name(str(key))}"
+            doc = f"{self._doc or self.prefix}: {key}"
+            family: Metric = (GaugeMetricFamily(name, doc) if self._is_gauge(str(key))
+                              else CounterMetricFamily(name, doc))
+            family.add_metric([], value)
+            out.append(family)
+        return iter(out)
+
+
+def _metric_name(text: str) -> str:
+    """``text`` with every character a Prometheus name may not hold replaced by ``_``."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "_:") else "_" for c in text)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
 # --------------------------------------------------------------------------- HTTP server
 
 
@@ -393,6 +512,14 @@ class MetricsServer:
         self.app = MetricsApp(self.registry, logs, rlm, topic_id)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    def add_stats(self, prefix: str, stats: Callable[[], dict[str, Any] | None], *,
+                  gauges: Iterable[str] | None = None, doc: str = "") -> StatsCollector:
+        """Export ``stats()`` (e.g. a chunk cache's ``stats``) under ``prefix`` from now on;
+        see ``StatsCollector``."""
+        collector = StatsCollector(prefix, stats, gauges=gauges, doc=doc)
+        self.registry.register(collector)
+        return collector
 
     @property
     def url(self) -> str:

@@ -464,6 +464,15 @@ class RemoteStorageManager(abc.ABC):
         any failure raises RemoteStorageException.
         """
 
+    def prefetch(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                 start_position: int, length: int) -> int:
+        """A hint (Strata's, not Kafka's interface): a reader will soon read ``length`` bytes
+        of the segment from ``start_position``; load them in the background. Never blocks
+        on the store, never raises. Returns how much of the range lies past the segment's end,
+        for the caller to continue in the next segment. This default does nothing."""
+        size = remote_log_segment_metadata.segment_size_in_bytes
+        return max(0, start_position + length - size)
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release resources; no other method is called afterwards."""

@@ -18,6 +18,7 @@ from strata.tiered.api import (
 from strata.tiered.storage import (
     FaultInjectingObjectStore, ObjectStore, ObjectStoreRemoteStorageManager, ObstoreObjectStore,
     object_store_from_config)
+from strata.tiered.storage.object_store import find_layer
 
 from unit.test_remote_storage import Segment  # real segment files (tests/ is on sys.path)
 
@@ -55,7 +56,7 @@ def _network_restored(s3) -> Iterator[None]:
 
 
 def test_rsm_uses_obstore_for_s3_urls(rsm):
-    assert isinstance(rsm.store, ObstoreObjectStore)
+    assert isinstance(find_layer(rsm.store, ObstoreObjectStore), ObstoreObjectStore)
 
 
 def test_round_trip_of_segment_and_every_index(rsm, segment):
@@ -97,7 +98,8 @@ def test_copy_twice_then_delete_twice(rsm, segment):
 def test_a_copy_failing_on_a_put_leaves_no_objects(s3, prefix, segment, failing):
     manager = ObjectStoreRemoteStorageManager()
     manager.configure({**s3.rsm_configs(prefix=prefix), "fault.fail.keys": rf"\.{failing}$"})
-    assert isinstance(manager.store, FaultInjectingObjectStore)
+    assert isinstance(find_layer(manager.store, FaultInjectingObjectStore),
+                      FaultInjectingObjectStore)
     with pytest.raises(RemoteStorageException):
         manager.copy_log_segment_data(segment.metadata, segment.data)
     assert manager.list_partition_objects(segment.metadata.topic_id_partition) == []

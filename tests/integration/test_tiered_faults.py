@@ -391,7 +391,10 @@ def test_object_store_outage_while_producing_and_consuming(tmp_path):
     with S3Server() as s3:
         rsm = {f"rsm.config.{k}": str(v) for k, v in
                s3.rsm_configs(prefix=prefix, timeout_ms=1000, max_retries=1).items()}
-        overrides = {**TIERED_BROKER, **rsm, "remote.fetch.max.wait.ms": "5000"}
+        # No chunk cache: what was read before the cut would be served from it (correctly),
+        # and this test is about reads that must reach the store.
+        overrides = {**TIERED_BROKER, **rsm, "remote.fetch.max.wait.ms": "5000",
+                     "rsm.config.chunk.cache.memory.size": "0"}
         threads: list = []
         with BrokerProcess(tmp_path, overrides) as b:
             try:

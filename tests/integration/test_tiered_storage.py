@@ -720,3 +720,45 @@ def test_remote_storage_config_validation(broker, tmp_path):
         assert "Tiered Storage functionality is disabled" in config_error(
             alter_future(plain, "y", **{"remote.storage.enable": "true"}))
         assert "x" not in pa.list_topics(timeout=10).topics
+
+
+def test_remote_quotas_are_dynamic_broker_configs_kept_across_a_restart(broker):
+    """KIP-956's copy/fetch bounds through the AdminClient: set on this broker, described with
+    their dynamic source, refused when invalid or static, still there after a restart;
+    tiering goes on under them. (librdkafka refuses the cluster-default resource name "":
+    the unit tests cover it.)"""
+    copy, fetch = ("remote.log.manager.copy.max.bytes.per.second",
+                   "remote.log.manager.fetch.max.bytes.per.second")
+    a = admin(broker)
+
+    def set_broker(op=AlterConfigOpType.SET, **configs):
+        res = ConfigResource("broker", "1", incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v in configs.items()])
+        return a.incremental_alter_configs([res])[res]
+
+    def described():
+        res = ConfigResource("broker", "1")
+        client = admin(broker)   # must outlive its future
+        got = client.describe_configs([res])[res].result(30)
+        return {k: (e.value, int(getattr(e.source, "value", e.source)), e.is_read_only)
+                for k, e in got.items() if k in (copy, fetch)}
+
+    dynamic, default = 2, 5   # ConfigSource.DYNAMIC_BROKER_CONFIG, DEFAULT_CONFIG
+    unlimited = str(2**63 - 1)
+    assert described() == {copy: (unlimited, default, False), fetch: (unlimited, default, False)}
+    set_broker(**{copy: "104857600", fetch: "209715200"}).result(30)
+    for bad in ({fetch: "0"}, {copy: "lots"}, {"log.retention.ms": "1"}):
+        with pytest.raises(ck.KafkaException) as err:
+            set_broker(**bad).result(30)
+        assert err.value.args[0].code() == ck.KafkaError.INVALID_REQUEST
+    expected = {copy: ("104857600", dynamic, False), fetch: ("209715200", dynamic, False)}
+    assert described() == expected
+    broker.stop()
+    broker.start()
+    assert described() == expected
+    create(broker, "quota", **TIERED_TOPIC)
+    produce(broker, "quota", 500)
+    wait_tiered(broker, "quota", 100)
+    assert len(consume(broker, "quota", 0, 500)) == 500
+    set_broker(AlterConfigOpType.DELETE, **{fetch: None}).result(30)
+    assert described()[fetch] == (unlimited, default, False)

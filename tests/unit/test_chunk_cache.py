@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from strata.common.tinylfu import ByteWeightedTinyLfu
 from strata.tiered.storage.chunk_cache import (
     CHUNK_SUFFIX, DISK_PATH_CONFIG, DISK_SIZE_CONFIG, MEMORY_SIZE_CONFIG,
-    PREFETCH_MAX_SIZE_CONFIG, PREFETCH_QUEUE_SIZE_CONFIG, PREFETCH_THREADS_CONFIG, ChunkCache,
+    PREFETCH_HOLD_SIZE_CONFIG, PREFETCH_QUEUE_SIZE_CONFIG, PREFETCH_THREADS_CONFIG, ChunkCache,
     ChunkCacheConfig)
 
 OBJ = "orders-AAAAAAAAAAAAAAAAAAAAAA/3/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
@@ -275,7 +275,7 @@ def test_prefetched_chunks_survive_a_full_memory_tier_until_read(caches):
     """A sequential reader prefetching ahead into a full memory tier: W-TinyLFU alone would
     reject chunks seen once, the kept prefetches still serve every read."""
     chunk = 4096
-    cache = caches(memory_size=4 * chunk, prefetch_max_size=8 * chunk)
+    cache = caches(memory_size=4 * chunk, prefetch_hold_size=8 * chunk)
     loaders = Loaders(chunk)
     for i in range(4):
         for _ in range(3):
@@ -441,11 +441,11 @@ def test_configuration_defaults_and_parsing(tmp_path):
     config = ChunkCacheConfig.from_mapping({"unrelated.key": "x"})
     assert (config.memory_size, config.disk_size, config.disk_path) == (256 << 20, 0, None)
     assert (config.prefetch_threads, config.prefetch_queue_size,
-            config.prefetch_max_size) == (4, 16, 32 << 20)
+            config.prefetch_hold_size) == (4, 16, 32 << 20)
     config = ChunkCacheConfig.from_mapping({
         MEMORY_SIZE_CONFIG: "1048576", DISK_SIZE_CONFIG: " 2097152 ",
         DISK_PATH_CONFIG: str(tmp_path), PREFETCH_THREADS_CONFIG: 2,
-        PREFETCH_QUEUE_SIZE_CONFIG: "0", PREFETCH_MAX_SIZE_CONFIG: "0"})
+        PREFETCH_QUEUE_SIZE_CONFIG: "0", PREFETCH_HOLD_SIZE_CONFIG: "0"})
     assert config == ChunkCacheConfig(1 << 20, 2 << 20, tmp_path, 2, 0, 0)
     assert ChunkCache.from_config({MEMORY_SIZE_CONFIG: 0}) is None
     cache = ChunkCache.from_config({MEMORY_SIZE_CONFIG: 0, DISK_SIZE_CONFIG: 4096,
@@ -465,7 +465,7 @@ def test_configuration_defaults_and_parsing(tmp_path):
     ({PREFETCH_THREADS_CONFIG: "four"}, PREFETCH_THREADS_CONFIG),
     ({PREFETCH_THREADS_CONFIG: "100000"}, PREFETCH_THREADS_CONFIG),
     ({PREFETCH_QUEUE_SIZE_CONFIG: -3}, PREFETCH_QUEUE_SIZE_CONFIG),
-    ({PREFETCH_MAX_SIZE_CONFIG: "x"}, PREFETCH_MAX_SIZE_CONFIG),
+    ({PREFETCH_HOLD_SIZE_CONFIG: "x"}, PREFETCH_HOLD_SIZE_CONFIG),
 ])
 def test_invalid_configuration_names_the_key(configs, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
@@ -490,7 +490,7 @@ def test_concurrent_mixed_get_prefetch_invalidate_never_returns_wrong_bytes(tmp_
     cache = ChunkCache(ChunkCacheConfig(
         memory_size=6 * chunk, disk_size=10 * chunk if disk else 0,
         disk_path=directory if disk else None, prefetch_threads=2, prefetch_queue_size=3,
-        prefetch_max_size=3 * chunk))
+        prefetch_hold_size=3 * chunk))
     objects = [f"topic/{i}.log" for i in range(3)]
     keys = [(o, c) for o in objects for c in range(6)]
     flaky = OSError("flaky")

@@ -343,3 +343,35 @@ def test_delete_on_disable_retries_through_an_outage_until_the_remote_data_is_go
     assert env.rlm._disabling == {}
     assert env.log.log_start_offset == env.log.local_log_start_offset > 0
     assert env.log.highest_offset_in_remote_storage == -1
+
+
+def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
+    import time
+
+    from test_remote_storage import RecordingObjectStore
+    recorder = env.faults.inner = RecordingObjectStore(env.faults.inner)
+    env.rsm.configure({"chunk.size": 512, "prefetch.max.size": 4096})
+    env.produce(60)
+    env.copy()
+    env.log.delete_old_segments()
+    first, second = env.remote()[:2]
+    second_log = env.rsm.object_key(second, "log")
+
+    def second_gets() -> int:
+        return sum(1 for op, key in recorder.calls if op == "get_range" and key == second_log)
+
+    # read the first segment sequentially, 300 bytes a time, as a consumer does
+    offset = first.start_offset
+    while offset <= first.end_offset:
+        data = env.rlm.read(env.log, offset, 300, FetchIsolation.HIGH_WATERMARK, True).records
+        offset = list(iter_records(data))[-1].offset + 1
+    deadline = time.monotonic() + 10
+    while second_gets() == 0:       # the read-ahead reached into the next segment
+        assert time.monotonic() < deadline, "no read-ahead into the next segment"
+        time.sleep(0.01)
+    cache = env.rsm._chunk_cache
+    loaded = second_gets()
+    hits = cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"]
+    env.rlm.read(env.log, second.start_offset, 300, FetchIsolation.HIGH_WATERMARK, True)
+    assert second_gets() == loaded                 # served from what was prefetched
+    assert cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"] > hits

@@ -3,11 +3,13 @@ segment files, commit order, cleanup on failure, idempotency, fault injection.""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import uuid
 from pathlib import Path
 
+import crc32c
 import obstore.store
 import pytest
 
@@ -24,6 +26,7 @@ from strata.tiered.storage import (
     FaultInjectingObjectStore, FileSystemObjectStore, MemoryObjectStore, ObjectStore,
     ObjectStoreRemoteStorageManager, ObstoreObjectStore, SegmentManifest, kafka_uuid_str,
     object_store_from_config)
+from strata.tiered.storage.object_store import MeteredObjectStore, find_layer
 
 T0 = 1_700_000_000_000
 TOPIC_ID = uuid.UUID("8f3b2a4c-1d5e-4f60-9a7b-0c1d2e3f4a5b")   # "jzsqTB1eT2CaewwdLj9KWw"
@@ -202,17 +205,18 @@ def test_an_empty_index_round_trips_as_an_empty_stream(rsm, segment):
     assert rsm.fetch_index(segment.metadata, IndexType.LEADER_EPOCH).read() == b""
 
 
-def test_segment_stream_is_fetched_in_windows_as_it_is_read(segment):
-    manager, recorder = recording_rsm(**{"fetch.window.bytes": 1000})
+def test_segment_stream_is_fetched_chunk_by_chunk_as_it_is_read(segment):
+    manager, recorder = recording_rsm(**{"chunk.size": 1000})
     manager.copy_log_segment_data(segment.metadata, segment.data)
     recorder.calls.clear()
     stream = manager.fetch_log_segment(segment.metadata, 0)
-    assert len(recorder.ops("get_range")) == 1        # only the first window so far
+    assert len(recorder.ops("get_range")) == 1        # only the first chunk so far
     got = stream.read(100) + stream.read(2500)
     assert got == segment.bytes[:2600]
+    assert len(recorder.ops("get_range")) == 3
     got += stream.read()
     assert got == segment.bytes
-    assert len(recorder.ops("get_range")) >= 3
+    assert len(recorder.ops("get_range")) == -(-len(segment.bytes) // 1000)
     assert stream.read() == b""
 
 
@@ -267,19 +271,22 @@ def test_manifest_is_written_last_after_log_and_indexes(segment):
     assert suffixes(recorder.ops("put")) == ["log", "indexes", "rsm-manifest"]
 
 
-def test_manifest_holds_version_size_chunk_index_and_index_positions(segment):
+def test_manifest_holds_version_size_chunk_index_crcs_and_index_positions(segment):
     manager, recorder = recording_rsm()
     manager.copy_log_segment_data(segment.metadata, segment.data)
     raw = recorder.inner.get(manager.object_key(segment.metadata, "rsm-manifest"))
     doc = json.loads(raw)
     size = len(segment.bytes)
-    assert doc["version"] == "1"
+    chunk = 4 * 1024 * 1024
+    assert size < chunk
+    assert doc["version"] == "2"
     assert doc["segmentSize"] == size
     assert doc["compression"] is False
     assert "encryption" not in doc
-    assert doc["chunkIndex"] == {"type": "fixed", "originalChunkSize": size,
-                                 "originalFileSize": size, "transformedChunkSize": size,
+    assert doc["chunkIndex"] == {"type": "fixed", "originalChunkSize": chunk,
+                                 "originalFileSize": size, "transformedChunkSize": chunk,
                                  "finalTransformedChunkSize": size}
+    assert base64.b64decode(doc["chunkCrc32c"]) == crc32c.crc32c(segment.bytes).to_bytes(4, "big")
     indexes = doc["segmentIndexes"]
     blob = recorder.inner.get(manager.object_key(segment.metadata, "indexes"))
     position = 0
@@ -288,7 +295,8 @@ def test_manifest_holds_version_size_chunk_index_and_index_positions(segment):
                              ("leaderEpoch", IndexType.LEADER_EPOCH),
                              ("transaction", IndexType.TRANSACTION)]:
         expected = segment.expected_index(index_type)
-        assert indexes[name] == {"position": position, "size": len(expected)}
+        assert indexes[name] == {"position": position, "size": len(expected),
+                                 "crc32c": crc32c.crc32c(expected)}
         assert blob[position:position + len(expected)] == expected
         position += len(expected)
     assert len(blob) == position
@@ -311,7 +319,7 @@ def test_manifest_json_round_trips_and_rejects_other_versions(segment):
     manifest = SegmentManifest.from_json(raw)
     assert SegmentManifest.from_json(manifest.to_json()) == manifest
     doc = json.loads(raw)
-    doc["version"] = "2"
+    doc["version"] = "3"
     with pytest.raises(ValueError):
         SegmentManifest.from_json(json.dumps(doc))
     with pytest.raises(ValueError):
@@ -455,16 +463,20 @@ def test_concurrent_copies_and_fetches_from_several_threads(tmp_path):
 # ---- configuration --------------------------------------------------------------------------
 
 def test_configure_builds_the_store_named_by_storage_url(tmp_path):
+    # the backend sits under the always-on MeteredObjectStore
     fs = object_store_from_config({"storage.url": (tmp_path / "r").as_uri()})
+    assert isinstance(fs, MeteredObjectStore)
+    fs = find_layer(fs, FileSystemObjectStore)
     assert isinstance(fs, FileSystemObjectStore) and fs.root == tmp_path / "r"
-    assert isinstance(object_store_from_config({"storage.url": "memory://"}), MemoryObjectStore)
+    assert isinstance(object_store_from_config({"storage.url": "memory://"}).inner,
+                      MemoryObjectStore)
     s3 = object_store_from_config({
         "storage.url": "s3://bucket/prefix", "storage.aws_endpoint": "http://127.0.0.1:1",
         "storage.aws_region": "us-east-1", "storage.aws_access_key_id": "a",
         "storage.aws_secret_access_key": "b", "storage.aws_allow_http": True,
         "storage.aws_virtual_hosted_style_request": "false", "storage.client.timeout": "2s",
         "storage.retry.max_retries": "1", "storage.retry.retry_timeout_ms": "500"})
-    assert isinstance(s3, ObstoreObjectStore)
+    assert isinstance(find_layer(s3, ObstoreObjectStore), ObstoreObjectStore)
 
 
 def test_configure_rejects_missing_or_unknown_urls_and_options():
@@ -479,7 +491,10 @@ def test_configure_rejects_missing_or_unknown_urls_and_options():
     with pytest.raises(RemoteStorageException):
         object_store_from_config({"storage.url": "file:relative/dir"})
     for bad in ({"key.prefix": "/abs/"}, {"key.prefix": "a//b/"}, {"fetch.window.bytes": "0"},
-                {"manifest.cache.size": "many"}):
+                {"manifest.cache.size": "many"}, {"chunk.size": "0"}, {"chunk.size": "big"},
+                {"compression.enabled": "yes"}, {"encryption.enabled": "true"},
+                {"encryption.enabled": "true", "encryption.key.pair.id": "k1"},
+                {"encryption.key.pairs": "k1"}):
         with pytest.raises(RemoteStorageException):
             ObjectStoreRemoteStorageManager(MemoryObjectStore()).configure(bad)
 
@@ -489,6 +504,7 @@ def test_fault_keys_wrap_the_store_in_a_fault_injector():
         "storage.url": "memory://", "fault.put.latency.ms": "5", "fault.get.latency.ms": "3",
         "fault.error.rate": "0.25", "fault.fail.keys": r"\.log$", "fault.delay.keys": "idx",
         "fault.delay.ms": "7"})
+    store = find_layer(store, FaultInjectingObjectStore)
     assert isinstance(store, FaultInjectingObjectStore)
     assert isinstance(store.inner, MemoryObjectStore)
     assert (store.put_latency_ms, store.get_latency_ms, store.error_rate) == (5, 3, 0.25)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from strata.cluster.metadata import (
+from strata.cluster.metadata import (  # noqa: I001
+    DYNAMIC_BROKER_CONFIGS,
     OP_APPEND, OP_DELETE, OP_SET, BROKER_CONFIG_KEYS, ClusterMetadata, ConfigEntryType, ConfigSource)
 from strata.common.config import LONG_MAX, ConfigType
 from strata.common.errors import ErrorCode, InvalidConfigError, KafkaError
@@ -694,7 +695,9 @@ def test_describe_broker_lists_every_remote_key_with_kafkas_type_default_and_doc
             continue
         e = entries[name]
         assert e.config_type == _ENTRY_TYPES[type_], name
-        assert e.read_only and not e.is_sensitive and e.source == ConfigSource.DEFAULT_CONFIG
+        # the two KIP-956 quotas are dynamic (read_only false), as in Kafka
+        assert e.read_only == (name not in DYNAMIC_BROKER_CONFIGS), name
+        assert not e.is_sensitive and e.source == ConfigSource.DEFAULT_CONFIG
         assert e.documentation == REMOTE_LOG_MANAGER_CONFIG_DEF[name].doc
     assert entries["remote.log.storage.system.enable"].value == "false"
     assert entries["remote.log.storage.manager.class.name"].value is None

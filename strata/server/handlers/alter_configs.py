@@ -2,7 +2,9 @@
 
 Topic configs are altered in the cluster metadata and take effect on the logs at once; logger
 levels change in place. Broker configs are static (server.properties), so altering one is
-refused with INVALID_REQUEST."""
+refused with INVALID_REQUEST, except the dynamic ones (``DYNAMIC_BROKER_CONFIGS``: the KIP-956
+remote copy/fetch quotas), which may be set for this node (resource name: its id) or as the
+cluster-wide default (resource name ""): persisted in the cluster metadata and applied live."""
 
 from __future__ import annotations
 
@@ -27,9 +29,7 @@ def _alter(ctx, res, incremental: bool, validate_only: bool) -> None:
                                              validate_only)
     elif kind is R.BROKER:
         broker_resource_is_this_node(ctx, res.resource_name)
-        raise KafkaError("Strata reads broker configs from server.properties only; dynamic "
-                         f"broker configs are not supported: {', '.join(k for k, _, _ in ops)}",
-                         code=ErrorCode.INVALID_REQUEST)
+        ctx.metadata.alter_broker_configs(res.resource_name, ops, incremental, validate_only)
     elif kind is R.BROKER_LOGGER and incremental:
         if not broker_resource_is_this_node(ctx, res.resource_name):
             raise KafkaError("Broker id must not be empty", code=ErrorCode.INVALID_REQUEST)

@@ -1,5 +1,6 @@
-"""DescribeConfigs v1-4: topic configs (with sources and synonyms), this broker's static
-configs, and its loggers."""
+"""DescribeConfigs v1-4: topic configs (with sources and synonyms), this broker's configs
+(static, and the dynamic ones with their DYNAMIC_* sources), the cluster-wide dynamic broker
+defaults (resource name ""), and the loggers."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _entries(ctx, res, synonyms: bool, docs: bool) -> list[ConfigEntry]:
         return ctx.metadata.describe_topic_configs(res.resource_name, keys, synonyms, docs)
     if kind is R.BROKER:
         if not broker_resource_is_this_node(ctx, res.resource_name):
-            return []  # the cluster-wide dynamic defaults: Strata has none
+            # the cluster-wide default resource: only its dynamic configs
+            return ctx.metadata.describe_default_broker_configs(keys, synonyms, docs)
         return ctx.metadata.describe_broker_configs(keys, synonyms, docs)
     if kind is R.BROKER_LOGGER:
         entries = _logger_entries(ctx, res.resource_name)

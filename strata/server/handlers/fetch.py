@@ -4,6 +4,9 @@ Sessionless (session id 0): every request is a full fetch, which every client ac
 first partition with data may exceed the limits by one batch (KIP-74); then the response's
 ``max_bytes`` bounds the rest. Offsets in the remote tier are read on the remote log reader
 pool, every such partition of the request in parallel (Kafka up to 4.1 serves only the first).
+While the remote fetch quota (KIP-956) is exceeded no remote read starts: those partitions
+answer no records and no error (as Kafka's ReplicaManager), and the Fetch waits for the other
+partitions as usual.
 """
 
 from __future__ import annotations
@@ -42,15 +45,25 @@ def _read_all(ctx, request, isolation):
     results = []
     remote = []
     total = 0
+    throttle_ms = None   # the remote fetch quota, asked at the first remote partition
     for t in body.topics:
         for p in t.partitions:
             tp = TopicPartition(t.topic, p.partition)
             budget = min(p.partition_max_bytes, max(remaining, 0))
             r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one)
             if r.remote is not None:
-                remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
-                min_one = False
-                remaining -= budget
+                rlm = ctx.replica_manager.remote_log_manager
+                if throttle_ms is None:
+                    throttle_ms = _fetch_throttle_ms(rlm)
+                if throttle_ms > 0:
+                    # KIP-956: over the fetch quota no remote read starts; the partition
+                    # answers no records and no error, and the client fetches it again
+                    rlm.record_fetch_throttled(throttle_ms)
+                    r = r._replace(remote=None)
+                else:
+                    remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
+                    min_one = False
+                    remaining -= budget
             r = _check_zstd(request, r)
             if r.records:
                 min_one = False
@@ -58,6 +71,12 @@ def _read_all(ctx, request, isolation):
                 total += len(r.records)
             results.append((tp, r))
     return results, total, remote
+
+
+def _fetch_throttle_ms(rlm) -> int:
+    """Kafka's ``getFetchThrottleTimeMs``: > 0 while the remote fetch quota is exceeded."""
+    check = getattr(rlm, "fetch_throttle_time_ms", None)
+    return check() if check is not None else 0
 
 
 def _check_zstd(request, r):

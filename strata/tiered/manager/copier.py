@@ -3,6 +3,7 @@
 A segment is a candidate when it is not the active segment and the next segment's base offset
 is at or below the last stable offset (so no open transaction or uncommitted data is copied).
 Candidates are taken in offset order from ``highest offset in remote storage + 1`` with no gaps.
+Each segment first passes the copy quota (``quota.RemoteLogQuotas.acquire_copy``).
 Per segment: COPY_SEGMENT_STARTED → copy the segment, its offset/time/transaction indexes, the
 producer snapshot at the next segment's base offset and the leader-epoch checkpoint up to the
 segment's end → COPY_SEGMENT_FINISHED → the log's highest offset in remote storage advances.
@@ -62,10 +63,22 @@ def candidate_segments(part: PartitionTiering) -> list[tuple[LogSegment, int]]:
 
 
 def copy_log_segments(ctx: TieringContext, part: PartitionTiering) -> int:
-    """Copy every eligible segment of one partition; how many were copied."""
+    """Copy every eligible segment of one partition; how many were copied.
+
+    Before each segment the copy quota (KIP-956) admits it: the copier waits while the
+    broker-wide copy byte rate is over ``remote.log.manager.copy.max.bytes.per.second``, then
+    the segment's bytes are recorded, before the upload as Kafka's RLMCopyTask does, so that
+    concurrent copiers see each other's admitted segments. Shutdown or copying turned off
+    ends the wait and the run."""
     copied = 0
+
+    def stop() -> bool:
+        return ctx.stopping or not part.copy_enabled
+
     for seg, next_base in candidate_segments(part):
-        if ctx.stopping or not part.copy_enabled:
+        if stop():
+            break
+        if ctx.quotas is not None and not ctx.quotas.acquire_copy(seg.size, stop):
             break
         copy_log_segment(ctx, part, seg, next_base)
         copied += 1

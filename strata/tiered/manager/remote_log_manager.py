@@ -8,6 +8,13 @@ before its next attempt (``remote.log.manager.task.retry.*``), so an object-stor
 blocks produce or local reads and tiering resumes by itself. Remote reads run on the reader
 pool (``remote.log.reader.threads``, at most ``remote.log.reader.max.pending.tasks`` queued).
 
+KIP-956 quotas (``quota.RemoteLogQuotas``): a copier waits while the copy byte-rate quota is
+exceeded before each segment (``remote.log.manager.copy.max.bytes.per.second``); the Fetch
+handler asks ``fetch_throttle_time_ms`` before starting remote reads and skips them while the
+fetch quota (``remote.log.manager.fetch.max.bytes.per.second``) is exceeded; every remote read
+records the bytes it returned. Both bounds change live through ``reconfigure`` (dynamic broker
+configs).
+
 The tasks live in their own modules (``copier``, ``expirer``); this module owns the pools,
 the per-partition state, the read entry points, topic deletion (the remote partition remover)
 and turning tiering off with ``remote.log.delete.on.disable``.
@@ -27,6 +34,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.config import LONG_MAX
 from strata.common.errors import ErrorCode, KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.local_log import FetchDataInfo
@@ -36,6 +44,7 @@ from strata.tiered.api import (
     RemoteLogSegmentState, RemotePartitionDeleteMetadata, RemotePartitionDeleteState,
     RemoteStorageManager)
 from strata.tiered.manager import copier, expirer
+from strata.tiered.manager.quota import RemoteLogQuotas
 from strata.tiered.manager.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -53,6 +62,37 @@ class TieringSettings:
     expiration_threads: int = 10
     reader_threads: int = 10
     reader_max_pending_tasks: int = 100
+    # KIP-956 quotas (remote.log.manager.{copy,fetch}.max.bytes.per.second and their windows)
+    copy_max_bytes_per_second: int = LONG_MAX
+    copy_quota_window_num: int = 11
+    copy_quota_window_size_seconds: int = 1
+    fetch_max_bytes_per_second: int = LONG_MAX
+    fetch_quota_window_num: int = 11
+    fetch_quota_window_size_seconds: int = 1
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> TieringSettings:
+        """The settings of a ``RemoteLogManagerConfig``."""
+        return cls(
+            task_interval_ms=cfg.task_interval_ms, retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms, retry_jitter=cfg.retry_jitter,
+            copier_threads=cfg.copier_threads, expiration_threads=cfg.expiration_threads,
+            reader_threads=cfg.reader_threads,
+            reader_max_pending_tasks=cfg.reader_max_pending_tasks,
+            **quota_settings(cfg))
+
+
+def quota_settings(cfg: Any) -> dict[str, int]:
+    """The quota fields of ``TieringSettings`` from a ``RemoteLogManagerConfig``."""
+    return {
+        "copy_max_bytes_per_second": cfg.remote_log_manager_copy_max_bytes_per_second,
+        "copy_quota_window_num": cfg.remote_log_manager_copy_num_quota_samples,
+        "copy_quota_window_size_seconds": cfg.remote_log_manager_copy_quota_window_size_seconds,
+        "fetch_max_bytes_per_second": cfg.remote_log_manager_fetch_max_bytes_per_second,
+        "fetch_quota_window_num": cfg.remote_log_manager_fetch_num_quota_samples,
+        "fetch_quota_window_size_seconds":
+            cfg.remote_log_manager_fetch_quota_window_size_seconds,
+    }
 
 
 class TieringMetrics:
@@ -152,6 +192,7 @@ class TieringContext:
     metrics: TieringMetrics
     index_cache: Any = None       # RemoteIndexCache
     stopping: bool = False
+    quotas: RemoteLogQuotas | None = None
 
 
 class _Task:
@@ -190,7 +231,16 @@ class RemoteLogManager:
                  topic_id: Callable[[str], Any], settings: TieringSettings | None = None,
                  index_cache: Any = None, clock: Clock = SYSTEM_CLOCK):
         self.settings = settings or TieringSettings()
-        self.ctx = TieringContext(rsm, rlmm, broker_id, clock, TieringMetrics(), index_cache)
+        s = self.settings
+        quotas = RemoteLogQuotas(
+            copy_bytes_per_second=s.copy_max_bytes_per_second,
+            copy_window_num=s.copy_quota_window_num,
+            copy_window_size_seconds=s.copy_quota_window_size_seconds,
+            fetch_bytes_per_second=s.fetch_max_bytes_per_second,
+            fetch_window_num=s.fetch_quota_window_num,
+            fetch_window_size_seconds=s.fetch_quota_window_size_seconds, clock=clock)
+        self.ctx = TieringContext(rsm, rlmm, broker_id, clock, TieringMetrics(), index_cache,
+                                  quotas=quotas)
         self._logs = logs
         self._topic_id = topic_id
         self._partitions: dict[TopicPartition, PartitionTiering] = {}
@@ -198,17 +248,48 @@ class RemoteLogManager:
         self._disabling: dict[TopicPartition, _Task] = {}   # delete-on-disable in progress
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        s = self.settings
         self._copiers = concurrent.futures.ThreadPoolExecutor(s.copier_threads, "rlm-copier")
         self._expirers = concurrent.futures.ThreadPoolExecutor(s.expiration_threads, "rlm-expirer")
         self._readers = concurrent.futures.ThreadPoolExecutor(s.reader_threads, "rlm-reader")
         self._read_slots = threading.BoundedSemaphore(s.reader_max_pending_tasks)
         self.reader_stats = ReaderPoolStats(s.reader_threads)
+        self._read_ahead: dict[TopicPartition, tuple[int, int]] = {}   # next offset, window
         self._driver: threading.Thread | None = None
 
     @property
     def metrics(self) -> TieringMetrics:
         return self.ctx.metrics
+
+    @property
+    def quotas(self) -> RemoteLogQuotas:
+        assert self.ctx.quotas is not None
+        return self.ctx.quotas
+
+    # ---- quotas (KIP-956) ----------------------------------------------------------------------
+
+    def update_copy_quota(self, bytes_per_second: int) -> None:
+        """Kafka's ``updateCopyQuota``: a new copy bound, effective for the next segment."""
+        self.quotas.update_copy_quota(bytes_per_second)
+
+    def update_fetch_quota(self, bytes_per_second: int) -> None:
+        """Kafka's ``updateFetchQuota``: a new fetch bound, effective for the next Fetch."""
+        self.quotas.update_fetch_quota(bytes_per_second)
+
+    def reconfigure(self, cfg: Any) -> None:
+        """Apply the dynamic settings of a ``RemoteLogManagerConfig`` (the broker's static
+        properties overlaid with its dynamic configs): the copy and fetch quotas."""
+        q = quota_settings(cfg)
+        self.update_copy_quota(q["copy_max_bytes_per_second"])
+        self.update_fetch_quota(q["fetch_max_bytes_per_second"])
+
+    def fetch_throttle_time_ms(self) -> int:
+        """Kafka's ``getFetchThrottleTimeMs``: > 0 while the fetch quota is exceeded, when a
+        Fetch must not start remote reads."""
+        return self.quotas.fetch_throttle_time_ms()
+
+    def record_fetch_throttled(self, throttle_ms: int) -> None:
+        """A Fetch skipped its remote reads for ``throttle_ms`` (the fetch throttle sensor)."""
+        self.quotas.record_fetch_throttled(throttle_ms)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -224,6 +305,8 @@ class RemoteLogManager:
         """Stop scheduling, let running tasks stop at their next segment, close the plugins."""
         self.ctx.stopping = True
         self._wake.set()
+        self.quotas.close()   # copiers waiting for the copy quota give up now
+        self._abort_store_waits()
         if self._driver is not None:
             self._driver.join(timeout=10)
         for pool in (self._copiers, self._expirers, self._readers):
@@ -234,6 +317,21 @@ class RemoteLogManager:
                     closeable.close()
                 except Exception:  # noqa: BLE001 - shutdown goes on
                     log.exception("closing %s failed", type(closeable).__name__)
+
+    def _abort_store_waits(self) -> None:
+        """Uploads sleeping in the object store's rate limiter (``abort_waits`` on any layer
+        of the RSM's store) fail now rather than hold the copier pool's shutdown."""
+        try:
+            layer = getattr(self.ctx.rsm, "store", None)
+        except Exception:  # noqa: BLE001 - an RSM without a store (not configured)
+            return
+        for _ in range(32):
+            if layer is None:
+                return
+            abort = getattr(layer, "abort_waits", None)
+            if callable(abort):
+                abort()
+            layer = getattr(layer, "inner", None)
 
     def wake(self) -> None:
         """Run a scheduling round now (tests, config changes)."""
@@ -390,6 +488,7 @@ class RemoteLogManager:
         with self._lock:
             for tip in tips:
                 self._partitions.pop(tip.topic_partition, None)
+                self._read_ahead.pop(tip.topic_partition, None)
                 if tip not in self._removals:
                     self._removals[tip] = _Task(Backoff(
                         self.settings.retry_backoff_ms, self.settings.retry_backoff_max_ms,
@@ -509,7 +608,36 @@ class RemoteLogManager:
             log.warning("remote read of %s at %d failed: %s", ulog.topic_partition, fetch_offset, exc)
             raise KafkaStorageError(f"remote read failed: {exc}") from exc
         self.ctx.metrics.fetched(topic, len(result.records))
+        if self.ctx.quotas is not None:
+            self.ctx.quotas.record_fetch(len(result.records))
+        if result.records:
+            self._prefetch_after(ulog, meta, fetch_offset, result.next_offset,
+                                 result.position + len(result.records))
         return result.to_fetch_data_info(aborted)
+
+    def _prefetch_after(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
+                        fetch_offset: int, next_offset: int, position: int) -> None:
+        """Read ahead of a sequential reader: from where this read ended, ask the RSM to load
+        a window that starts at an eighth of its ``prefetch_max_size`` and doubles with each
+        read that continues where the last one ended (a seek starts it over), continuing into
+        the next remote segment when the window passes this one's end."""
+        most = getattr(self.ctx.rsm, "prefetch_max_size", 0)
+        if most <= 0:
+            return
+        tp = ulog.topic_partition
+        with self._lock:
+            last = self._read_ahead.get(tp)
+            window = min(last[1] * 2, most) if last and last[0] == fetch_offset else max(most // 8, 1)
+            self._read_ahead[tp] = (next_offset, window)
+        try:
+            past_end = self.ctx.rsm.prefetch(meta, position, window)
+            while past_end > 0:
+                meta = self.segment_for_offset(ulog, meta.end_offset + 1)
+                if meta is None:
+                    return
+                past_end = self.ctx.rsm.prefetch(meta, 0, past_end)
+        except Exception as exc:  # noqa: BLE001 - a hint; reads report real errors
+            log.debug("read-ahead of %s failed: %s", tp, exc)
 
     def _aborted_transactions(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
                               start: int, upper: int) -> list:

@@ -26,7 +26,7 @@ Prefetch: ``prefetch`` schedules loads on a pool of ``chunk.cache.prefetch.threa
 threads, at most ``chunk.cache.prefetch.queue.size`` waiting for a busy pool (the excess is
 dropped). W-TinyLFU is scan resistant: a chunk seen once rarely displaces chunks seen
 several times, which would defeat read-ahead, so prefetched chunks are also kept, outside
-the tiers' policies, until their first ``get`` (up to ``chunk.cache.prefetch.max.size``
+the tiers' policies, until their first ``get`` (up to ``chunk.cache.prefetch.hold.size``
 bytes, oldest dropped first). A ``get`` that finds a prefetch waiting in the queue runs the
 load itself rather than waiting behind other prefetches.
 """
@@ -54,7 +54,7 @@ from strata.common.tinylfu import ByteWeightedTinyLfu
 __all__ = [
     "ChunkCache", "ChunkCacheConfig", "ChunkKey", "Loader",
     "MEMORY_SIZE_CONFIG", "DISK_SIZE_CONFIG", "DISK_PATH_CONFIG", "PREFETCH_THREADS_CONFIG",
-    "PREFETCH_QUEUE_SIZE_CONFIG", "PREFETCH_MAX_SIZE_CONFIG",
+    "PREFETCH_QUEUE_SIZE_CONFIG", "PREFETCH_HOLD_SIZE_CONFIG",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ DISK_SIZE_CONFIG = "chunk.cache.disk.size"
 DISK_PATH_CONFIG = "chunk.cache.disk.path"
 PREFETCH_THREADS_CONFIG = "chunk.cache.prefetch.threads"
 PREFETCH_QUEUE_SIZE_CONFIG = "chunk.cache.prefetch.queue.size"
-PREFETCH_MAX_SIZE_CONFIG = "chunk.cache.prefetch.max.size"
+PREFETCH_HOLD_SIZE_CONFIG = "chunk.cache.prefetch.hold.size"
 
 CHUNK_SUFFIX = ".chunk"
 _OUR_FILE = re.compile(r"^[0-9a-f]{32}-[0-9]+" + re.escape(CHUNK_SUFFIX)
@@ -85,7 +85,7 @@ class ChunkCacheConfig:
     ``memory_size`` / ``disk_size``: byte budgets of the tiers, 0 disables a tier (the disk
     tier then needs ``disk_path``). ``prefetch_threads``: loader threads for ``prefetch``
     (0 disables prefetching). ``prefetch_queue_size``: prefetches that may wait while every
-    prefetch thread is busy; more are dropped. ``prefetch_max_size``: bytes of prefetched
+    prefetch thread is busy; more are dropped. ``prefetch_hold_size``: bytes of prefetched
     chunks kept until their first read (0 keeps none: prefetched chunks then live only in the
     tiers, if their policies admit them).
     """
@@ -95,13 +95,13 @@ class ChunkCacheConfig:
     disk_path: Path | None = None
     prefetch_threads: int = 4
     prefetch_queue_size: int = 16
-    prefetch_max_size: int = 32 << 20
+    prefetch_hold_size: int = 32 << 20
 
     def __post_init__(self) -> None:
         for name, key in (("memory_size", MEMORY_SIZE_CONFIG), ("disk_size", DISK_SIZE_CONFIG),
                           ("prefetch_threads", PREFETCH_THREADS_CONFIG),
                           ("prefetch_queue_size", PREFETCH_QUEUE_SIZE_CONFIG),
-                          ("prefetch_max_size", PREFETCH_MAX_SIZE_CONFIG)):
+                          ("prefetch_hold_size", PREFETCH_HOLD_SIZE_CONFIG)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} must be a non-negative integer, not {value!r}")
@@ -137,8 +137,8 @@ class ChunkCacheConfig:
                                                d.prefetch_threads),
             prefetch_queue_size=_non_negative_int(configs, PREFETCH_QUEUE_SIZE_CONFIG,
                                                   d.prefetch_queue_size),
-            prefetch_max_size=_non_negative_int(configs, PREFETCH_MAX_SIZE_CONFIG,
-                                                d.prefetch_max_size))
+            prefetch_hold_size=_non_negative_int(configs, PREFETCH_HOLD_SIZE_CONFIG,
+                                                d.prefetch_hold_size))
 
 
 def _non_negative_int(configs: Mapping[str, Any], key: str, default: int) -> int:
@@ -457,7 +457,7 @@ class ChunkCache:
 
     def _stage(self, key: ChunkKey, data: bytes) -> None:
         """Keep a prefetched chunk until its first read, oldest dropped first. Holds ``_lock``."""
-        limit = self.config.prefetch_max_size
+        limit = self.config.prefetch_hold_size
         if len(data) > limit:
             return
         old = self._staged.pop(key, None)
@@ -582,6 +582,11 @@ class ChunkCache:
         self.close()
 
     # ---- statistics --------------------------------------------------------------------------
+
+    # the keys of ``stats`` that are levels (gauges); the others only grow (counters)
+    LEVEL_STATS = frozenset({"memory_bytes", "memory_entries", "disk_bytes", "disk_entries",
+                             "prefetch_bytes", "prefetch_entries", "prefetch_queued",
+                             "prefetch_running", "in_flight"})
 
     def stats(self) -> dict[str, int]:
         """A consistent snapshot of the counters and sizes.

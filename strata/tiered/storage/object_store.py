@@ -6,16 +6,25 @@ other failure in ``RemoteStorageException`` (``RetriableRemoteStorageException``
 transient: connection errors, timeouts, throttling, 5xx). Calls block and may come from several
 threads at once; every backend here is thread-safe.
 
+Throttling responses (S3's 503 SlowDown, HTTP 429) raise ``ThrottledRemoteStorageException``,
+a ``RetriableRemoteStorageException``: callers treat it like any other transient error.
+
 Backends: ``FileSystemObjectStore`` (a directory tree), ``MemoryObjectStore`` (unit tests),
-``ObstoreObjectStore`` (S3, GCS, Azure, HTTP through ``obstore``), and the
-``FaultInjectingObjectStore`` decorator. ``object_store_from_config`` builds one from the
-``storage.*`` and ``fault.*`` keys of the RSM configuration.
+``ObstoreObjectStore`` (S3, GCS, Azure, HTTP through ``obstore``). Decorators:
+``FaultInjectingObjectStore`` (latency, bandwidth, failures, throttling), ``MeteredObjectStore``
+(requests, bytes and estimated request cost per operation and topic) and
+``UploadRateLimitedObjectStore`` (a token bucket on uploaded bytes). ``object_store_from_config``
+builds the chain from the RSM configuration, innermost first: the backend (``storage.*``), the
+fault injector (any ``fault.*`` key), the meter (always), the upload limiter
+(``upload.rate.limit.bytes.per.second``). ``find_layer`` finds a decorator in a chain.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import datetime
+import math
 import os
 import random
 import re
@@ -29,6 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from strata.common.files import fsync_dir
+from strata.common.rate import TokenBucket
 from strata.tiered.api import (
     RemoteResourceNotFoundException, RemoteStorageException, RetriableRemoteStorageException)
 
@@ -36,10 +46,20 @@ __all__ = [
     "FaultInjectingObjectStore",
     "FileSystemObjectStore",
     "MemoryObjectStore",
+    "MeteredObjectStore",
     "ObjectStore",
     "ObstoreObjectStore",
+    "RequestPrices",
+    "ThrottledRemoteStorageException",
+    "UploadRateLimitedObjectStore",
+    "find_layer",
     "object_store_from_config",
+    "topic_of_key",
 ]
+
+
+class ThrottledRemoteStorageException(RetriableRemoteStorageException):
+    """The store asked the client to slow down (S3 ``503 SlowDown``, HTTP 429): transient."""
 
 
 def _check_key(key: str) -> str:
@@ -310,6 +330,9 @@ _TRANSIENT_MARKERS = (
     "broken pipe", "reset by peer", "status code: 5", "429", "too many requests", "slowdown",
     "slow down", "service unavailable", "internal error", "incomplete", "unexpected eof",
 )
+# Substrings (lowercase) that mean the store is throttling this client.
+_THROTTLE_MARKERS = ("slowdown", "slow down", "429", "too many requests",
+                     "reduce your request rate")
 # Range requests that start at or past the end of an object.
 _RANGE_PAST_END_MARKERS = ("416", "invalidrange", "range not satisfiable", "starttoolarge")
 
@@ -337,6 +360,8 @@ def _obstore_error(op: str, key: str, e: BaseException) -> RemoteStorageExceptio
                       oe.NotSupportedError, oe.UnknownConfigurationKeyError, ValueError, TypeError)):
         return RemoteStorageException(message)
     text = str(e).lower()
+    if any(marker in text for marker in _THROTTLE_MARKERS):
+        return ThrottledRemoteStorageException(message)
     if any(marker in text for marker in _TRANSIENT_MARKERS):
         return RetriableRemoteStorageException(message)
     return RemoteStorageException(message)
@@ -482,15 +507,27 @@ class ObstoreObjectStore(ObjectStore):
 # --------------------------------------------------------------------------- fault injection
 
 
+def _file_size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0   # the inner store reports the unreadable file
+
+
 class FaultInjectingObjectStore(ObjectStore):
-    """Wraps a store and injects latency and failures, for tests and benchmarks.
+    """Wraps a store and injects latency, bandwidth limits, throttling and failures, for tests
+    and benchmarks.
 
     Before each call: while ``set_outage(True)`` is in force, it fails; a key matching
-    ``fail_keys`` (regex, ``re.search``) fails; with probability ``error_rate`` it fails; a key
-    matching ``delay_keys`` sleeps ``delay_ms``; gets (get, get_range, size, list) sleep
-    ``get_latency_ms`` and puts ``put_latency_ms``. Failures are
-    ``RetriableRemoteStorageException`` and the inner store is not called. Attributes may be
-    changed while other threads use the store.
+    ``fail_keys`` (regex, ``re.search``) fails; with probability ``error_rate`` it fails; with
+    probability ``throttle_rate`` it is throttled; a key matching ``delay_keys`` sleeps
+    ``delay_ms``; gets (get, get_range, size, list) sleep ``get_latency_ms`` and puts
+    ``put_latency_ms``. Failures are ``RetriableRemoteStorageException``, throttled calls
+    ``ThrottledRemoteStorageException`` (S3's "503 SlowDown"); either way the inner store is not
+    called. Bandwidth: a put sleeps ``len / put_bandwidth_bps`` seconds before it reaches the
+    inner store, a get or ranged get ``len / get_bandwidth_bps`` after (0: unlimited), as if
+    every transfer ran at that speed. ``seed`` makes the random rolls (errors, then throttling)
+    repeatable. Attributes may be changed while other threads use the store.
     """
 
     _GETS = frozenset({"get", "get_range", "size", "list"})
@@ -500,17 +537,28 @@ class FaultInjectingObjectStore(ObjectStore):
                  put_latency_ms: float = 0.0, error_rate: float = 0.0,
                  fail_keys: str | None = None, delay_keys: str | None = None,
                  delay_ms: float = 0.0, seed: int | None = None,
+                 get_bandwidth_bps: float = 0.0, put_bandwidth_bps: float = 0.0,
+                 throttle_rate: float = 0.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        if not 0.0 <= error_rate <= 1.0:
-            raise ValueError(f"error_rate must be within [0, 1], got {error_rate}")
+        for name, rate in (("error_rate", error_rate), ("throttle_rate", throttle_rate)):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {rate}")
+        for name, bw in (("get_bandwidth_bps", get_bandwidth_bps),
+                         ("put_bandwidth_bps", put_bandwidth_bps)):
+            if bw < 0:
+                raise ValueError(f"{name} must be >= 0 (0: unlimited), got {bw}")
         self.inner = inner
         self.get_latency_ms = get_latency_ms
         self.put_latency_ms = put_latency_ms
         self.error_rate = error_rate
+        self.throttle_rate = throttle_rate
+        self.get_bandwidth_bps = get_bandwidth_bps
+        self.put_bandwidth_bps = put_bandwidth_bps
         self.fail_keys = fail_keys
         self.delay_keys = delay_keys
         self.delay_ms = delay_ms
-        self.injected_failures = 0
+        self.injected_failures = 0      # every injected failure, throttling included
+        self.injected_throttles = 0
         self._outage = False
         self._random = random.Random(seed)
         self._sleep = sleep
@@ -543,6 +591,12 @@ class FaultInjectingObjectStore(ObjectStore):
         """While True, every call fails with RetriableRemoteStorageException."""
         self._outage = bool(outage)
 
+    def _roll(self, probability: float) -> bool:
+        if probability <= 0:
+            return False
+        with self._lock:
+            return self._random.random() < probability
+
     def _fault(self, op: str, keys: list[str]) -> None:
         reason = None
         if self._outage:
@@ -551,11 +605,15 @@ class FaultInjectingObjectStore(ObjectStore):
             fail = self._fail_keys
             if fail is not None and any(fail.search(k) for k in keys):
                 reason = f"key matches {fail.pattern!r}"
-            elif self.error_rate > 0:
+            elif self._roll(self.error_rate):
+                reason = f"error rate {self.error_rate}"
+            elif self._roll(self.throttle_rate):
                 with self._lock:
-                    roll = self._random.random()
-                if roll < self.error_rate:
-                    reason = f"error rate {self.error_rate}"
+                    self.injected_failures += 1
+                    self.injected_throttles += 1
+                raise ThrottledRemoteStorageException(
+                    f"injected throttling: {op} {keys[:3]}: 503 SlowDown: Please reduce your "
+                    "request rate.")
         if reason is not None:
             with self._lock:
                 self.injected_failures += 1
@@ -568,21 +626,32 @@ class FaultInjectingObjectStore(ObjectStore):
         if latency > 0:
             self._sleep(latency / 1000.0)
 
+    def _transfer(self, size: int, bandwidth: float) -> None:
+        if bandwidth > 0 and size > 0:
+            self._sleep(size / bandwidth)
+
     def put(self, key: str, data: bytes) -> None:
         self._fault("put", [key])
+        self._transfer(len(data), self.put_bandwidth_bps)
         self.inner.put(key, data)
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         self._fault("put_file", [key])
+        if self.put_bandwidth_bps > 0:
+            self._transfer(_file_size(path), self.put_bandwidth_bps)
         self.inner.put_file(key, path)
 
     def get(self, key: str) -> bytes:
         self._fault("get", [key])
-        return self.inner.get(key)
+        data = self.inner.get(key)
+        self._transfer(len(data), self.get_bandwidth_bps)
+        return data
 
     def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
         self._fault("get_range", [key])
-        return self.inner.get_range(key, start, end_exclusive)
+        data = self.inner.get_range(key, start, end_exclusive)
+        self._transfer(len(data), self.get_bandwidth_bps)
+        return data
 
     def size(self, key: str) -> int:
         self._fault("size", [key])
@@ -605,6 +674,260 @@ class FaultInjectingObjectStore(ObjectStore):
         self.inner.close()
 
 
+# --------------------------------------------------------------------------- upload rate limit
+
+
+class UploadRateLimitedObjectStore(ObjectStore):
+    """Limits the bytes uploaded (``put``, ``put_file``) to ``bytes_per_second`` with a token
+    bucket (``strata.common.rate.TokenBucket``; burst: one second's worth unless given).
+
+    An upload takes its size from the bucket before it starts and sleeps until the bucket has
+    paid for it, so uploads of any size pass, and over any interval at most ``burst +
+    bytes_per_second × interval`` bytes start uploading. The caller's thread blocks (the
+    copier's, for segments); ``abort_waits`` (the remote log manager's shutdown) or ``close``
+    ends every wait with a ``RetriableRemoteStorageException``. Reads, deletes and listings
+    pass through untouched. Aiven's tiered-storage plugin calls the setting
+    ``upload.rate.limit.bytes.per.second``.
+    """
+
+    def __init__(self, inner: ObjectStore, bytes_per_second: float, *,
+                 burst_bytes: float | None = None,
+                 now: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.inner = inner
+        self.bucket = TokenBucket(bytes_per_second, burst_bytes, now=now, sleep=sleep)
+        self._aborted = False
+
+    def __repr__(self) -> str:
+        return f"UploadRateLimitedObjectStore({self.inner!r}, {self.bucket.rate:g} B/s)"
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.bucket.rate
+
+    def abort_waits(self) -> None:
+        """Fail every upload waiting for (or later asking) the bucket: shutdown."""
+        self._aborted = True
+
+    def _acquire(self, key: str, size: int) -> None:
+        if self._aborted:
+            raise RetriableRemoteStorageException(f"put {key}: the upload rate limiter is stopped")
+        try:
+            self.bucket.acquire(size, lambda: self._aborted)
+        except InterruptedError:
+            raise RetriableRemoteStorageException(
+                f"put {key}: the upload rate limiter is stopped") from None
+
+    def put(self, key: str, data: bytes) -> None:
+        self._acquire(key, len(data))
+        self.inner.put(key, data)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self._acquire(key, _file_size(path))
+        self.inner.put_file(key, path)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        return self.inner.get_range(key, start, end_exclusive)
+
+    def size(self, key: str) -> int:
+        return self.inner.size(key)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(keys)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        return self.inner.list(prefix)
+
+    def close(self) -> None:
+        self._aborted = True
+        self.inner.close()
+
+
+# --------------------------------------------------------------------------- metering
+
+
+_TOPIC_DIR = re.compile(r"^(?P<topic>.+)-[A-Za-z0-9_-]{22}$")
+
+
+def topic_of_key(key: str, prefix: str = "") -> str:
+    """The topic of an object key (or listing prefix) in the RSM's layout
+    ``{prefix}{topic}-{topicId, 22 chars}/{partition}/...``; "" when the key does not say."""
+    if not key.startswith(prefix):
+        return ""
+    first, sep, _ = key[len(prefix):].partition("/")
+    if not sep:
+        return ""
+    m = _TOPIC_DIR.match(first)
+    return m.group("topic") if m else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestPrices:
+    """Request prices in dollars per 1000 requests (S3 Standard, us-east-1, as published by
+    AWS): GET-class (GET, HEAD) $0.0004, PUT-class (PUT, COPY, POST, LIST, the parts of a
+    multipart upload) $0.005; DELETE is free. Storage and transfer are not counted. RSM keys:
+    ``cost.get.per.1000.requests`` and ``cost.put.per.1000.requests``."""
+
+    get_per_1000: float = 0.0004
+    put_per_1000: float = 0.005
+
+    def per_request(self, op: str) -> float:
+        if op in ("GET", "HEAD"):
+            return self.get_per_1000 / 1000.0
+        if op in ("PUT", "LIST"):
+            return self.put_per_1000 / 1000.0
+        return 0.0
+
+
+@dataclasses.dataclass
+class OperationStats:
+    """The counters of one (operation, topic)."""
+
+    requests: int = 0
+    bytes: int = 0
+    errors: int = 0
+
+
+# Requests per LIST call: S3 returns at most 1000 keys per ListObjectsV2 page.
+_LIST_PAGE_KEYS = 1000
+
+
+class MeteredObjectStore(ObjectStore):
+    """Counts the requests, bytes and errors per operation and per topic, and the estimated
+    request cost per topic, of the calls that go through it (thread-safe).
+
+    Operations: ``GET`` (get, get_range; bytes received), ``HEAD`` (size), ``PUT`` (put,
+    put_file; bytes sent; a multipart upload counts its parts plus the create and complete
+    requests when the store underneath is an ``ObstoreObjectStore`` and the file is above its
+    part size), ``DELETE`` (one per key), ``LIST`` (one per page of 1000 keys, at least one).
+    A call that fails still counts as a request (and an error). The topic comes from the key
+    (``topic_of_key`` with ``key_prefix``); "" when the key does not say. Cost: requests times
+    ``prices`` (``RequestPrices``); an estimate of the request charges, nothing more.
+    """
+
+    OPS = ("GET", "HEAD", "PUT", "DELETE", "LIST")
+
+    def __init__(self, inner: ObjectStore, *, key_prefix: str = "",
+                 prices: RequestPrices | None = None) -> None:
+        self.inner = inner
+        self.key_prefix = key_prefix
+        self.prices = prices or RequestPrices()
+        self._stats: dict[tuple[str, str], OperationStats] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MeteredObjectStore({self.inner!r})"
+
+    def _count(self, op: str, key: str, requests: int = 1, size: int = 0,
+               error: bool = False) -> None:
+        topic = topic_of_key(key, self.key_prefix)
+        with self._lock:
+            stats = self._stats.get((op, topic))
+            if stats is None:
+                stats = self._stats[(op, topic)] = OperationStats()
+            stats.requests += requests
+            stats.bytes += size
+            if error:
+                stats.errors += 1
+
+    def _metered(self, op: str, key: str, fn: Callable[[], Any], *,
+                 size: Callable[[Any], int] | int = 0, requests: int = 1) -> Any:
+        try:
+            result = fn()
+        except BaseException:
+            self._count(op, key, requests, 0, error=True)
+            raise
+        self._count(op, key, requests, size(result) if callable(size) else size)
+        return result
+
+    def _part_size(self) -> int | None:
+        layer: Any = self.inner
+        while layer is not None:
+            chunk = getattr(layer, "multipart_chunk_size", None)
+            if isinstance(layer, ObstoreObjectStore) and chunk:
+                return int(chunk)
+            layer = getattr(layer, "inner", None)
+        return None
+
+    def put(self, key: str, data: bytes) -> None:
+        self._metered("PUT", key, lambda: self.inner.put(key, data), size=len(data))
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        size = _file_size(path)
+        part = self._part_size()
+        requests = math.ceil(size / part) + 2 if part and size > part else 1
+        self._metered("PUT", key, lambda: self.inner.put_file(key, path), size=size,
+                      requests=requests)
+
+    def get(self, key: str) -> bytes:
+        return self._metered("GET", key, lambda: self.inner.get(key), size=len)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        return self._metered("GET", key, lambda: self.inner.get_range(key, start, end_exclusive),
+                             size=len)
+
+    def size(self, key: str) -> int:
+        return self._metered("HEAD", key, lambda: self.inner.size(key))
+
+    def delete(self, key: str) -> None:
+        self._metered("DELETE", key, lambda: self.inner.delete(key))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        try:
+            self.inner.delete_many(keys)
+        except BaseException:
+            for key in keys:
+                self._count("DELETE", key, error=True)
+            raise
+        for key in keys:
+            self._count("DELETE", key)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        try:
+            found = list(self.inner.list(prefix))
+        except BaseException:
+            self._count("LIST", prefix, error=True)
+            raise
+        self._count("LIST", prefix, max(1, math.ceil(len(found) / _LIST_PAGE_KEYS)))
+        return iter(found)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    # ---- reading the counters ----
+
+    def snapshot(self) -> dict[tuple[str, str], OperationStats]:
+        """A copy of the counters: (operation, topic) -> OperationStats."""
+        with self._lock:
+            return {k: dataclasses.replace(v) for k, v in self._stats.items()}
+
+    def estimated_cost(self) -> dict[str, float]:
+        """Estimated request cost in dollars per topic, since the store was built."""
+        out: dict[str, float] = {}
+        for (op, topic), stats in self.snapshot().items():
+            out[topic] = out.get(topic, 0.0) + stats.requests * self.prices.per_request(op)
+        return out
+
+
+def find_layer(store: Any, kind: type) -> Any:
+    """The first store of type ``kind`` in a chain of decorators (following ``inner``), or
+    None. ``store`` itself counts."""
+    seen = 0
+    while store is not None and seen < 32:
+        if isinstance(store, kind):
+            return store
+        store = getattr(store, "inner", None)
+        seen += 1
+    return None
+
+
 # --------------------------------------------------------------------------- factory
 
 
@@ -616,6 +939,9 @@ _FAULT_KEYS = {
     "fault.delay.keys": ("delay_keys", str),
     "fault.delay.ms": ("delay_ms", float),
     "fault.seed": ("seed", int),
+    "fault.get.bandwidth.bytes.per.second": ("get_bandwidth_bps", float),
+    "fault.put.bandwidth.bytes.per.second": ("put_bandwidth_bps", float),
+    "fault.throttle.rate": ("throttle_rate", float),
 }
 _RETRY_DURATIONS = {"retry_timeout_ms": "retry_timeout", "init_backoff_ms": "init_backoff",
                     "max_backoff_ms": "max_backoff"}
@@ -650,8 +976,17 @@ def _retry_config(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def object_store_from_config(configs: Mapping[str, Any]) -> ObjectStore:
-    """The store named by ``storage.url``, wrapped in a FaultInjectingObjectStore when any
-    ``fault.*`` key is present.
+    """The store named by ``storage.url`` and its decorators, innermost first: a
+    FaultInjectingObjectStore when any ``fault.*`` key is present, a MeteredObjectStore
+    (always; ``key.prefix`` tells it where topics start in keys, ``cost.get.per.1000.requests``
+    and ``cost.put.per.1000.requests`` price the requests, S3 Standard's by default), and an
+    UploadRateLimitedObjectStore when ``upload.rate.limit.bytes.per.second`` is set (a positive
+    integer; unset: unlimited). ``find_layer`` finds one of them in the result.
+
+    ``fault.*`` keys: ``fault.get.latency.ms``, ``fault.put.latency.ms``, ``fault.error.rate``,
+    ``fault.fail.keys``, ``fault.delay.keys``, ``fault.delay.ms``, ``fault.seed``,
+    ``fault.get.bandwidth.bytes.per.second``, ``fault.put.bandwidth.bytes.per.second`` and
+    ``fault.throttle.rate`` (see FaultInjectingObjectStore).
 
     ``storage.url``: ``file:///abs/path`` (FileSystemObjectStore), ``memory://`` (a new
     MemoryObjectStore), ``s3://bucket[/prefix]``, ``gs://...``, ``az://...``, ``http(s)://...``
@@ -704,13 +1039,59 @@ def object_store_from_config(configs: Mapping[str, Any]) -> ObjectStore:
     else:
         raise RemoteStorageException(f"storage.url {url!r}: unsupported scheme {scheme!r}")
 
-    faults = {k: v for k, v in configs.items() if k.startswith("fault.")}
-    if not faults:
-        return store
-    kwargs: dict[str, Any] = {}
-    for key, value in faults.items():
-        if key not in _FAULT_KEYS:
-            raise RemoteStorageException(f"unknown fault injection option {key}")
-        name, kind = _FAULT_KEYS[key]
-        kwargs[name] = kind(value)
-    return FaultInjectingObjectStore(store, **kwargs)
+    try:
+        faults = {k: v for k, v in configs.items() if k.startswith("fault.")}
+        if faults:
+            kwargs: dict[str, Any] = {}
+            for key, value in faults.items():
+                if key not in _FAULT_KEYS:
+                    raise RemoteStorageException(f"unknown fault injection option {key}")
+                name, kind = _FAULT_KEYS[key]
+                try:
+                    kwargs[name] = kind(value)
+                except (TypeError, ValueError) as e:
+                    raise RemoteStorageException(f"{key}: invalid value {value!r}: {e}") from e
+            try:
+                store = FaultInjectingObjectStore(store, **kwargs)
+            except ValueError as e:
+                raise RemoteStorageException(f"invalid fault injection option: {e}") from e
+        store = MeteredObjectStore(store, key_prefix=str(configs.get("key.prefix", "") or ""),
+                                   prices=_request_prices(configs))
+        limit = configs.get(UPLOAD_RATE_LIMIT_KEY)
+        if limit not in (None, ""):
+            store = UploadRateLimitedObjectStore(store, _positive_int(UPLOAD_RATE_LIMIT_KEY, limit))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+UPLOAD_RATE_LIMIT_KEY = "upload.rate.limit.bytes.per.second"
+COST_GET_KEY = "cost.get.per.1000.requests"
+COST_PUT_KEY = "cost.put.per.1000.requests"
+
+
+def _positive_int(key: str, value: Any) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise RemoteStorageException(f"{key} must be a positive integer, got {value!r}") from None
+    if n < 1:
+        raise RemoteStorageException(f"{key} must be a positive integer, got {value!r}")
+    return n
+
+
+def _request_prices(configs: Mapping[str, Any]) -> RequestPrices:
+    prices = {}
+    for key, field in ((COST_GET_KEY, "get_per_1000"), (COST_PUT_KEY, "put_per_1000")):
+        value = configs.get(key)
+        if value in (None, ""):
+            continue
+        try:
+            price = float(str(value).strip())
+        except ValueError:
+            price = -1.0
+        if not price >= 0 or math.isinf(price):
+            raise RemoteStorageException(f"{key} must be a non-negative number, got {value!r}")
+        prices[field] = price
+    return RequestPrices(**prices)

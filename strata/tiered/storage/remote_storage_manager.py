@@ -3,38 +3,61 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import functools
+import logging
 import io
 import json
 import os
+import tempfile
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Generic, TypeVar
+
+from crc32c import crc32c
 
 from strata.common.types import uuid_to_kafka_str as kafka_uuid_str
 from strata.tiered.api import (
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager,
     TopicIdPartition)
+from strata.tiered.storage.chunks import (
+    ChunkIndex, FixedSizeChunkIndex, VariableSizeChunkIndex, chunk_index_from_json, chunk_range,
+    decode_crcs, encode_crcs)
+from strata.tiered.storage.chunk_cache import ChunkCache
 from strata.tiered.storage.object_store import ObjectStore, object_store_from_config
+from strata.tiered.storage.transforms import (
+    ChunkTransform, KeyRing, SegmentEncryption, first_batch_is_compressed, new_data_key)
 
 __all__ = [
     "FixedSizeChunkIndex",
     "ObjectStoreRemoteStorageManager",
     "SegmentIndexEntry",
     "SegmentManifest",
+    "VariableSizeChunkIndex",
+    "chunk_range",
     "kafka_uuid_str",
 ]
 
 LOG_SUFFIX = "log"
 INDEXES_SUFFIX = "indexes"
 MANIFEST_SUFFIX = "rsm-manifest"
-MANIFEST_VERSION = "1"
+MANIFEST_VERSION = "2"
+_READABLE_VERSIONS = ("1", "2")
 
 DEFAULT_MANIFEST_CACHE_SIZE = 1000
 DEFAULT_FETCH_WINDOW_BYTES = 4 * 1024 * 1024
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+MAX_CHUNK_SIZE = 1024 * 1024 * 1024
+DEFAULT_PREFETCH_MAX_SIZE = 32 * 1024 * 1024
+
+logger = logging.getLogger(__name__)
+# Version 1 manifests describe one untransformed chunk; it is read as chunks of this size
+# (a constant, so chunk ids of a segment never change with the configuration).
+V1_READ_CHUNK_SIZE = 4 * 1024 * 1024
 
 # Manifest names of the indexes, in their order inside the .indexes blob.
 _INDEX_NAMES = {
@@ -46,70 +69,53 @@ _INDEX_NAMES = {
 }
 
 
-
 # --------------------------------------------------------------------------- manifest
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SegmentIndexEntry:
-    """Where one index lies inside the ``.indexes`` blob."""
+    """Where one index lies inside the ``.indexes`` blob: its stored (transformed) bytes and,
+    from version 2, their CRC32C."""
 
     position: int
     size: int
+    crc32c: int | None = None
 
     def to_json(self) -> dict[str, int]:
-        return {"position": self.position, "size": self.size}
+        obj = {"position": self.position, "size": self.size}
+        if self.crc32c is not None:
+            obj["crc32c"] = self.crc32c
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> SegmentIndexEntry:
-        return cls(int(obj["position"]), int(obj["size"]))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FixedSizeChunkIndex:
-    """Aiven's ``fixed`` chunk index: the original file cut into ``original_chunk_size``
-    chunks, each ``transformed_chunk_size`` bytes once stored except the last
-    (``final_transformed_chunk_size``). Untransformed single-chunk segments store the
-    file size in all four."""
-
-    original_chunk_size: int
-    original_file_size: int
-    transformed_chunk_size: int
-    final_transformed_chunk_size: int
-
-    @classmethod
-    def single_chunk(cls, file_size: int) -> FixedSizeChunkIndex:
-        # Aiven requires a positive chunk size, even for an empty file.
-        return cls(max(file_size, 1), file_size, max(file_size, 1), file_size)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "fixed", "originalChunkSize": self.original_chunk_size,
-                "originalFileSize": self.original_file_size,
-                "transformedChunkSize": self.transformed_chunk_size,
-                "finalTransformedChunkSize": self.final_transformed_chunk_size}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> FixedSizeChunkIndex:
-        if obj.get("type") != "fixed":
-            raise ValueError(f"unsupported chunk index type {obj.get('type')!r}")
-        return cls(int(obj["originalChunkSize"]), int(obj["originalFileSize"]),
-                   int(obj["transformedChunkSize"]), int(obj["finalTransformedChunkSize"]))
+        crc = obj.get("crc32c")
+        return cls(int(obj["position"]), int(obj["size"]), None if crc is None else int(crc))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SegmentManifest:
-    """The ``.rsm-manifest`` of one segment (JSON, ``"version": "1"``, Aiven's field names).
+    """The ``.rsm-manifest`` of one segment (JSON with Aiven's field names).
 
-    ``segment_indexes`` maps each IndexType present to its place in the ``.indexes`` blob (no
-    TRANSACTION entry when the segment had no transaction index). ``segment_metadata`` is the
-    segment's RemoteLogSegmentMetadata in Aiven's JSON form, informational only (audits).
+    Version 2: ``chunkIndex`` (``fixed`` when untransformed, else ``variable``),
+    ``chunkCrc32c`` (base64 of one big-endian uint32 CRC32C per stored chunk), ``compression``
+    (zstd applied), ``encryption`` (absent, or the wrapped data key and AAD). Each index in
+    ``segmentIndexes`` is transformed alone, as one chunk, and its entry gives its stored
+    position, size and CRC32C. Version 1 (read only): one untransformed chunk, no CRCs; it
+    is parsed as a ``fixed`` index of ``V1_READ_CHUNK_SIZE`` chunks, which stores the same bytes.
+
+    ``segment_metadata`` is the segment's RemoteLogSegmentMetadata in Aiven's JSON form,
+    informational only (audits).
     """
 
     segment_size: int
-    chunk_index: FixedSizeChunkIndex
+    chunk_index: ChunkIndex
     segment_indexes: Mapping[IndexType, SegmentIndexEntry]
     compression: bool = False
     segment_metadata: Mapping[str, Any] | None = None
+    encryption: SegmentEncryption | None = None
+    chunk_crcs: tuple[int, ...] | None = None
+    version: str = MANIFEST_VERSION
 
     def to_json(self) -> bytes:
         indexes: dict[str, Any] = {}
@@ -117,12 +123,16 @@ class SegmentManifest:
             entry = self.segment_indexes.get(index_type)
             indexes[name] = entry.to_json() if entry is not None else None
         obj: dict[str, Any] = {
-            "version": MANIFEST_VERSION,
+            "version": self.version,
             "segmentSize": self.segment_size,
             "chunkIndex": self.chunk_index.to_json(),
-            "segmentIndexes": indexes,
-            "compression": self.compression,
         }
+        if self.chunk_crcs is not None:
+            obj["chunkCrc32c"] = encode_crcs(self.chunk_crcs)
+        obj["segmentIndexes"] = indexes
+        obj["compression"] = self.compression
+        if self.encryption is not None:
+            obj["encryption"] = self.encryption.to_json()
         if self.segment_metadata is not None:
             obj["remoteLogSegmentMetadata"] = self.segment_metadata
         return json.dumps(obj, separators=(",", ":")).encode()
@@ -132,22 +142,44 @@ class SegmentManifest:
         """Parse a manifest; raises ValueError for anything malformed or of another version."""
         try:
             obj = json.loads(data)
-            if obj.get("version") != MANIFEST_VERSION:
-                raise ValueError(f"unsupported manifest version {obj.get('version')!r}")
-            if obj.get("encryption"):
-                raise ValueError("encrypted segments are not supported")
-            chunk_index = FixedSizeChunkIndex.from_json(obj["chunkIndex"])
+            version = obj.get("version")
+            if version not in _READABLE_VERSIONS:
+                raise ValueError(f"unsupported manifest version {version!r}")
+            chunk_index = chunk_index_from_json(obj["chunkIndex"])
+            size = int(obj.get("segmentSize", chunk_index.original_file_size))
+            if size != chunk_index.original_file_size:
+                raise ValueError(f"segmentSize {size} differs from the chunk index's "
+                                 f"originalFileSize {chunk_index.original_file_size}")
+            compression = obj["compression"]
+            if not isinstance(compression, bool):
+                raise ValueError(f"compression must be a boolean, got {compression!r}")
             raw = obj["segmentIndexes"]
             indexes = {t: SegmentIndexEntry.from_json(raw[name])
                        for t, name in _INDEX_NAMES.items() if raw.get(name) is not None}
             for t in _INDEX_NAMES:
                 if t is not IndexType.TRANSACTION and t not in indexes:
                     raise ValueError(f"manifest lacks the {_INDEX_NAMES[t]} index")
-            size = int(obj.get("segmentSize", chunk_index.original_file_size))
-            return cls(size, chunk_index, indexes, bool(obj["compression"]),
-                       obj.get("remoteLogSegmentMetadata"))
+            encryption = None
+            crcs = None
+            if version == "1":
+                if compression or obj.get("encryption") or not isinstance(
+                        chunk_index, FixedSizeChunkIndex):
+                    raise ValueError("version 1 manifests describe untransformed segments only")
+                chunk_index = FixedSizeChunkIndex.untransformed(size, V1_READ_CHUNK_SIZE)
+            else:
+                if obj.get("encryption") is not None:
+                    encryption = SegmentEncryption.from_json(obj["encryption"])
+                crcs = decode_crcs(obj["chunkCrc32c"])
+                if len(crcs) != chunk_index.chunk_count:
+                    raise ValueError(f"{len(crcs)} chunk CRCs for {chunk_index.chunk_count} chunks")
+            return cls(size, chunk_index, indexes, compression,
+                       obj.get("remoteLogSegmentMetadata"), encryption, crcs, version)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
             raise ValueError(f"malformed segment manifest: {e!r}") from e
+
+    @property
+    def transformed(self) -> bool:
+        return self.compression or self.encryption is not None
 
 
 def _metadata_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
@@ -170,43 +202,47 @@ def _metadata_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
 # --------------------------------------------------------------------------- streams
 
 
-class _RangeReader(io.RawIOBase):
-    """A read-only stream over ``[position, end)`` of one object, fetched in ranged GETs of at
-    least ``window`` bytes as it is read; ``first`` is the already fetched first window.
+class _ChunkStream(io.RawIOBase):
+    """A read-only stream over original bytes ``[start, end)`` of a segment, loading one
+    chunk at a time with ``load(chunk_id)`` as it is read; ``first`` is the already loaded
+    first chunk of ``ids``.
 
-    Errors of later GETs (the object deleted meanwhile, the store down) surface from ``read``
-    as RemoteStorageException. Not thread-safe: one reader per caller.
+    Errors of later loads (a corrupt chunk, the object deleted meanwhile, the store down)
+    surface from ``read`` as RemoteStorageException. Not thread-safe: one stream per caller.
     """
 
-    def __init__(self, store: ObjectStore, key: str, position: int, end: int, window: int,
-                 first: bytes) -> None:
+    def __init__(self, load: Callable[[int], bytes], index: ChunkIndex, ids: range,
+                 start: int, end: int, first: bytes) -> None:
         super().__init__()
-        self._store = store
-        self._key = key
+        self._load = load
+        self._index = index
+        self._start = start
         self._end = end
-        self._window = window
-        self._buffer = memoryview(first)
-        self._next = position + len(first)   # position of the first byte not yet fetched
+        self._pending = iter(ids[1:])
+        self._buffer = self._slice(ids[0], first)
 
     def readable(self) -> bool:
         return True
 
-    def _fetch(self, n: int) -> bytes:
-        start = self._next
-        stop = min(self._end, start + max(n, self._window))
-        data = self._store.get_range(self._key, start, stop) if stop > start else b""
-        self._next = start + len(data)
-        if len(data) < stop - start:
-            self._end = self._next   # the object is shorter than its manifest says: stop there
-        return data
+    def _slice(self, chunk_id: int, data: bytes) -> memoryview:
+        chunk_start, chunk_stop = self._index.original_range(chunk_id)
+        return memoryview(data)[max(self._start - chunk_start, 0):
+                                min(self._end, chunk_stop) - chunk_start]
+
+    def _advance(self) -> bool:
+        chunk_id = next(self._pending, None)
+        if chunk_id is None:
+            self._buffer = memoryview(b"")
+            return False
+        self._buffer = self._slice(chunk_id, self._load(chunk_id))
+        return True
 
     def readinto(self, b: Any) -> int:
         if self.closed:
             raise ValueError("I/O operation on closed stream")
-        if not self._buffer:
-            if self._next >= self._end:
+        while not self._buffer:
+            if not self._advance():
                 return 0
-            self._buffer = memoryview(self._fetch(len(b)))
         n = min(len(b), len(self._buffer))
         b[:n] = self._buffer[:n]
         self._buffer = self._buffer[n:]
@@ -215,40 +251,48 @@ class _RangeReader(io.RawIOBase):
     def readall(self) -> bytes:
         if self.closed:
             raise ValueError("I/O operation on closed stream")
-        head = bytes(self._buffer)
+        parts = [bytes(self._buffer)]
+        while self._advance():
+            parts.append(bytes(self._buffer))
+        return b"".join(parts)
+
+    def close(self) -> None:
         self._buffer = memoryview(b"")
-        rest = self._fetch(self._end - self._next) if self._next < self._end else b""
-        return head + rest
+        self._pending = iter(())
+        super().close()
 
 
 # --------------------------------------------------------------------------- the RSM
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
-class _ManifestCache:
-    """A small thread-safe LRU of parsed manifests keyed by segment uuid."""
+
+class _LruCache(Generic[K, V]):
+    """A small thread-safe LRU (parsed manifests by segment uuid, data keys)."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: collections.OrderedDict[uuid.UUID, SegmentManifest] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[K, V] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: uuid.UUID) -> SegmentManifest | None:
+    def get(self, key: K) -> V | None:
         with self._lock:
-            manifest = self._entries.get(key)
-            if manifest is not None:
+            value = self._entries.get(key)
+            if value is not None:
                 self._entries.move_to_end(key)
-            return manifest
+            return value
 
-    def put(self, key: uuid.UUID, manifest: SegmentManifest) -> None:
+    def put(self, key: K, value: V) -> None:
         if self._capacity <= 0:
             return
         with self._lock:
-            self._entries[key] = manifest
+            self._entries[key] = value
             self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
 
-    def invalidate(self, key: uuid.UUID) -> None:
+    def invalidate(self, key: K) -> None:
         with self._lock:
             self._entries.pop(key, None)
 
@@ -261,17 +305,50 @@ class _ManifestCache:
             return len(self._entries)
 
 
+def _config_bool(configs: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = configs.get(key, default)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise RemoteStorageException(f"{key} must be true or false, got {value!r}")
+
+
+def _config_int(configs: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = configs.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise RemoteStorageException(f"{key} must be an integer, got {value!r}") from None
+    if not low <= number <= high:
+        raise RemoteStorageException(f"{key} must be in [{low}, {high}], got {number}")
+    return number
+
+
+def log_part(chunk_id: int) -> bytes:
+    """A ``.log`` chunk's place, bound into its encryption (see ChunkTransform)."""
+    return b"log:%d" % chunk_id
+
+
+def index_part(index_type: IndexType) -> bytes:
+    """An index's place in the ``.indexes`` object, bound into its encryption."""
+    return b"index:" + IndexType(index_type).name.encode()
+
+
 class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     """Stores each segment as three objects in an ObjectStore, in Aiven's layout.
 
     Keys: ``{key.prefix}{topic}-{topicId}/{partition}/{%020d startOffset}-{segmentUuid}.{suffix}``
     where both uuids are in Kafka's string form (URL-safe base64, 22 chars) and suffix is:
 
-    - ``log``: the segment file's bytes, as is (one chunk, no compression or encryption yet);
-    - ``indexes``: one blob, the concatenation of the offset index, time index, producer
-      snapshot, leader-epoch checkpoint and, if the segment has one, transaction index;
-    - ``rsm-manifest``: JSON (``SegmentManifest``): version ``"1"``, the segment size, a
-      ``fixed`` chunk index, each index's position and size in the blob, the compression flag.
+    - ``log``: the segment file cut into ``chunk.size`` chunks, each compressed and/or
+      encrypted on its own, stored back to back (as is when neither is enabled);
+    - ``indexes``: the offset index, time index, producer snapshot, leader-epoch checkpoint
+      and, if the segment has one, transaction index, each transformed alone, concatenated;
+    - ``rsm-manifest``: JSON (``SegmentManifest``, version ``"2"``): the chunk index, a
+      CRC32C per stored chunk, each index's place in the blob, the compression flag and the
+      wrapped data key. Version ``"1"`` manifests (one untransformed chunk) stay readable.
 
     A copy uploads ``.log``, then ``.indexes``, then the manifest last: the manifest is the
     commit marker, so a segment without one is incomplete (a crash mid-copy) and is never
@@ -280,18 +357,46 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     metadata, not a listing of the store, is the source of truth for which segments exist;
     listings (``list_partition_objects``) serve audits and topic-deletion checks.
 
+    A fetch loads the chunks its range covers one at a time as the stream is read: one ranged
+    GET of the chunk's stored bytes, a CRC32C check, then decryption and decompression
+    (``_load_chunk``; through ``chunk_cache.get((log key, chunk id), loader)`` when a cache is
+    given, whose ``invalidate(log key)``, if any, is called on copy and delete). A chunk that
+    fails its check raises RemoteStorageException.
+
     Configured with the ``rsm.config.``-stripped keys: ``storage.url`` (required unless a
     store is passed to the constructor), ``key.prefix`` (default ""),
-    ``manifest.cache.size`` (default 1000), ``fetch.window.bytes`` (ranged GET size of
-    segment streams, default 4 MiB) and the ``storage.*`` / ``fault.*`` keys of
-    ``object_store_from_config``. Thread-safe: any method may be called from several threads.
+    ``manifest.cache.size`` (default 1000), ``chunk.size`` (original bytes per chunk,
+    default 4 MiB), ``compression.enabled`` (zstd per chunk, default false),
+    ``compression.heuristic.enabled`` (skip compression when the segment's first batch is
+    already compressed, default false), ``encryption.enabled`` (default false),
+    ``encryption.key.pair.id`` (the key pair wrapping new segments' data keys),
+    ``encryption.key.pairs`` (comma list of ids; old ids must stay listed while segments
+    encrypted with them exist), ``encryption.key.pairs.<id>.private.key.file`` and
+    ``encryption.key.pairs.<id>.public.key.file`` (RSA PEM; the public one is optional),
+    ``prefetch.max.size`` (the read-ahead a sequential reader grows to, default 32 MiB; 0
+    turns read-ahead off), the ``chunk.cache.*`` keys of ``ChunkCache.from_config`` (a 256 MiB
+    memory tier by default), ``fetch.window.bytes`` (accepted for compatibility, unused) and the ``storage.*`` /
+    ``fault.*`` keys of ``object_store_from_config``. Thread-safe: any method may be called
+    from several threads.
     """
 
-    def __init__(self, store: ObjectStore | None = None) -> None:
+    chunk_range = staticmethod(chunk_range)
+
+    def __init__(self, store: ObjectStore | None = None, *, chunk_cache: Any = None) -> None:
         self._store = store
+        self._chunk_cache = chunk_cache
+        self._own_cache = chunk_cache is None       # configure() builds it from the keys
+        self._prefetch_max = DEFAULT_PREFETCH_MAX_SIZE
+        self._planner: concurrent.futures.ThreadPoolExecutor | None = None
         self._key_prefix = ""
-        self._fetch_window = DEFAULT_FETCH_WINDOW_BYTES
-        self._manifests = _ManifestCache(DEFAULT_MANIFEST_CACHE_SIZE)
+        self._chunk_size = DEFAULT_CHUNK_SIZE
+        self._compression = False
+        self._compression_heuristic = False
+        self._encryption_key_pair: str | None = None
+        self._key_ring = KeyRing()
+        self._lock = threading.Lock()
+        self._manifests: _LruCache[uuid.UUID, SegmentManifest] = _LruCache(DEFAULT_MANIFEST_CACHE_SIZE)
+        self._data_keys: _LruCache[tuple[str, bytes], bytes] = _LruCache(DEFAULT_MANIFEST_CACHE_SIZE)
 
     def configure(self, configs: Mapping[str, Any]) -> None:
         """Read the configuration (see the class docstring); invalid values raise
@@ -300,16 +405,41 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if prefix.startswith("/") or "//" in prefix or any(
                 p in (".", "..") for p in prefix.split("/")):
             raise RemoteStorageException(f"key.prefix {prefix!r} is not a valid key prefix")
-        try:
-            window = int(configs.get("fetch.window.bytes", DEFAULT_FETCH_WINDOW_BYTES))
-            cache_size = int(configs.get("manifest.cache.size", DEFAULT_MANIFEST_CACHE_SIZE))
-        except (TypeError, ValueError) as e:
-            raise RemoteStorageException(f"invalid RSM configuration: {e}") from e
-        if window <= 0:
-            raise RemoteStorageException(f"fetch.window.bytes must be positive, got {window}")
+        _config_int(configs, "fetch.window.bytes", DEFAULT_FETCH_WINDOW_BYTES, 1, 2**63 - 1)
+        cache_size = _config_int(configs, "manifest.cache.size", DEFAULT_MANIFEST_CACHE_SIZE,
+                                 -(2**63), 2**63 - 1)
+        chunk_size = _config_int(configs, "chunk.size", DEFAULT_CHUNK_SIZE, 1, MAX_CHUNK_SIZE)
+        prefetch_max = _config_int(configs, "prefetch.max.size", DEFAULT_PREFETCH_MAX_SIZE, 0,
+                                   2**63 - 1)
+        compression = _config_bool(configs, "compression.enabled", False)
+        heuristic = _config_bool(configs, "compression.heuristic.enabled", False)
+        key_ring = KeyRing.from_config(configs)
+        active: str | None = None
+        if _config_bool(configs, "encryption.enabled", False):
+            active = str(configs.get("encryption.key.pair.id", "") or "").strip()
+            if not active:
+                raise RemoteStorageException(
+                    "encryption.key.pair.id is required when encryption.enabled is true")
+            if active not in key_ring:
+                raise RemoteStorageException(
+                    f"encryption.key.pair.id {active!r} is not in encryption.key.pairs")
         self._key_prefix = prefix
-        self._fetch_window = window
-        self._manifests = _ManifestCache(cache_size)
+        self._chunk_size = chunk_size
+        self._compression = compression
+        self._compression_heuristic = heuristic
+        self._encryption_key_pair = active
+        self._key_ring = key_ring
+        self._manifests = _LruCache(cache_size)
+        self._data_keys = _LruCache(max(cache_size, 1))
+        self._prefetch_max = prefetch_max
+        if self._own_cache:
+            try:
+                cache = ChunkCache.from_config(configs)
+            except ValueError as e:
+                raise RemoteStorageException(f"invalid chunk cache configuration: {e}") from e
+            if self._chunk_cache is not None:
+                self._chunk_cache.close()
+            self._chunk_cache = cache
         if self._store is None:
             self._store = object_store_from_config(configs)
 
@@ -351,13 +481,24 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         store = self.store
         segment_id = meta.remote_log_segment_id.id
         self._manifests.invalidate(segment_id)
+        self._invalidate_chunks(meta)     # a re-copy may chunk differently
         try:
-            segment_size = os.stat(data.log_segment).st_size
-            store.put_file(self.object_key(meta, LOG_SUFFIX), data.log_segment)
-            blob, entries = self._index_blob(data)
+            compression = self._compression and not (
+                self._compression_heuristic and first_batch_is_compressed(data.log_segment))
+            encryption = None
+            transform = ChunkTransform(compression)
+            if self._encryption_key_pair is not None:
+                data_key, aad = new_data_key()
+                encryption = SegmentEncryption(
+                    self._encryption_key_pair,
+                    self._key_ring.wrap(self._encryption_key_pair, data_key), aad)
+                transform = ChunkTransform(compression, data_key, aad)
+            segment_size, chunk_index, crcs = self._upload_log(
+                self.object_key(meta, LOG_SUFFIX), data.log_segment, transform)
+            blob, entries = self._index_blob(data, transform)
             store.put(self.object_key(meta, INDEXES_SUFFIX), blob)
-            manifest = SegmentManifest(segment_size, FixedSizeChunkIndex.single_chunk(segment_size),
-                                       entries, False, _metadata_json(meta))
+            manifest = SegmentManifest(segment_size, chunk_index, entries, compression,
+                                       _metadata_json(meta), encryption, tuple(crcs))
             store.put(self.object_key(meta, MANIFEST_SUFFIX), manifest.to_json())
         except BaseException as e:
             self._delete_quietly(meta)
@@ -370,8 +511,42 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self._manifests.put(segment_id, manifest)
         return None
 
+    def _upload_log(self, key: str, path: str | os.PathLike[str], transform: ChunkTransform
+                    ) -> tuple[int, ChunkIndex, list[int]]:
+        """Upload the segment file as chunks; ``(size, chunk index, CRC32C per stored chunk)``.
+        Transformed chunks are staged in a temporary file, so memory holds one chunk."""
+        chunk_size = self._chunk_size
+        crcs: list[int] = []
+        sizes: list[int] = []
+        segment_size = 0
+        with open(path, "rb") as source:
+            if transform.identity:
+                while chunk := source.read(chunk_size):
+                    crcs.append(crc32c(chunk))
+                    segment_size += len(chunk)
+                self._check_unchanged(path, segment_size)
+                self.store.put_file(key, path)
+                return segment_size, FixedSizeChunkIndex.untransformed(segment_size, chunk_size), crcs
+            with tempfile.NamedTemporaryFile(prefix="strata-rsm-", suffix=".log") as staged:
+                while chunk := source.read(chunk_size):
+                    stored = transform.transform(chunk, log_part(len(sizes)))
+                    staged.write(stored)
+                    crcs.append(crc32c(stored))
+                    sizes.append(len(stored))
+                    segment_size += len(chunk)
+                staged.flush()
+                self._check_unchanged(path, segment_size)
+                self.store.put_file(key, staged.name)
+        return segment_size, VariableSizeChunkIndex(chunk_size, segment_size, tuple(sizes)), crcs
+
     @staticmethod
-    def _index_blob(data: LogSegmentData) -> tuple[bytes, dict[IndexType, SegmentIndexEntry]]:
+    def _check_unchanged(path: str | os.PathLike[str], size: int) -> None:
+        if os.stat(path).st_size != size:
+            raise RemoteStorageException(f"segment file {path} changed size while being copied")
+
+    @staticmethod
+    def _index_blob(data: LogSegmentData, transform: ChunkTransform
+                    ) -> tuple[bytes, dict[IndexType, SegmentIndexEntry]]:
         parts: list[tuple[IndexType, bytes]] = [
             (IndexType.OFFSET, Path(data.offset_index).read_bytes()),
             (IndexType.TIMESTAMP, Path(data.time_index).read_bytes()),
@@ -381,11 +556,15 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if data.transaction_index is not None:
             parts.append((IndexType.TRANSACTION, Path(data.transaction_index).read_bytes()))
         entries: dict[IndexType, SegmentIndexEntry] = {}
+        stored_parts: list[bytes] = []
         position = 0
         for index_type, content in parts:
-            entries[index_type] = SegmentIndexEntry(position, len(content))
-            position += len(content)
-        return b"".join(content for _, content in parts), entries
+            # An empty index is stored as nothing, whatever the transforms.
+            stored = transform.transform(content, index_part(index_type)) if content else b""
+            entries[index_type] = SegmentIndexEntry(position, len(stored), crc32c(stored))
+            stored_parts.append(stored)
+            position += len(stored)
+        return b"".join(stored_parts), entries
 
     def _delete_quietly(self, meta: RemoteLogSegmentMetadata) -> None:
         # Best effort, key by key so one failure does not keep the others; what is left is
@@ -411,11 +590,54 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             self._manifests.put(segment_id, manifest)
         return manifest
 
+    def _transform(self, manifest: SegmentManifest) -> ChunkTransform:
+        """The manifest's transform, its data key unwrapped (and cached)."""
+        enc = manifest.encryption
+        if enc is None:
+            return ChunkTransform(manifest.compression)
+        cache_key = (enc.key_pair_id, enc.wrapped_key)
+        data_key = self._data_keys.get(cache_key)
+        if data_key is None:
+            data_key = self._key_ring.unwrap(enc.key_pair_id, enc.wrapped_key)
+            self._data_keys.put(cache_key, data_key)
+        return ChunkTransform(manifest.compression, data_key, enc.aad)
+
+    def _load_chunk(self, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest,
+                    chunk_id: int) -> bytes:
+        """The original bytes of chunk ``chunk_id`` of the segment's ``.log``: one ranged GET
+        of its stored bytes, CRC32C check, decryption, decompression. A chunk failing any
+        check raises RemoteStorageException naming the object and the chunk."""
+        key = self.object_key(meta, LOG_SUFFIX)
+        index = manifest.chunk_index
+        start, stop = index.stored_range(chunk_id)
+        original_start, original_stop = index.original_range(chunk_id)
+        transform = self._transform(manifest)
+        stored = self.store.get_range(key, start, stop)
+        if len(stored) != stop - start:
+            raise RemoteStorageException(
+                f"{key} chunk {chunk_id} is truncated: {len(stored)} of {stop - start} bytes "
+                f"at {start}")
+        if manifest.chunk_crcs is not None and crc32c(stored) != manifest.chunk_crcs[chunk_id]:
+            raise RemoteStorageException(f"{key} chunk {chunk_id} is corrupt: CRC32C mismatch")
+        if transform.identity:
+            return stored
+        try:
+            return transform.detransform(stored, log_part(chunk_id), original_stop - original_start)
+        except ValueError as e:
+            raise RemoteStorageException(f"{key} chunk {chunk_id} is corrupt: {e}") from e
+
+    def _chunk(self, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest,
+               chunk_id: int) -> bytes:
+        if self._chunk_cache is None:
+            return self._load_chunk(meta, manifest, chunk_id)
+        return self._chunk_cache.get((self.object_key(meta, LOG_SUFFIX), chunk_id),
+                                     lambda: self._load_chunk(meta, manifest, chunk_id))
+
     def fetch_log_segment(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                           start_position: int, end_position: int | None = None) -> BinaryIO:
         """The segment's bytes from ``start_position`` to ``end_position`` (inclusive), clamped
-        to the segment's end. The first window is fetched before returning (so a missing
-        segment raises here); later windows as the stream is read."""
+        to the segment's end. The first chunk is loaded before returning (so a missing
+        segment raises here); later chunks as the stream is read."""
         if start_position < 0:
             raise ValueError(f"start_position must be >= 0, got {start_position}")
         if end_position is not None and end_position < start_position:
@@ -424,31 +646,83 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         manifest = self._manifest(meta)
         end = manifest.segment_size if end_position is None else min(end_position + 1,
                                                                       manifest.segment_size)
-        if start_position >= end:
+        ids = chunk_range(manifest, start_position, end)
+        if not ids:
             return io.BytesIO(b"")
-        key = self.object_key(meta, LOG_SUFFIX)
-        first = self.store.get_range(key, start_position, min(end, start_position + self._fetch_window))
-        if start_position + len(first) >= end:
-            return io.BytesIO(first)
-        return io.BufferedReader(_RangeReader(self.store, key, start_position, end,
-                                              self._fetch_window, first))  # type: ignore[return-value]
+        first = self._chunk(meta, manifest, ids[0])
+        stream = _ChunkStream(lambda chunk_id: self._chunk(meta, manifest, chunk_id),
+                              manifest.chunk_index, ids, start_position, end, first)
+        if len(ids) == 1:
+            return io.BytesIO(stream.readall())
+        return io.BufferedReader(stream)  # type: ignore[return-value]
+
+    @property
+    def chunk_cache(self) -> ChunkCache | None:
+        return self._chunk_cache
+
+    @property
+    def prefetch_max_size(self) -> int:
+        """``prefetch.max.size``: the most a reader should ask ``prefetch`` for at once."""
+        return self._prefetch_max if self._chunk_cache is not None else 0
+
+    def prefetch(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                 start_position: int, length: int) -> int:
+        """Load the chunks holding ``[start_position, start_position + length)`` into the
+        chunk cache in the background (the manifest too, if needed, off the caller's
+        thread). Returns the part of the range past the segment's end."""
+        meta = remote_log_segment_metadata
+        overflow = max(0, start_position + length - meta.segment_size_in_bytes)
+        cache = self._chunk_cache
+        if cache is None or length <= 0 or start_position >= meta.segment_size_in_bytes:
+            return overflow
+        with self._lock:
+            if self._planner is None:
+                self._planner = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="rsm-prefetch-plan")
+            planner = self._planner
+        try:
+            planner.submit(self._plan_prefetch, meta, start_position,
+                           start_position + length - overflow)
+        except RuntimeError:        # closed meanwhile
+            pass
+        return overflow
+
+    def _plan_prefetch(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> None:
+        try:
+            manifest = self._manifest(meta)
+            key = self.object_key(meta, LOG_SUFFIX)
+            self._chunk_cache.prefetch(
+                ((key, chunk_id), functools.partial(self._load_chunk, meta, manifest, chunk_id))
+                for chunk_id in chunk_range(manifest, start, min(end, manifest.segment_size)))
+        except Exception as e:      # a hint: the read itself reports real errors
+            logger.debug("prefetch of %s failed: %s", kafka_uuid_str(meta.remote_log_segment_id.id), e)
 
     def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> BinaryIO:
         meta = remote_log_segment_metadata
-        entry = self._manifest(meta).segment_indexes.get(IndexType(index_type))
+        manifest = self._manifest(meta)
+        name = IndexType(index_type).name
+        entry = manifest.segment_indexes.get(IndexType(index_type))
         if entry is None:
             raise RemoteResourceNotFoundException(
                 f"remote segment {kafka_uuid_str(meta.remote_log_segment_id.id)} has no "
-                f"{IndexType(index_type).name} index")
+                f"{name} index")
         if entry.size == 0:
             return io.BytesIO(b"")
         key = self.object_key(meta, INDEXES_SUFFIX)
+        transform = self._transform(manifest)
         data = self.store.get_range(key, entry.position, entry.position + entry.size)
         if len(data) != entry.size:
             raise RemoteStorageException(
-                f"{key} is truncated: {IndexType(index_type).name} index wants "
+                f"{key} is truncated: {name} index wants "
                 f"{entry.size} bytes at {entry.position}, got {len(data)}")
+        if entry.crc32c is not None and crc32c(data) != entry.crc32c:
+            raise RemoteStorageException(f"{key}: the {name} index is corrupt: CRC32C mismatch")
+        if not transform.identity:
+            try:
+                data = transform.detransform(data, index_part(IndexType(index_type)))
+            except ValueError as e:
+                raise RemoteStorageException(f"{key}: the {name} index is corrupt: {e}") from e
         return io.BytesIO(data)
 
     # ---- delete -----------------------------------------------------------------------------
@@ -460,8 +734,21 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self.store.delete(manifest_key)     # first: readers stop seeing a complete segment
         self.store.delete_many(data_keys)
         self._manifests.invalidate(meta.remote_log_segment_id.id)   # cached by a racing fetch
+        self._invalidate_chunks(meta)
+
+    def _invalidate_chunks(self, meta: RemoteLogSegmentMetadata) -> None:
+        invalidate = getattr(self._chunk_cache, "invalidate", None)
+        if invalidate is not None:
+            invalidate(self.object_key(meta, LOG_SUFFIX))
 
     def close(self) -> None:
+        with self._lock:
+            planner, self._planner = self._planner, None
+        if planner is not None:
+            planner.shutdown(wait=True, cancel_futures=True)
+        if self._own_cache and self._chunk_cache is not None:
+            self._chunk_cache.close()
         self._manifests.clear()
+        self._data_keys.clear()
         if self._store is not None:
             self._store.close()
