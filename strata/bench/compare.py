@@ -7,7 +7,9 @@ settings against each, in alternating rounds, with medians, spreads and Strata/K
 Each round starts each system afresh (a new data dir; Kafka in KRaft mode from the jars of
 ``scripts/kafka-dist.sh`` with ``LocalTieredStorage``, Strata with its filesystem remote tier;
 settings in ``strata.bench.brokers``), runs the selected workloads in this order, restarts the
-broker for the restart figure, and stops it. Systems alternate (A B A B ...) so the machine's
+broker for the restart figure, and stops it. Each round begins with an untimed warm-up
+(``warmup_records`` produced and consumed) so that Kafka's JIT is not measured cold.
+Systems alternate (A B A B ...) so the machine's
 drift reaches both.
 
 ``produce-acks1`` / ``produce-acksall``
@@ -108,11 +110,12 @@ class Params:
     cold_mib: int = 512
     restart_segments: int = 500
     ceiling_mib: int = 1024
+    warmup_records: int = 200_000
 
     @classmethod
     def smoke(cls) -> Params:
         return cls(records=2000, latency_rate=500, latency_seconds=1, cold_mib=40,
-                   restart_segments=3, ceiling_mib=16)
+                   restart_segments=3, ceiling_mib=16, warmup_records=1000)
 
 
 @dataclass
@@ -291,6 +294,10 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
         log(f"  {system} {workload}: {shown}")
 
     try:
+        # Untimed warm-up, the same for both: a JVM's JIT (and any broker's caches) start cold.
+        warm = topics.new("warmup")
+        produce_throughput(bootstrap, warm, p.warmup_records, values, "1")
+        consume_throughput(bootstrap, warm, [0], p.warmup_records)
         source = None
         if "produce-acks1" in selected:
             source = topics.new("acks1")
@@ -428,7 +435,8 @@ def render(results: Results, systems: list[str], selected: list[str], p: Params,
     out += [f"- {s}: {versions[s]}" for s in systems]
     out += [f"- {rounds} round(s) per system in alternating order ({' '.join(systems * min(rounds, 2))} ...); "
             f"{p.records:,} records of {p.record_size} B per throughput workload; latency at "
-            f"{p.latency_rate:g} records/s for {p.latency_seconds:g} s; cold topic {p.cold_mib} MiB in "
+            f"{p.latency_rate:g} records/s for {p.latency_seconds:g} s after an untimed warm-up of "
+            f"{p.warmup_records:,} records produced and consumed; cold topic {p.cold_mib} MiB in "
             f"{COLD_SEGMENT_BYTES // MIB} MiB segments; restart with {p.restart_segments} remote segments",
             "- broker settings both systems get: "
             + ", ".join(f"`{k}={v}`" for k, v in COMMON_BROKER.items())]
