@@ -250,9 +250,10 @@ class PySpy:
     def __init__(self, out_dir: Path | None, pid: int, workload: str) -> None:
         self.proc = None
         self.path = None
-        if out_dir is None or shutil.which("py-spy") is None and not Path(sys.executable).with_name("py-spy").exists():
+        beside = Path(sys.executable).with_name("py-spy")     # the venv's, from the test extras
+        exe = str(beside) if beside.exists() else shutil.which("py-spy")
+        if out_dir is None or exe is None:
             return
-        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / f"{workload}.txt"
         self.proc = subprocess.Popen([exe, "record", "-p", str(pid), "-f", "raw", "-r", "200",

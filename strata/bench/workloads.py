@@ -36,97 +36,38 @@ def log(msg: str) -> None:
 # --- topics --------------------------------------------------------------------------------
 
 class Topics:
-    """Creates the bench's topics: CreateTopics when the broker has it, else auto-creation."""
+    """Creates the bench's topics with the Admin API and waits until they have leaders."""
 
-    def __init__(self, bootstrap: str, partitions: int, replication_factor: int):
+    def __init__(self, bootstrap: str, partitions: int = 1, replication_factor: int = 1):
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.replication_factor = replication_factor
-        self.create_topics_error: str | None = None  # set once CreateTopics failed: use auto-create
-        self.created: list[str] = []
-        self.notes: list[str] = []
 
     def new(self, label: str, config: dict[str, str] | None = None) -> str:
+        from confluent_kafka.admin import AdminClient, NewTopic
         name = f"bench-{label}-{uuid.uuid4().hex[:8]}"
-        self.create(name, config)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        fs = admin.create_topics([NewTopic(name, num_partitions=self.partitions,
+                                           replication_factor=self.replication_factor,
+                                           config=dict(config or {}))],
+                                 operation_timeout=30, request_timeout=15)
+        fs[name].result(timeout=30)
+        self.wait_ready(name)
         return name
 
-    def create(self, name: str, config: dict[str, str] | None = None) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-        if self.create_topics_error is None:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            try:
-                fs = admin.create_topics([NewTopic(name, num_partitions=self.partitions,
-                                                   replication_factor=self.replication_factor,
-                                                   config=dict(config or {}))],
-                                         operation_timeout=30, request_timeout=15)
-                fs[name].result(timeout=30)
-            except Exception as exc:  # noqa: BLE001 - any refusal: fall back to auto-create
-                if config:
-                    raise RuntimeError(f"CreateTopics {name} with {config} failed: {exc}") from exc
-                self.create_topics_error = str(exc)
-                note = f"CreateTopics failed ({exc}); topics are auto-created through Metadata"
-                self.notes.append(note)
-                log(note)
-        if self.create_topics_error is not None:
-            self._auto_create(name)
-        parts = self.wait_ready(name)
-        if parts != self.partitions:
-            note = (f"topic {name} has {parts} partitions, not --partitions={self.partitions} "
-                    f"(auto-created with the broker's num.partitions)")
-            if note not in self.notes:
-                self.notes.append(note)
-                log(note)
-        self.created.append(name)
-
-    def _auto_create(self, name: str) -> None:
-        from confluent_kafka import Producer
-        p = Producer({"bootstrap.servers": self.bootstrap, "allow.auto.create.topics": True})
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                md = p.list_topics(name, timeout=10)
-                t = md.topics.get(name)
-                if t is not None and t.error is None and t.partitions:
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"could not auto-create {name}: {t.error if t else 'absent'}")
-                time.sleep(0.2)
-        finally:
-            p.flush(1)
-
-    def wait_ready(self, name: str, timeout: float = 30) -> int:
-        """Wait until every partition of ``name`` has a leader; its partition count."""
+    def wait_ready(self, name: str, timeout: float = 30) -> None:
+        """Wait until every partition of ``name`` has a leader."""
         from confluent_kafka.admin import AdminClient
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         deadline = time.monotonic() + timeout
         while True:
-            md = admin.list_topics(name, timeout=10)
-            t = md.topics.get(name)
+            t = admin.list_topics(name, timeout=10).topics.get(name)
             if t is not None and t.error is None and t.partitions and \
                     all(p.leader >= 0 for p in t.partitions.values()):
-                return len(t.partitions)
+                return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topic {name} not ready: {t.error if t else 'absent'}")
             time.sleep(0.1)
-
-    def partition_ids(self, name: str) -> list[int]:
-        from confluent_kafka.admin import AdminClient
-        md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(name, timeout=10)
-        return sorted(md.topics[name].partitions)
-
-    def delete_all(self) -> None:
-        """Best effort (for a long-running external broker)."""
-        if not self.created:
-            return
-        from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until the futures resolve
-        try:
-            fs = admin.delete_topics(self.created, operation_timeout=30, request_timeout=15)
-            for f in fs.values():
-                f.result(timeout=30)
-        except Exception as exc:  # noqa: BLE001
-            log(f"could not delete the bench topics ({exc}); they stay: {' '.join(self.created)}")
 
 
 # --- confluent-kafka workloads -------------------------------------------------------------

@@ -464,6 +464,11 @@ class RemoteStorageManager(abc.ABC):
         any failure raises RemoteStorageException.
         """
 
+    @property
+    def prefetch_max_size(self) -> int:
+        """The most read-ahead ``prefetch`` is worth asking for at once; 0: none (Strata's)."""
+        return 0
+
     def prefetch(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                  start_position: int, length: int) -> int:
         """A hint (Strata's, not Kafka's interface): a reader will soon read ``length`` bytes

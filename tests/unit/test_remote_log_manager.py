@@ -5,64 +5,29 @@ expirer deletes and why, how the log's offsets move, retries with backoff, remot
 from __future__ import annotations
 
 import random
-import uuid
 from pathlib import Path
 
 import pytest
 
-from strata.common.clock import MockClock
 from strata.common.errors import KafkaStorageError
-from strata.common.types import TopicIdPartition, TopicPartition
-from strata.log.log_config import LogConfig
-from strata.log.unified_log import FetchIsolation, UnifiedLog
-from strata.protocol.records import SimpleRecord, build_batch, iter_records
+from strata.log.unified_log import FetchIsolation
+from strata.protocol.records import iter_records
 from strata.tiered.api import RemoteLogSegmentState, RemoteStorageException
 from strata.tiered.manager import copier, expirer
-from strata.tiered.manager.remote_index_cache import RemoteIndexCache
-from strata.tiered.manager.remote_log_manager import PartitionTiering, RemoteLogManager, TieringSettings
+from strata.log.log_config import LogConfig
+from strata.tiered.manager.remote_log_manager import PartitionTiering
 from strata.tiered.manager.retry import Backoff
-from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
-from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
-from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore, ObjectStoreRemoteStorageManager
-
-T0 = 1_700_000_000_000
-TOPIC_ID = uuid.UUID(int=0xC0FFEE)
-TP = TopicPartition("orders", 0)
-TIP = TopicIdPartition(TOPIC_ID, TP)
+from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore
+from tiered_env import T0, TIP, TieredEnv
 
 
-class Env:
+class Env(TieredEnv):
+    """The tiered env behind a fault-injecting store (``faults``); ``config`` overrides the
+    log's."""
+
     def __init__(self, tmp: Path, **config):
-        self.clock = MockClock(T0)
-        props = {"remote.storage.enable": "true", "internal.segment.bytes": "2048",
-                 "local.retention.bytes": "1", "index.interval.bytes": "256", **config}
-        self.log = UnifiedLog(tmp / "orders-0", LogConfig(props), clock=self.clock,
-                              topic_partition=TP)
         self.faults = FaultInjectingObjectStore(MemoryObjectStore())
-        self.rsm = ObjectStoreRemoteStorageManager(self.faults)
-        self.rsm.configure({})
-        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataTopicLog(), clock=self.clock)
-        self.rlmm.configure({"log.dir": str(tmp), "broker.id": 1,
-                             "remote.log.metadata.topic.num.partitions": 3})
-        self.rlmm.start()
-        self.cache = RemoteIndexCache(self.rsm, tmp, 1 << 20)
-        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=1, logs=lambda: [self.log],
-                                    topic_id=lambda t: TOPIC_ID if t == "orders" else None,
-                                    settings=TieringSettings(), index_cache=self.cache,
-                                    clock=self.clock)
-        self.part = PartitionTiering(TIP, self.log, self.rlm.settings)
-
-    def produce(self, n: int, ts: int | None = None, size: int = 100) -> None:
-        for _ in range(n):
-            off = self.log.log_end_offset
-            value = (b"%d-" % off) * (size // 4)
-            self.log.append_as_leader(build_batch([SimpleRecord(value[:size], b"k%d" % off,
-                                                                timestamp=ts or self.clock.milliseconds())]), 0)
-            self.log.update_high_watermark(self.log.log_end_offset)
-
-    def copy(self) -> int:
-        self.rlm._ensure_initialized(self.part)
-        return copier.copy_log_segments(self.rlm.ctx, self.part)
+        super().__init__(tmp, store=self.faults, log_props=config)
 
     def expire(self) -> int:
         self.rlm._ensure_initialized(self.part)
@@ -93,8 +58,7 @@ class Env:
 def env(tmp_path):
     e = Env(tmp_path)
     yield e
-    e.cache.close()
-    e.rlmm.close()
+    e.close()
 
 
 def test_copier_tiers_every_inactive_segment_in_order_and_local_retention_follows(env):

@@ -9,7 +9,6 @@ import asyncio
 import datetime
 import math
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,29 +19,18 @@ from strata.common.clock import MockClock
 from strata.common.errors import ErrorCode
 from strata.common.rate import SampledAvgMax, SampledRate, TokenBucket, throttle_time_ms
 from strata.common.scheduler import KafkaScheduler
-from strata.common.types import TopicIdPartition, TopicPartition
-from strata.log.log_config import LogConfig
 from strata.log.log_manager import LogManager
-from strata.log.unified_log import UnifiedLog
 from strata.protocol.codec import ApiKey
-from strata.protocol.records import SimpleRecord, build_batch, iter_records
+from strata.protocol.records import iter_records
 from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.metrics import BrokerMetricsCollector
-from strata.tiered.manager import copier
 from strata.tiered.manager.quota import RemoteLogQuotas, RLMQuotaManager
-from strata.tiered.manager.remote_index_cache import RemoteIndexCache
-from strata.tiered.manager.remote_log_manager import (
-    PartitionTiering, RemoteLogManager, TieringSettings)
-from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
-from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
-from strata.tiered.storage import MemoryObjectStore, ObjectStoreRemoteStorageManager
+from strata.tiered.manager.remote_log_manager import TieringSettings
+from strata.tiered.storage import ObjectStoreRemoteStorageManager
 from test_group_handlers import Client
+from tiered_env import T0, TP, TieredEnv
 
-T0 = 1_700_000_000_000
-TOPIC_ID = uuid.UUID(int=0xC0FFEE)
-TP = TopicPartition("orders", 0)
-TIP = TopicIdPartition(TOPIC_ID, TP)
 COPY = "remote.log.manager.copy.max.bytes.per.second"
 FETCH = "remote.log.manager.fetch.max.bytes.per.second"
 BROKER = 4
@@ -120,49 +108,19 @@ def test_token_bucket_lets_a_burst_through_then_the_rate():
 
 # ---- the copy quota ----------------------------------------------------------------------------
 
-class Env:
-    """A tiered log with many small segments, a memory remote tier, a mock clock."""
+class Env(TieredEnv):
+    """The tiered env with reader threads, ``settings`` for the RLM, and every copy recorded
+    in ``copies`` as (ms since T0, segment bytes)."""
 
     def __init__(self, tmp: Path, **settings):
-        self.clock = MockClock(T0)
-        props = {"remote.storage.enable": "true", "internal.segment.bytes": "2048",
-                 "local.retention.bytes": "1", "index.interval.bytes": "256"}
-        self.log = UnifiedLog(tmp / "orders-0", LogConfig(props), clock=self.clock,
-                              topic_partition=TP)
-        self.store = MemoryObjectStore()
-        self.rsm = ObjectStoreRemoteStorageManager(self.store)
-        self.rsm.configure({})
-        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataTopicLog(), clock=self.clock)
-        self.rlmm.configure({"log.dir": str(tmp), "broker.id": 1,
-                             "remote.log.metadata.topic.num.partitions": 3})
-        self.rlmm.start()
-        self.cache = RemoteIndexCache(self.rsm, tmp, 1 << 20)
-        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=1, logs=lambda: [self.log],
-                                    topic_id=lambda t: TOPIC_ID if t == "orders" else None,
-                                    settings=TieringSettings(reader_threads=2, **settings),
-                                    index_cache=self.cache, clock=self.clock)
-        self.part = PartitionTiering(TIP, self.log, self.rlm.settings)
-        self.copies: list[tuple[int, int]] = []      # (ms since T0, segment bytes) per copy
+        super().__init__(tmp, settings=TieringSettings(reader_threads=2, **settings))
+        self.copies: list[tuple[int, int]] = []
         real_copy = self.rsm.copy_log_segment_data
 
         def copy(meta, data):
             self.copies.append((self.clock.milliseconds() - T0, meta.segment_size_in_bytes))
             return real_copy(meta, data)
         self.rsm.copy_log_segment_data = copy
-
-    def produce(self, n: int, size: int = 100) -> None:
-        for _ in range(n):
-            off = self.log.log_end_offset
-            self.log.append_as_leader(build_batch([SimpleRecord(b"x" * size, b"k%d" % off,
-                                                                timestamp=self.clock.milliseconds())]), 0)
-            self.log.update_high_watermark(self.log.log_end_offset)
-
-    def copy(self) -> int:
-        self.rlm._ensure_initialized(self.part)
-        return copier.copy_log_segments(self.rlm.ctx, self.part)
-
-    def close(self) -> None:
-        self.rlm.shutdown()
 
 
 @pytest.fixture

@@ -31,14 +31,10 @@ from strata.server.metrics import (
 from strata.tiered.api import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState, RemotePartitionDeleteMetadata, RemotePartitionDeleteState)
-from strata.tiered.manager import copier
-from strata.tiered.manager.remote_index_cache import RemoteIndexCache
-from strata.tiered.manager.remote_log_manager import PartitionTiering, RemoteLogManager, TieringSettings
+from strata.tiered.manager.remote_log_manager import TieringSettings
 from strata.tiered.metadata.formatting import format_metadata, format_record
 from strata.tiered.metadata.serde import RemoteLogSegmentMetadataSnapshot, serialize
-from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
-from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
-from strata.tiered.storage import MemoryObjectStore, ObjectStoreRemoteStorageManager
+from tiered_env import TIP as ENV_TIP, TOPIC_ID as ENV_TOPIC_ID, TP as ENV_TP, TieredEnv
 
 S = RemoteLogSegmentState
 D = RemotePartitionDeleteState
@@ -198,49 +194,21 @@ def test_tiered_metadata_without_the_topic_fails(tmp_path, capsys):
 # --------------------------------------------------------------------------- collector and JSON
 
 
-class Env:
-    """A tiered log, a memory remote tier and a remote log manager whose pools are not driven:
-    copies run inline, reads through ``submit_read``."""
+class Env(TieredEnv):
+    """The tiered env with reader threads and a second, untiered log ``plain``."""
 
     def __init__(self, tmp: Path):
-        self.clock = MockClock()
-        props = {"remote.storage.enable": "true", "internal.segment.bytes": "2048",
-                 "local.retention.bytes": "1", "index.interval.bytes": "256"}
-        self.tp = TopicPartition("orders", 0)
-        self.tip = TopicIdPartition(TOPIC_ID, self.tp)
-        self.log = UnifiedLog(tmp / "orders-0", LogConfig(props), clock=self.clock, topic_partition=self.tp)
-        self.plain = UnifiedLog(tmp / "plain-0", LogConfig({}), clock=self.clock,
+        clock = MockClock()
+        self.plain = UnifiedLog(tmp / "plain-0", LogConfig({}), clock=clock,
                                 topic_partition=TopicPartition("plain", 0))
-        self.store = MemoryObjectStore()
-        self.rsm = ObjectStoreRemoteStorageManager(self.store)
-        self.rsm.configure({})
-        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataTopicLog(), clock=self.clock)
-        self.rlmm.configure({"log.dir": str(tmp), "broker.id": 1,
-                             "remote.log.metadata.topic.num.partitions": 3})
-        self.rlmm.start()
-        self.cache = RemoteIndexCache(self.rsm, tmp, 1 << 20)
-        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=1, logs=self.logs,
-                                    topic_id=lambda t: TOPIC_ID if t in ("orders", "plain") else None,
-                                    settings=TieringSettings(reader_threads=2), index_cache=self.cache,
-                                    clock=self.clock)
-        self.part = PartitionTiering(self.tip, self.log, self.rlm.settings)
+        super().__init__(tmp, settings=TieringSettings(reader_threads=2), clock=clock)
+        self.tp, self.tip = ENV_TP, ENV_TIP
 
     def logs(self) -> list[UnifiedLog]:
         return [self.log, self.plain]
 
-    def produce(self, ulog: UnifiedLog, n: int, size: int = 100) -> None:
-        for _ in range(n):
-            off = ulog.log_end_offset
-            ulog.append_as_leader(build_batch([SimpleRecord(b"x" * size, b"k%d" % off,
-                                                            timestamp=self.clock.milliseconds())]), 0)
-            ulog.update_high_watermark(ulog.log_end_offset)
-
-    def copy(self) -> int:
-        self.rlm._ensure_initialized(self.part)
-        return copier.copy_log_segments(self.rlm.ctx, self.part)
-
-    def close(self) -> None:
-        self.rlm.shutdown()
+    def topic_id(self, topic: str):
+        return ENV_TOPIC_ID if topic in ("orders", "plain") else None
 
 
 @pytest.fixture
@@ -264,8 +232,8 @@ T = (("topic", "orders"),)
 
 
 def test_collector_reads_copies_reads_lag_and_sizes_live(env):
-    env.produce(env.log, 60)
-    env.produce(env.plain, 3)
+    env.produce(60)
+    env.produce(3, ulog=env.plain)
     collector = BrokerMetricsCollector(env.logs, env.rlm)
     before = scrape(collector)
     inactive = env.log.local_log.segments[:-1]
@@ -309,7 +277,7 @@ def test_reader_pool_accounting_counts_queued_running_and_busy_time(env):
     gate = threading.Event()
     real_read = env.rlm.read
     env.rlm.read = lambda *a, **k: (gate.wait(10), real_read(*a, **k))[1]
-    env.produce(env.log, 60)
+    env.produce(60)
     env.copy()
     env.log.delete_old_segments()
     futures = [env.rlm.submit_read(env.log, 0, 1000, FetchIsolation.HIGH_WATERMARK, True)
@@ -332,7 +300,7 @@ def test_reader_pool_accounting_counts_queued_running_and_busy_time(env):
 
 
 def test_collector_without_tiering_has_the_families_but_no_tiered_samples(env):
-    env.produce(env.plain, 3)
+    env.produce(3, ulog=env.plain)
     m = scrape(BrokerMetricsCollector(lambda: [env.plain], None))
     assert not [k for k in m if k[0].startswith(BTM)]
     assert m[("kafka_log_Log_LogEndOffset", (("partition", "0"), ("topic", "plain")))] == 3
@@ -341,11 +309,11 @@ def test_collector_without_tiering_has_the_families_but_no_tiered_samples(env):
 
 
 def test_topic_state_matches_the_logs_and_the_remote_tier(env):
-    env.produce(env.log, 60)
+    env.produce(60)
     env.copy()
     env.log.delete_old_segments()
-    doc = topic_state(env.logs(), "orders", env.rlm, lambda t: TOPIC_ID)
-    assert doc["topic"] == "orders" and doc["topic_id"] == uuid_to_kafka_str(TOPIC_ID)
+    doc = topic_state(env.logs(), "orders", env.rlm, env.topic_id)
+    assert doc["topic"] == "orders" and doc["topic_id"] == uuid_to_kafka_str(ENV_TOPIC_ID)
     assert doc["remote_storage_enable"] is True
     (p,) = doc["partitions"]
     remote = list(env.rlmm.list_remote_log_segments(env.tip))
@@ -403,9 +371,9 @@ def _get(url: str) -> tuple[int, str, str]:
 
 
 def test_endpoint_serves_metrics_and_topic_json_on_an_ephemeral_port(env, capsys):
-    env.produce(env.log, 60)
+    env.produce(60)
     env.copy()
-    server = MetricsServer("http://127.0.0.1:0", logs=env.logs, rlm=env.rlm, topic_id=lambda t: TOPIC_ID)
+    server = MetricsServer("http://127.0.0.1:0", logs=env.logs, rlm=env.rlm, topic_id=env.topic_id)
     port = server.start()
     try:
         assert port > 0 and server.url == f"http://127.0.0.1:{port}"

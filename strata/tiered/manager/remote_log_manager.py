@@ -621,7 +621,7 @@ class RemoteLogManager:
         a window that starts at an eighth of its ``prefetch_max_size`` and doubles with each
         read that continues where the last one ended (a seek starts it over), continuing into
         the next remote segment when the window passes this one's end."""
-        most = getattr(self.ctx.rsm, "prefetch_max_size", 0)
+        most = self.ctx.rsm.prefetch_max_size
         if most <= 0:
             return
         tp = ulog.topic_partition
