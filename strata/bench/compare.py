@@ -28,6 +28,16 @@ drift reaches both.
 ``latency-cold-reader``
     ``latency`` on a new topic while another process reads the cold topic from the remote tier
     in a loop (KIP-405's test case 2); also the cold reader's MiB/s meanwhile.
+``remote-read``
+    KIP-405 history reads at object-store latency, on a broker of their own: Strata's remote tier
+    answers every GET ``--remote-latency-ms`` (50) late (``rsm.config.fault.get.latency.ms``) and
+    stores 4 MiB chunks; Kafka's ``LocalTieredStorage`` reads files and cannot inject latency.
+    Two tiered topics of ``--remote-mib`` MiB in ``remote_segment_mib`` MiB segments: a
+    confluent-kafka consumer reads the first one's remote history (MB/s; on Strata also GETs
+    issued per chunk of remote bytes, from its ``strata_remote_storage_requests_total``), and
+    sequential 1 MiB Fetch requests, one at a time, read the second one's (the first request's
+    latency, p50/p99 of the rest), against the same Fetch loop over a hot local topic
+    (``hot_mib``): the "cold/hot p99" ratio.
 ``restart``
     A tiered topic of ``--restart-segments`` 1 MiB segments, all remote; the broker is stopped
     cleanly and started: seconds to answering Metadata, and to serving offset 0 from the remote
@@ -68,10 +78,11 @@ from strata.protocol.client import EARLIEST_LOCAL, LATEST, LATEST_TIERED, list_o
 
 SYSTEMS = ("strata", "kafka")
 WORKLOADS = ("produce-acks1", "produce-acksall", "consume", "latency", "java-produce-acks1",
-             "java-produce-acksall", "java-consume", "cold-consume", "latency-cold-reader", "restart")
+             "java-produce-acksall", "java-consume", "cold-consume", "latency-cold-reader", "remote-read", "restart")
 JAVA_WORKLOADS = ("java-produce-acks1", "java-produce-acksall", "java-consume")
 COLD_SEGMENT_BYTES = 16 * MIB
 RESTART_SEGMENT_BYTES = MIB   # Kafka's smallest segment.bytes
+REMOTE_CHUNK_BYTES = 4 * MIB
 MARK_START = "<!-- make bench: start -->"
 MARK_END = "<!-- make bench: end -->"
 
@@ -92,12 +103,19 @@ ROWS = (
     ("latency-cold-reader", "produce latency with a cold reader", "p99 ms", False),
     ("latency-cold-reader", "produce latency with a cold reader", "p99.9 ms", False),
     ("latency-cold-reader", "produce latency with a cold reader", "cold reader MiB/s", True),
+    ("remote-read", "remote-tier consumer (Strata: 50 ms GETs)", "MB/s", True),
+    ("remote-read", "remote-tier Fetch, after the first", "fetch p50 ms", False),
+    ("remote-read", "remote-tier Fetch, after the first", "fetch p99 ms", False),
+    ("remote-read", "remote-tier Fetch, the first", "first fetch ms", False),
+    ("remote-read", "hot local Fetch", "hot fetch p99 ms", False),
+    ("remote-read", "remote-tier Fetch p99 / hot Fetch p99", "cold/hot p99", False),
+    ("remote-read", "GETs issued / (remote bytes read / chunk size)", "GETs per chunk", False),
     ("java-produce-acksall", "kafka-producer-perf-test acks=all", "p99 ms", False),
     ("java-consume", "kafka-consumer-perf-test (incl. group join)", "total MiB/s", True),
     ("restart", "restart: to answering Metadata", "seconds", False),
     ("restart", "restart: to serving offset 0 from the remote tier", "to remote read s", False),
 )
-THROUGHPUT_CHART = [r for r in ROWS if r[2] in ("MiB/s", "fetch MiB/s")]
+THROUGHPUT_CHART = [r for r in ROWS if r[2] in ("MiB/s", "fetch MiB/s", "MB/s")]
 LATENCY_CHART = [r for r in ROWS if r[0] in ("latency", "latency-cold-reader") and r[2].endswith(" ms")]
 
 
@@ -111,11 +129,16 @@ class Params:
     restart_segments: int = 500
     ceiling_mib: int = 1024
     warmup_records: int = 200_000
+    remote_mib: int = 1024
+    remote_segment_mib: int = 256
+    remote_latency_ms: float = 50
+    hot_mib: int = 256
 
     @classmethod
     def smoke(cls) -> Params:
         return cls(records=2000, latency_rate=500, latency_seconds=1, cold_mib=40,
-                   restart_segments=3, ceiling_mib=16, warmup_records=1000)
+                   restart_segments=3, ceiling_mib=16, warmup_records=1000, remote_mib=24,
+                   remote_segment_mib=4, hot_mib=8)
 
 
 @dataclass
@@ -221,6 +244,74 @@ def latency_with_cold_reader(bootstrap: str, topics: Topics, cold_topic: str, co
         reader.join(30)
     res["cold reader MiB/s"] = nbytes / seconds / MIB
     return res
+
+
+def prom_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of metric ``name`` whose labels include ``labels`` (Prometheus
+    text format)."""
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, _, value = line.rpartition(" ")
+            if all(w in head for w in want):
+                total += float(value)
+    return total
+
+
+def remote_read(system: str, data: Path, libs: Path | None, p: Params,
+                overrides: dict[str, str] | None, values: list[bytes]) -> dict:
+    """The ``remote-read`` workload on a broker of its own (see the module docstring)."""
+    import urllib.request
+    from strata.bench.brokers import free_port
+    from strata.bench.workloads import fetch_latency
+    extra: dict[str, str] = {}
+    metrics = None
+    if system == "strata":
+        metrics = f"http://127.0.0.1:{free_port()}"
+        extra = {"rsm.config.fault.get.latency.ms": f"{p.remote_latency_ms:g}",
+                 "rsm.config.chunk.size": str(REMOTE_CHUNK_BYTES),
+                 "strata.metrics.listener": metrics}
+    broker = make_broker(system, data, libs, {**extra, **(overrides or {})})
+    broker.start()
+    bootstrap = broker.bootstrap
+    topics = Topics(bootstrap, 1, 1)
+    segment = p.remote_segment_mib * MIB
+
+    def scrape(path: str) -> str:
+        with urllib.request.urlopen(metrics + path, timeout=30) as r:
+            return r.read().decode()
+
+    try:
+        hot = topics.new("hot")
+        n_hot = p.hot_mib * MIB // len(values[0])
+        produce_throughput(bootstrap, hot, n_hot, values, "1")
+        hot_res = fetch_latency(bootstrap, hot, 0, 0, n_hot)
+        first, offs1, _ = fill_tiered(bootstrap, topics, "remote-consume", p.remote_mib, segment,
+                                      values, timeout=900)
+        second, offs2, _ = fill_tiered(bootstrap, topics, "remote-fetch", p.remote_mib, segment,
+                                       values, timeout=900)
+        gets_before = prom_sum(scrape("/metrics"), "strata_remote_storage_requests_total",
+                               op="GET", topic=first) if metrics else 0
+        res = consume_throughput(bootstrap, first, [0], offs1["local_start"])
+        out = {"MB/s": res["MiB/s"] * MIB / 1e6}
+        if metrics:
+            gets = prom_sum(scrape("/metrics"), "strata_remote_storage_requests_total",
+                            op="GET", topic=first) - gets_before
+            remote_bytes = json.loads(scrape(f"/tiered/{first}"))["partitions"][0]["remote_bytes"]
+            out["GETs"] = gets
+            out["GETs per chunk"] = gets / (remote_bytes / REMOTE_CHUNK_BYTES)
+        cold = fetch_latency(bootstrap, second, 0, 0, offs2["local_start"])
+    finally:
+        code = broker.stop()
+        if code not in (0, None, 143, -15):
+            log(f"{system} exited with {code}:\n{broker.output_tail()}")
+        shutil.rmtree(data, ignore_errors=True)
+    out.update({k: cold[k] for k in ("first fetch ms", "fetch p50 ms", "fetch p99 ms", "fetch max ms")})
+    out["fetch MB/s"] = cold["MB/s"]
+    out["hot fetch p99 ms"] = hot_res["fetch p99 ms"]
+    out["cold/hot p99"] = cold["fetch p99 ms"] / hot_res["fetch p99 ms"]
+    return out
 
 
 def restart_figures(broker: Broker, topic: str) -> dict:
@@ -346,6 +437,10 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
                 with profile("latency-cold-reader"):
                     record("latency-cold-reader",
                            latency_with_cold_reader(bootstrap, topics, cold, cold_end, p, values))
+        if "remote-read" in selected:
+            # its own broker: the round's one is not the process to profile here
+            record("remote-read", remote_read(system, data / "remote-read", libs, p,
+                                              overrides.get(system), values))
         if "restart" in selected:
             rtopic, offs, took = fill_tiered(bootstrap, topics, "restart", p.restart_segments,
                                              RESTART_SEGMENT_BYTES, values, timeout=1800)
@@ -438,7 +533,10 @@ def render(results: Results, systems: list[str], selected: list[str], p: Params,
             f"{p.records:,} records of {p.record_size} B per throughput workload; latency at "
             f"{p.latency_rate:g} records/s for {p.latency_seconds:g} s after an untimed warm-up of "
             f"{p.warmup_records:,} records produced and consumed; cold topic {p.cold_mib} MiB in "
-            f"{COLD_SEGMENT_BYTES // MIB} MiB segments; restart with {p.restart_segments} remote segments",
+            f"{COLD_SEGMENT_BYTES // MIB} MiB segments; remote-read topics {p.remote_mib} MiB in "
+            f"{p.remote_segment_mib} MiB segments, {REMOTE_CHUNK_BYTES // MIB} MiB chunks, Strata's GETs "
+            f"{p.remote_latency_ms:g} ms late, hot topic {p.hot_mib} MiB; restart with "
+            f"{p.restart_segments} remote segments",
             "- broker settings both systems get: "
             + ", ".join(f"`{k}={v}`" for k, v in COMMON_BROKER.items())]
     if results.ceilings:
@@ -533,6 +631,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--latency-seconds", type=float, default=None)
     ap.add_argument("--cold-mib", type=int, default=None)
     ap.add_argument("--restart-segments", type=int, default=None)
+    ap.add_argument("--remote-mib", type=int, default=None)
+    ap.add_argument("--remote-latency-ms", type=float, default=None)
     ap.add_argument("--ceiling-mib", type=int, default=None)
     ap.add_argument("--strata-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--kafka-override", action="append", default=[], metavar="KEY=VALUE")
@@ -554,7 +654,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--systems takes {', '.join(SYSTEMS)}")
     args.rounds = args.rounds or (1 if args.smoke else 3)
     p = Params.smoke() if args.smoke else Params()
-    for k in ("records", "latency_rate", "latency_seconds", "cold_mib", "restart_segments", "ceiling_mib"):
+    for k in ("records", "latency_rate", "latency_seconds", "cold_mib", "restart_segments", "ceiling_mib",
+              "remote_mib", "remote_latency_ms"):
         if getattr(args, k) is not None:
             setattr(p, k, getattr(args, k))
     args.params = p
@@ -631,7 +732,7 @@ def check_figures(results: Results, systems: list[str], selected: list[str]) -> 
                 continue
             for fig in rounds:
                 for k, v in fig.items():
-                    if "MiB/s" in k and not v > 0:
+                    if ("MiB/s" in k or "MB/s" in k) and not v > 0:
                         problems.append(f"{s} {w}: {k} = {v}")
                 pcts = [fig[k] for k in ("p50 ms", "p99 ms", "p99.9 ms") if k in fig]
                 if pcts != sorted(pcts) or any(x <= 0 for x in pcts):

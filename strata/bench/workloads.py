@@ -170,6 +170,41 @@ def consume_throughput(bootstrap: str, topic: str, partitions: list[int], n: int
             "records": count}
 
 
+def fetch_latency(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                  partition_max_bytes: int = MIB) -> dict:
+    """A sequential reader's Fetch requests over offsets ``[start, end)``, one at a time on one
+    connection, each for ``partition_max_bytes`` (a consumer's ``max.partition.fetch.bytes``):
+    the first request's latency apart, percentiles of the rest, and MB/s of record bytes."""
+    from kio.schema.fetch.v12.response import FetchResponse
+    from strata.protocol.client import Connection, fetch_request
+    from strata.protocol.records import iter_headers
+    offset, nbytes, times = start, 0, []
+    with Connection(bootstrap, timeout=60, client_id="bench-fetch") as conn:
+        t_start = time.perf_counter()
+        while offset < end:
+            t0 = time.perf_counter()
+            resp = conn.request(fetch_request(topic, partition, offset,
+                                              partition_max_bytes=partition_max_bytes), FetchResponse)
+            times.append(time.perf_counter() - t0)
+            p = resp.responses[0].partitions[0]
+            code = int(getattr(p.error_code, "value", p.error_code))
+            if code:
+                raise RuntimeError(f"fetch {topic}-{partition} at {offset}: error {code}")
+            records = p.records or b""
+            last = None
+            for last in iter_headers(records):
+                pass
+            if last is None:
+                raise RuntimeError(f"fetch {topic}-{partition} at {offset}: no records before {end}")
+            nbytes += len(records)
+            offset = last.next_offset
+        elapsed = time.perf_counter() - t_start
+    rest = sorted(t * 1000 for t in times[1:]) or [times[0] * 1000]
+    return {"first fetch ms": times[0] * 1000, "fetch p50 ms": percentile(rest, 50),
+            "fetch p99 ms": percentile(rest, 99), "fetch max ms": rest[-1],
+            "fetches": len(times), "MB/s": nbytes / elapsed / 1e6}
+
+
 def percentile(sorted_xs: list[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     k = max(0, math.ceil(q / 100 * len(sorted_xs)) - 1)

@@ -9,8 +9,8 @@ import struct
 
 from kio.serial import entity_reader, entity_writer
 
-__all__ = ["EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP",
-           "client_frame", "framed", "list_offset", "roundtrip"]
+__all__ = ["EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP", "Connection",
+           "client_frame", "fetch_request", "framed", "list_offset", "roundtrip"]
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
@@ -41,16 +41,56 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+class Connection:
+    """One connection to a broker for requests in sequence (a context manager)."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10, client_id: str = "test-client") -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        self._correlation_id = 0
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def request(self, body, response_cls):
+        """Send ``body``; its decoded response."""
+        self._correlation_id += 1
+        self.sock.sendall(framed(client_frame(body, self._correlation_id, self.client_id)))
+        size = struct.unpack(">i", _recv_exact(self.sock, 4))[0]
+        payload = _recv_exact(self.sock, size)
+        _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
+        resp, _ = entity_reader(response_cls)(payload, pos)
+        return resp
+
+
 def roundtrip(bootstrap: str, body, response_cls, timeout: float = 10):
     """Send one request on a fresh connection; its decoded response."""
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(framed(client_frame(body, correlation_id=1)))
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        payload = _recv_exact(s, size)
-    _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
-    resp, _ = entity_reader(response_cls)(payload, pos)
-    return resp
+    with Connection(bootstrap, timeout) as conn:
+        return conn.request(body, response_cls)
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, partition_max_bytes: int = 1 << 20,
+                  max_wait_ms: int = 500, min_bytes: int = 1):
+    """A consumer's Fetch v12 of one partition (names, not topic ids); send it with
+    ``Connection.request(req, FetchResponse)`` (``kio.schema.fetch.v12.response``)."""
+    import datetime
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32, i32Timedelta, i64
+    return FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(min_bytes), topics=(FetchTopic(topic=TopicName(topic), partitions=(
+            FetchPartition(partition=i32(partition), fetch_offset=i64(offset),
+                           partition_max_bytes=i32(partition_max_bytes)),)),),
+        forgotten_topics_data=())
 
 
 def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:

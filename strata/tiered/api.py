@@ -23,7 +23,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import MappingProxyType
@@ -454,6 +454,19 @@ class RemoteStorageManager(abc.ABC):
         A missing index (a transaction index that was never written, for one) raises
         RemoteResourceNotFoundException; this method never returns None.
         """
+
+    def fetch_indexes(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                      index_types: Iterable[IndexType]) -> dict[IndexType, BinaryIO]:
+        """Several of the segment's indexes at once (Strata's, not Kafka's interface), for a
+        plugin that can read them in fewer requests than one each. An index the segment does
+        not have is left out of the result. This default calls ``fetch_index`` for each."""
+        out: dict[IndexType, BinaryIO] = {}
+        for index_type in index_types:
+            try:
+                out[index_type] = self.fetch_index(remote_log_segment_metadata, index_type)
+            except RemoteResourceNotFoundException:
+                continue
+        return out
 
     @abc.abstractmethod
     def delete_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> None:

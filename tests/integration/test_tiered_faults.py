@@ -13,11 +13,8 @@
 
 from __future__ import annotations
 
-import datetime
 import re
 import signal
-import socket
-import struct
 import threading
 import time
 from collections import defaultdict
@@ -27,18 +24,14 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka import TopicPartition as CkTp
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
-from kio.schema.types import TopicName
-from kio.serial import entity_reader
-from kio.static.primitive import i32, i32Timedelta, i64
 
 from broker_process import BrokerProcess
 from s3_server import S3Server
 from tiered_support import TIERED_BROKER, local_segments, offsets, remote_files, wait_for
-from wire import client_frame, framed
 
 from strata.protocol import records as rec
+from strata.protocol.client import Connection, fetch_request
 from strata.tiered.api import (
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState)
 from strata.tiered.metadata.serde import deserialize
@@ -200,31 +193,11 @@ def active_base(b: BrokerProcess, topic: str) -> int:
     return int(local_segments(b.data_dir / "kafka-logs", topic)[-1].stem)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def raw_fetch(bootstrap: str, topic: str, offset: int, max_wait_ms: int = 500) -> tuple[int, bytes]:
     """(error code, records) of a consumer's Fetch v12 of partition 0 at ``offset``."""
-    host, port = bootstrap.rsplit(":", 1)
-    req = FetchRequest(max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-                       min_bytes=i32(1), topics=(FetchTopic(topic=TopicName(topic), partitions=(
-                           FetchPartition(partition=i32(0), fetch_offset=i64(offset),
-                                          partition_max_bytes=i32(64 * 1024)),)),),
-                       forgotten_topics_data=())
-    with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(framed(client_frame(req, correlation_id=3)))
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        payload = _recv_exact(s, size)
-    _, pos = entity_reader(FetchResponse.__header_schema__)(payload, 0)
-    resp, _ = entity_reader(FetchResponse)(payload, pos)
-    p = resp.responses[0].partitions[0]
+    req = fetch_request(topic, 0, offset, partition_max_bytes=64 * 1024, max_wait_ms=max_wait_ms)
+    with Connection(bootstrap, timeout=30) as conn:
+        p = conn.request(req, FetchResponse).responses[0].partitions[0]
     code = p.error_code.value if hasattr(p.error_code, "value") else p.error_code
     return int(code), bytes(p.records or b"")
 

@@ -188,7 +188,7 @@ def test_memory_eviction_respects_the_byte_bound_and_evicted_chunks_come_from_di
 
 
 def test_disk_files_survive_memory_eviction_and_read_back_identical(caches, tmp_path):
-    cache = caches(memory_size=0, disk_size=1 << 20, disk_path=tmp_path)
+    cache = caches(memory_size=0, disk_size=1 << 20, disk_path=tmp_path, prefetch_hold_size=0)
     sizes = [1, 4096, 10_000, 65_536]
     loaders = {i: (lambda i=i: content((OBJ, i), sizes[i])) for i in range(len(sizes))}
     for i in range(len(sizes)):
@@ -204,7 +204,7 @@ def test_disk_files_survive_memory_eviction_and_read_back_identical(caches, tmp_
 
 
 def test_a_corrupt_or_missing_chunk_file_is_loaded_again(caches, tmp_path):
-    cache = caches(memory_size=0, disk_size=1 << 20, disk_path=tmp_path)
+    cache = caches(memory_size=0, disk_size=1 << 20, disk_path=tmp_path, prefetch_hold_size=0)
     loaders = Loaders()
     a, b = (OBJ, 0), (OBJ, 1)
     cache.get(a, loaders(a))
@@ -242,7 +242,7 @@ def test_a_new_cache_deletes_the_chunk_files_of_an_earlier_run_and_nothing_else(
 
 
 def test_a_chunk_bigger_than_a_tier_is_served_but_not_kept(caches, tmp_path):
-    cache = caches(memory_size=1000, disk_size=1000, disk_path=tmp_path)
+    cache = caches(memory_size=1000, disk_size=1000, disk_path=tmp_path, prefetch_hold_size=1000)
     loaders = Loaders(4096)
     key = (OBJ, 0)
     assert cache.get(key, loaders(key)) == content(key)
@@ -266,7 +266,8 @@ def test_a_prefetched_chunk_is_served_without_a_second_load_as_a_prefetch_hit(ca
         assert cache.get(k, lambda k=k: failing(k)) == content(k)
     stats = cache.stats()
     assert (stats["prefetch_requested"], stats["prefetch_hits"], stats["loads"]) == (3, 3, 3)
-    assert stats["misses"] == 0 and stats["prefetch_entries"] == 0
+    assert stats["misses"] == 0
+    assert stats["prefetch_entries"] == 2    # the last two: its reader has not moved past them
     cache.prefetch([(keys[0], lambda: failing(keys[0]))])   # cached: nothing to do
     assert cache.stats()["in_flight"] == 0 and cache.stats()["prefetch_requested"] == 4
 
@@ -290,6 +291,31 @@ def test_prefetched_chunks_survive_a_full_memory_tier_until_read(caches):
             assert cache.get((OBJ, i), lambda: failing(i)) == content((OBJ, i), chunk)
     assert all(n == 1 for n in loaders.calls.values())
     assert cache.stats()["prefetch_hits"] == 39
+
+
+def test_a_prefetched_chunk_stays_held_until_its_reader_moves_past_it(caches):
+    """A sequential reader reads a chunk in several fetches, and a fetch that read into the
+    next chunk may return less, so the next fetch starts back in the chunk before: every
+    chunk survives a full memory tier that rejects it until the reader is two chunks on."""
+    chunk = 4096
+    cache = caches(memory_size=2 * chunk, prefetch_hold_size=8 * chunk)
+    loaders = Loaders(chunk)
+    for i in range(2):
+        for _ in range(3):
+            cache.get((OTHER, i), loaders((OTHER, i)))      # a hot working set fills memory
+    cache.prefetch([((OBJ, j), loaders((OBJ, j))) for j in range(4)])
+    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+    for j in range(4):
+        for _ in range(3):                                   # three fetches read each chunk
+            assert cache.get((OBJ, j), lambda j=j: failing(j)) == content((OBJ, j), chunk)
+        if j:                                                # the next fetch starts back there
+            assert cache.get((OBJ, j - 1), lambda j=j: failing(j - 1)) == content((OBJ, j - 1), chunk)
+    assert all(loaders.calls[(OBJ, j)] == 1 for j in range(4))
+    stats = cache.stats()
+    assert stats["prefetch_hits"] == 4 and stats["misses"] == 2     # the hot set's own loads
+    assert stats["prefetch_entries"] == 4       # OBJ's chunks 2 and 3, OTHER's 0 and 1
+    cache.get((OBJ, 5), loaders((OBJ, 5)))      # a jump: chunks 2 and 3 are passed
+    assert cache.stats()["prefetch_entries"] == 3
 
 
 def test_a_get_joining_a_running_prefetch_does_not_load_twice(caches):
@@ -390,7 +416,8 @@ def test_invalidate_removes_the_memory_and_disk_entries_of_one_object(caches, tm
     assert len(chunk_files(cache)) == 7
     cache.invalidate(OBJ)
     stats = cache.stats()
-    assert (stats["memory_entries"], stats["disk_entries"], stats["prefetch_entries"]) == (3, 3, 0)
+    # held for their readers: the last two chunks read of OTHER; none of OBJ
+    assert (stats["memory_entries"], stats["disk_entries"], stats["prefetch_entries"]) == (3, 3, 2)
     assert {p.read_bytes() for p in chunk_files(cache)} == {content((OTHER, i)) for i in range(3)}
     assert cache.get((OBJ, 0), loaders((OBJ, 0))) == content((OBJ, 0))
     assert loaders.calls[(OBJ, 0)] == 2
@@ -441,7 +468,7 @@ def test_configuration_defaults_and_parsing(tmp_path):
     config = ChunkCacheConfig.from_mapping({"unrelated.key": "x"})
     assert (config.memory_size, config.disk_size, config.disk_path) == (256 << 20, 0, None)
     assert (config.prefetch_threads, config.prefetch_queue_size,
-            config.prefetch_hold_size) == (4, 16, 32 << 20)
+            config.prefetch_hold_size) == (8, 16, 64 << 20)
     config = ChunkCacheConfig.from_mapping({
         MEMORY_SIZE_CONFIG: "1048576", DISK_SIZE_CONFIG: " 2097152 ",
         DISK_PATH_CONFIG: str(tmp_path), PREFETCH_THREADS_CONFIG: 2,

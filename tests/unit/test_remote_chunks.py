@@ -22,7 +22,8 @@ from test_remote_storage import TIP, RecordingObjectStore, Segment
 
 from strata.protocol.records import Compression, SimpleRecord, build_batch
 from strata.tiered.api import (
-    IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteStorageException)
+    IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteResourceNotFoundException,
+    RemoteStorageException)
 from strata.tiered.storage import (
     FileSystemObjectStore, FixedSizeChunkIndex, MemoryObjectStore, ObjectStoreRemoteStorageManager,
     SegmentManifest, VariableSizeChunkIndex, chunk_range)
@@ -394,6 +395,52 @@ def test_a_corrupt_index_is_a_storage_error(tmp_path, keys, encryption):
         manager.fetch_index(seg.metadata, IndexType.TIMESTAMP)
     assert manager.fetch_index(seg.metadata, IndexType.OFFSET).read() == \
         seg.expected_index(IndexType.OFFSET)
+
+
+@pytest.mark.parametrize("encryption", [False, True])
+def test_the_indexes_of_a_segment_are_read_with_one_get(tmp_path, keys, encryption):
+    seg = Segment(tmp_path / "logs")
+    recorder = RecordingObjectStore(MemoryObjectStore())
+    configs = ring_configs(keys, "A" if encryption else None, ("A",))
+    make_rsm(recorder, **configs).copy_log_segment_data(seg.metadata, seg.data)
+    manager = make_rsm(recorder, **configs)
+    manager._manifest(seg.metadata)
+    recorder.calls.clear()
+    types = [IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.LEADER_EPOCH, IndexType.TRANSACTION]
+    got = manager.fetch_indexes(seg.metadata, types)
+    assert recorder.calls == [("get_range", manager.object_key(seg.metadata, "indexes"))]
+    for index_type in types:
+        if index_type in got:
+            assert got[index_type].read() == seg.expected_index(index_type)
+        else:   # left out only when the segment has none
+            with pytest.raises(RemoteResourceNotFoundException):
+                manager.fetch_index(seg.metadata, index_type)
+    assert IndexType.OFFSET in got and IndexType.TIMESTAMP in got
+
+
+def test_concurrent_first_readers_of_a_segment_share_one_manifest_get(tmp_path):
+    import threading
+    seg = Segment(tmp_path / "logs")
+    store = MemoryObjectStore()
+    make_rsm(store).copy_log_segment_data(seg.metadata, seg.data)
+    manifest_key = make_rsm(store).object_key(seg.metadata, "rsm-manifest")
+    gate = threading.Event()
+
+    class SlowManifest(RecordingObjectStore):
+        def get(self, key):
+            gate.wait(5)
+            return super().get(key)
+
+    recorder = SlowManifest(store)
+    manager = make_rsm(recorder)
+    readers = [threading.Thread(target=manager.fetch_index, args=(seg.metadata, IndexType.OFFSET))
+               for _ in range(8)]
+    for t in readers:
+        t.start()
+    gate.set()
+    for t in readers:
+        t.join(10)
+    assert [c for c in recorder.calls if c == ("get", manifest_key)] == [("get", manifest_key)]
 
 
 # ---- encryption -----------------------------------------------------------------------------

@@ -330,12 +330,16 @@ def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
         data = env.rlm.read(env.log, offset, 300, FetchIsolation.HIGH_WATERMARK, True).records
         offset = list(iter_records(data))[-1].offset + 1
     deadline = time.monotonic() + 10
-    while second_gets() == 0:       # the read-ahead reached into the next segment
+    index_cache = env.rlm.ctx.index_cache
+    # the read-ahead reached into the next segment: its chunks and its indexes
+    while second_gets() == 0 or second.remote_log_segment_id.id not in index_cache:
         assert time.monotonic() < deadline, "no read-ahead into the next segment"
         time.sleep(0.01)
     cache = env.rsm._chunk_cache
     loaded = second_gets()
+    index_misses = index_cache.misses
     hits = cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"]
     env.rlm.read(env.log, second.start_offset, 300, FetchIsolation.HIGH_WATERMARK, True)
     assert second_gets() == loaded                 # served from what was prefetched
+    assert index_cache.misses == index_misses
     assert cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"] > hits

@@ -8,6 +8,7 @@ instead of fetching them from remote storage on every read.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -24,7 +25,7 @@ from strata.log.indexes import (
     CorruptIndexError, OffsetIndex, OffsetPosition, TimeIndex, TransactionIndex,
     TxnIndexSearchResult)
 from strata.tiered.api import (
-    IndexType, RemoteLogSegmentMetadata, RemoteResourceNotFoundException, RemoteStorageManager)
+    IndexType, RemoteLogSegmentMetadata, RemoteStorageManager)
 
 __all__ = ["DIR_NAME", "Entry", "RemoteIndexCache", "RemoteIndexCacheStats", "index_file_prefix"]
 
@@ -220,6 +221,8 @@ class RemoteIndexCache:
         self._misses = 0
         self._evictions = 0
         self._closed = False
+        self._prefetching: set[uuid.UUID] = set()
+        self._prefetcher: concurrent.futures.ThreadPoolExecutor | None = None
         self._set_budget(max_size_bytes)
         self._restore()
 
@@ -270,6 +273,33 @@ class RemoteIndexCache:
         entry.unpin()
         return entry
 
+    def prefetch(self, meta: RemoteLogSegmentMetadata) -> None:
+        """Load the segment's entry in the background (a reader will soon need it); never
+        blocks, never raises."""
+        key = meta.remote_log_segment_id.id
+        with self._lock:
+            if self._closed or key in self._entries or key in self._prefetching:
+                return
+            self._prefetching.add(key)
+            if self._prefetcher is None:
+                self._prefetcher = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="remote-index-prefetch")
+            prefetcher = self._prefetcher
+        try:
+            prefetcher.submit(self._prefetch, meta)
+        except RuntimeError:      # shut down meanwhile
+            with self._lock:
+                self._prefetching.discard(key)
+
+    def _prefetch(self, meta: RemoteLogSegmentMetadata) -> None:
+        try:
+            self.get_index_entry(meta)
+        except Exception as exc:  # noqa: BLE001 - a hint; the read reports real errors
+            log.debug("index prefetch of %s failed: %s", meta.remote_log_segment_id, exc)
+        finally:
+            with self._lock:
+                self._prefetching.discard(meta.remote_log_segment_id.id)
+
     @contextlib.contextmanager
     def pinned_entry(self, meta: RemoteLogSegmentMetadata) -> Iterator[Entry]:
         """The segment's entry, kept open for the duration of the ``with`` block."""
@@ -316,6 +346,10 @@ class RemoteIndexCache:
             if self._closed:
                 return
             self._closed = True
+            prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
             self._policy.clear()
@@ -418,24 +452,40 @@ class RemoteIndexCache:
         return entry
 
     def _load(self, meta: RemoteLogSegmentMetadata) -> Entry:
-        """Open the segment's cached files, downloading those missing or corrupt."""
+        """Open the segment's cached files, downloading those missing (in one
+        ``fetch_indexes`` call) or corrupt."""
         start = meta.start_offset
         base = self.cache_dir / index_file_prefix(meta)
+        paths = {IndexType.OFFSET: _with_suffix(base, INDEX_SUFFIX),
+                 IndexType.TIMESTAMP: _with_suffix(base, TIME_INDEX_SUFFIX),
+                 IndexType.TRANSACTION: _with_suffix(base, TXN_INDEX_SUFFIX)}
+        fetched: dict[IndexType, BinaryIO] = {}
+
+        def fetch(index_type: IndexType) -> BinaryIO | None:
+            if not fetched:
+                wanted = [t for t, p in paths.items() if not p.exists()
+                          and not (t is IndexType.TRANSACTION and meta.txn_idx_empty)]
+                fetched.update(self._rsm.fetch_indexes(meta, wanted or [index_type]))
+            stream = fetched.pop(index_type, None)
+            if stream is not None:
+                return stream
+            if index_type is IndexType.TRANSACTION:
+                return None     # no aborted transactions in the segment: cache an empty file
+            return self._rsm.fetch_index(meta, index_type)   # raises what is wrong
+
         opened: list[OffsetIndex | TimeIndex | TransactionIndex] = []
         try:
-            offset_index = self._load_file(
-                _with_suffix(base, INDEX_SUFFIX),
-                lambda: self._rsm.fetch_index(meta, IndexType.OFFSET),
-                lambda p: _open_index(OffsetIndex, p, start))
+            offset_index = self._load_file(paths[IndexType.OFFSET], lambda: fetch(IndexType.OFFSET),
+                                           lambda p: _open_index(OffsetIndex, p, start))
             opened.append(offset_index)
-            time_index = self._load_file(
-                _with_suffix(base, TIME_INDEX_SUFFIX),
-                lambda: self._rsm.fetch_index(meta, IndexType.TIMESTAMP),
-                lambda p: _open_index(TimeIndex, p, start))
+            time_index = self._load_file(paths[IndexType.TIMESTAMP],
+                                         lambda: fetch(IndexType.TIMESTAMP),
+                                         lambda p: _open_index(TimeIndex, p, start))
             opened.append(time_index)
-            txn_path = _with_suffix(base, TXN_INDEX_SUFFIX)
-            txn_index = self._load_file(txn_path, lambda: self._fetch_txn_index(meta),
-                                        lambda p: _open_txn_index(p, start))
+            txn_path = paths[IndexType.TRANSACTION]
+            txn_index = self._load_file(
+                txn_path, lambda: None if meta.txn_idx_empty else fetch(IndexType.TRANSACTION),
+                lambda p: _open_txn_index(p, start))
         except BaseException:
             # Leave no file outside the cache's accounting (the key lock is held: nobody
             # else uses these names now).
@@ -444,15 +494,10 @@ class RemoteIndexCache:
             for suffix in _SUFFIXES:
                 _with_suffix(base, suffix).unlink(missing_ok=True)
             raise
+        finally:
+            for stream in fetched.values():
+                stream.close()
         return Entry(offset_index, time_index, txn_index, txn_path)
-
-    def _fetch_txn_index(self, meta: RemoteLogSegmentMetadata) -> BinaryIO | None:
-        if meta.txn_idx_empty:
-            return None
-        try:
-            return self._rsm.fetch_index(meta, IndexType.TRANSACTION)
-        except RemoteResourceNotFoundException:
-            return None  # no aborted transactions in the segment: cache an empty file
 
     def _load_file(self, path: Path, fetch: Callable[[], BinaryIO | None],
                    open_index: Callable[[Path], _I]) -> _I:

@@ -620,7 +620,7 @@ class RemoteLogManager:
         """Read ahead of a sequential reader: from where this read ended, ask the RSM to load
         a window that starts at an eighth of its ``prefetch_max_size`` and doubles with each
         read that continues where the last one ended (a seek starts it over), continuing into
-        the next remote segment when the window passes this one's end."""
+        the next remote segment (its indexes too) when the window passes this one's end."""
         most = self.ctx.rsm.prefetch_max_size
         if most <= 0:
             return
@@ -635,6 +635,9 @@ class RemoteLogManager:
                 meta = self.segment_for_offset(ulog, meta.end_offset + 1)
                 if meta is None:
                     return
+                # the reader's first fetch there looks up its offset index: have it ready too
+                if self.ctx.index_cache is not None:
+                    self.ctx.index_cache.prefetch(meta)
                 past_end = self.ctx.rsm.prefetch(meta, 0, past_end)
         except Exception as exc:  # noqa: BLE001 - a hint; reads report real errors
             log.debug("read-ahead of %s failed: %s", tp, exc)

@@ -26,8 +26,9 @@ Prefetch: ``prefetch`` schedules loads on a pool of ``chunk.cache.prefetch.threa
 threads, at most ``chunk.cache.prefetch.queue.size`` waiting for a busy pool (the excess is
 dropped). W-TinyLFU is scan resistant: a chunk seen once rarely displaces chunks seen
 several times, which would defeat read-ahead, so prefetched chunks are also kept, outside
-the tiers' policies, until their first ``get`` (up to ``chunk.cache.prefetch.hold.size``
-bytes, oldest dropped first). A ``get`` that finds a prefetch waiting in the queue runs the
+the tiers' policies, until their reader has moved two chunks further in the object (up to
+``chunk.cache.prefetch.hold.size`` bytes, oldest dropped first); so are chunks loaded for a
+``get``, which a sequential reader reads again in its next fetch. A ``get`` that finds a prefetch waiting in the queue runs the
 load itself rather than waiting behind other prefetches.
 """
 
@@ -85,17 +86,17 @@ class ChunkCacheConfig:
     ``memory_size`` / ``disk_size``: byte budgets of the tiers, 0 disables a tier (the disk
     tier then needs ``disk_path``). ``prefetch_threads``: loader threads for ``prefetch``
     (0 disables prefetching). ``prefetch_queue_size``: prefetches that may wait while every
-    prefetch thread is busy; more are dropped. ``prefetch_hold_size``: bytes of prefetched
-    chunks kept until their first read (0 keeps none: prefetched chunks then live only in the
-    tiers, if their policies admit them).
+    prefetch thread is busy; more are dropped. ``prefetch_hold_size``: bytes of chunks held for
+    a sequential reader until it has moved on (0 holds none: chunks then live only in the
+    tiers, if their policies admit them); it should exceed the read-ahead window by a few chunks.
     """
 
     memory_size: int = 256 << 20
     disk_size: int = 0
     disk_path: Path | None = None
-    prefetch_threads: int = 4
+    prefetch_threads: int = 8
     prefetch_queue_size: int = 16
-    prefetch_hold_size: int = 32 << 20
+    prefetch_hold_size: int = 64 << 20
 
     def __post_init__(self) -> None:
         for name, key in (("memory_size", MEMORY_SIZE_CONFIG), ("disk_size", DISK_SIZE_CONFIG),
@@ -250,11 +251,12 @@ _QUEUED, _RUNNING, _DONE, _CANCELLED = range(4)
 class _Flight:
     """One load of one chunk, shared by every request that arrives while it runs."""
 
-    __slots__ = ("state", "prefetch", "detached", "done", "data", "error")
+    __slots__ = ("state", "prefetch", "read", "detached", "done", "data", "error")
 
     def __init__(self, state: int, prefetch: bool) -> None:
         self.state = state
         self.prefetch = prefetch      # started by prefetch() and not taken over by a get()
+        self.read = not prefetch      # a get() waits for it
         self.detached = False         # invalidated or closed: the result is not cached
         self.done = threading.Event()
         self.data: bytes | None = None
@@ -287,7 +289,9 @@ class ChunkCache:
         self._lock = threading.Lock()       # guards every field below
         self._memory: _Tier[bytes] = _Tier("memory", config.memory_size)
         self._disk: _Tier[_DiskEntry] = _Tier("disk", config.disk_size)
-        self._staged: OrderedDict[ChunkKey, bytes] = OrderedDict()   # prefetched, unread
+        # prefetched chunks held outside the tiers' policies, and those of them already read
+        self._staged: OrderedDict[ChunkKey, bytes] = OrderedDict()
+        self._staged_read: set[ChunkKey] = set()
         self._staged_bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
         self._queued = 0                    # prefetch flights waiting for a pool thread
@@ -328,12 +332,13 @@ class ChunkCache:
                     self._counts["misses"] += 1
                     if flight.state == _QUEUED:     # take it over: don't queue behind others
                         flight.state = _RUNNING
-                        flight.prefetch = False
+                        flight.prefetch, flight.read = False, True
                         self._queued -= 1
                         lead = True
                     else:
-                        if flight.prefetch:
+                        if flight.prefetch and not flight.read:
                             self._counts["prefetch_hits"] += 1
+                        flight.read = True
                         lead = False
                     disk_entry = None
                 else:
@@ -355,15 +360,17 @@ class ChunkCache:
 
     def _cached(self, key: ChunkKey) -> bytes | None:
         """A prefetched or memory-cached chunk, counted as a hit. Holds ``_lock``."""
-        data = self._staged.pop(key, None)
+        data = self._staged.get(key)
         if data is not None:
-            self._staged_bytes -= len(data)
-            self._counts["prefetch_hits"] += 1
             self._counts["hits_memory"] += 1
-            if key in self._memory:
-                self._memory.policy.touch(key)
-            elif self._memory.enabled:
-                self._memory.put(key, data, len(data))
+            if key not in self._staged_read:
+                self._staged_read.add(key)
+                self._counts["prefetch_hits"] += 1
+                if key in self._memory:
+                    self._memory.policy.touch(key)
+                elif self._memory.enabled:
+                    self._memory.put(key, data, len(data))
+                self._unstage_passed(key)
             return data
         data = self._memory.get(key)
         if data is not None:
@@ -418,8 +425,12 @@ class ChunkCache:
             if not flight.detached:
                 if self._memory.enabled:
                     self._memory.put(key, data, len(data))
-                if flight.prefetch:
-                    self._stage(key, data)
+                # held until its reader moves past it, whatever the memory tier admits
+                self._stage(key, data)
+                if flight.read:
+                    if key in self._staged:
+                        self._staged_read.add(key)
+                    self._unstage_passed(key)
                 if self._disk.enabled and self.disk_dir is not None:
                     disk_entry = self._new_disk_entry(key, len(data), crc)
                     doomed += [e.path for e in self._disk.put(key, disk_entry, len(data))
@@ -456,18 +467,30 @@ class ChunkCache:
         return data
 
     def _stage(self, key: ChunkKey, data: bytes) -> None:
-        """Keep a prefetched chunk until its first read, oldest dropped first. Holds ``_lock``."""
+        """Hold a prefetched chunk until its reader has moved past it (a sequential reader
+        reads a chunk in several fetches), oldest dropped first. Holds ``_lock``."""
         limit = self.config.prefetch_hold_size
         if len(data) > limit:
             return
-        old = self._staged.pop(key, None)
-        if old is not None:
-            self._staged_bytes -= len(old)
+        self._unstage(key)
         self._staged[key] = data
         self._staged_bytes += len(data)
         while self._staged_bytes > limit:
-            _, dropped = self._staged.popitem(last=False)
-            self._staged_bytes -= len(dropped)
+            self._unstage(next(iter(self._staged)))
+
+    def _unstage(self, key: ChunkKey) -> None:
+        """Holds ``_lock``."""
+        data = self._staged.pop(key, None)
+        if data is not None:
+            self._staged_bytes -= len(data)
+            self._staged_read.discard(key)
+
+    def _unstage_passed(self, key: ChunkKey) -> None:
+        """Release the held chunks of ``key``'s object that were read and lie more than one
+        chunk before it: a fetch that reads into ``key`` may return less than it read, and the
+        next fetch then starts in the chunk before. Holds ``_lock``."""
+        for k in [k for k in self._staged_read if k[0] == key[0] and k[1] < key[1] - 1]:
+            self._unstage(k)
 
     def _new_disk_entry(self, key: ChunkKey, size: int, crc: int) -> _DiskEntry:
         """A new file name for ``key``: never reused, so a late delete of an evicted file
@@ -544,7 +567,7 @@ class ChunkCache:
             self._memory.pop_object(object_key)
             files = [e.path for e in self._disk.pop_object(object_key)]
             for key in [k for k in self._staged if k[0] == object_key]:
-                self._staged_bytes -= len(self._staged.pop(key))
+                self._unstage(key)
             for key, flight in [(k, f) for k, f in self._flights.items() if k[0] == object_key]:
                 if flight.state == _QUEUED:
                     self._cancel(key, flight)
@@ -569,6 +592,7 @@ class ChunkCache:
                     flight.detached = True
             self._memory.clear()
             self._staged.clear()
+            self._staged_read.clear()
             self._staged_bytes = 0
             self._disk.clear()
         if self._pool is not None:
@@ -600,7 +624,8 @@ class ChunkCache:
         ``prefetch_queued`` / ``prefetch_running``: prefetches waiting for / on a thread;
         ``in_flight``: loads under way (a finished load stays until its file is written);
         ``*_evictions``: chunks the tier's policy dropped or did not admit; ``disk_errors``:
-        chunk files that failed to write or read back; ``*_bytes`` / ``*_entries``: contents.
+        chunk files that failed to write or read back; ``*_bytes`` / ``*_entries``: contents
+        (``prefetch_*``: the chunks held for their readers, prefetched or just loaded).
         """
         with self._lock:
             out = dict(self._counts)

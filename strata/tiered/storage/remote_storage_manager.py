@@ -13,7 +13,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
 
@@ -430,6 +430,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self._encryption_key_pair = active
         self._key_ring = key_ring
         self._manifests = _LruCache(cache_size)
+        self._manifest_loads: dict[uuid.UUID, threading.Lock] = {}
         self._data_keys = _LruCache(max(cache_size, 1))
         self._prefetch_max = prefetch_max
         if self._own_cache:
@@ -440,6 +441,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             if self._chunk_cache is not None:
                 self._chunk_cache.close()
             self._chunk_cache = cache
+            if cache is not None and prefetch_max and \
+                    cache.config.prefetch_hold_size < prefetch_max + 3 * chunk_size:
+                logger.warning(
+                    "chunk.cache.prefetch.hold.size %d is below prefetch.max.size %d plus three "
+                    "chunks: read-ahead will be dropped before it is read",
+                    cache.config.prefetch_hold_size, prefetch_max)
         if self._store is None:
             self._store = object_store_from_config(configs)
 
@@ -578,17 +585,30 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     # ---- fetch ------------------------------------------------------------------------------
 
     def _manifest(self, meta: RemoteLogSegmentMetadata) -> SegmentManifest:
+        """The segment's manifest, cached; concurrent first readers of one segment (a fetch and
+        the read-ahead) share one GET."""
         segment_id = meta.remote_log_segment_id.id
         manifest = self._manifests.get(segment_id)
-        if manifest is None:
-            key = self.object_key(meta, MANIFEST_SUFFIX)
-            raw = self.store.get(key)
-            try:
-                manifest = SegmentManifest.from_json(raw)
-            except ValueError as e:
-                raise RemoteStorageException(f"manifest {key}: {e}") from e
-            self._manifests.put(segment_id, manifest)
-        return manifest
+        if manifest is not None:
+            return manifest
+        with self._lock:
+            loading = self._manifest_loads.setdefault(segment_id, threading.Lock())
+        try:
+            with loading:
+                manifest = self._manifests.get(segment_id)
+                if manifest is None:
+                    key = self.object_key(meta, MANIFEST_SUFFIX)
+                    raw = self.store.get(key)
+                    try:
+                        manifest = SegmentManifest.from_json(raw)
+                    except ValueError as e:
+                        raise RemoteStorageException(f"manifest {key}: {e}") from e
+                    self._manifests.put(segment_id, manifest)
+                return manifest
+        finally:
+            with self._lock:
+                if self._manifest_loads.get(segment_id) is loading and not loading.locked():
+                    del self._manifest_loads[segment_id]
 
     def _transform(self, manifest: SegmentManifest) -> ChunkTransform:
         """The manifest's transform, its data key unwrapped (and cached)."""
@@ -700,30 +720,45 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> BinaryIO:
         meta = remote_log_segment_metadata
-        manifest = self._manifest(meta)
-        name = IndexType(index_type).name
-        entry = manifest.segment_indexes.get(IndexType(index_type))
-        if entry is None:
+        if IndexType(index_type) not in self._manifest(meta).segment_indexes:
             raise RemoteResourceNotFoundException(
                 f"remote segment {kafka_uuid_str(meta.remote_log_segment_id.id)} has no "
-                f"{name} index")
-        if entry.size == 0:
-            return io.BytesIO(b"")
+                f"{IndexType(index_type).name} index")
+        return self.fetch_indexes(meta, [index_type])[IndexType(index_type)]
+
+    def fetch_indexes(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                      index_types: Iterable[IndexType]) -> dict[IndexType, BinaryIO]:
+        """The indexes asked for that the segment has, read with one ranged GET of the
+        ``.indexes`` object spanning them all; each checked against its CRC32C."""
+        meta = remote_log_segment_metadata
+        manifest = self._manifest(meta)
+        entries = {t: e for t in map(IndexType, index_types)
+                   if (e := manifest.segment_indexes.get(t)) is not None}
+        out: dict[IndexType, BinaryIO] = {t: io.BytesIO(b"") for t, e in entries.items() if e.size == 0}
+        stored = {t: e for t, e in entries.items() if e.size > 0}
+        if not stored:
+            return out
         key = self.object_key(meta, INDEXES_SUFFIX)
+        start = min(e.position for e in stored.values())
+        end = max(e.position + e.size for e in stored.values())
+        data = self.store.get_range(key, start, end)
         transform = self._transform(manifest)
-        data = self.store.get_range(key, entry.position, entry.position + entry.size)
-        if len(data) != entry.size:
-            raise RemoteStorageException(
-                f"{key} is truncated: {name} index wants "
-                f"{entry.size} bytes at {entry.position}, got {len(data)}")
-        if entry.crc32c is not None and crc32c(data) != entry.crc32c:
-            raise RemoteStorageException(f"{key}: the {name} index is corrupt: CRC32C mismatch")
-        if not transform.identity:
-            try:
-                data = transform.detransform(data, index_part(IndexType(index_type)))
-            except ValueError as e:
-                raise RemoteStorageException(f"{key}: the {name} index is corrupt: {e}") from e
-        return io.BytesIO(data)
+        for index_type, entry in stored.items():
+            name = index_type.name
+            part = data[entry.position - start:entry.position - start + entry.size]
+            if len(part) != entry.size:
+                raise RemoteStorageException(
+                    f"{key} is truncated: {name} index wants "
+                    f"{entry.size} bytes at {entry.position}, got {len(part)}")
+            if entry.crc32c is not None and crc32c(part) != entry.crc32c:
+                raise RemoteStorageException(f"{key}: the {name} index is corrupt: CRC32C mismatch")
+            if not transform.identity:
+                try:
+                    part = transform.detransform(part, index_part(index_type))
+                except ValueError as e:
+                    raise RemoteStorageException(f"{key}: the {name} index is corrupt: {e}") from e
+            out[index_type] = io.BytesIO(part)
+        return out
 
     # ---- delete -----------------------------------------------------------------------------
 
