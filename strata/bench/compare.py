@@ -605,14 +605,17 @@ def _wrap(text: str, width: int = 18) -> str:
     return "\n".join(x for x in lines if x)
 
 
-def replace_section(path: Path, section: str) -> None:
+def replace_section(path: Path, section: str, start: str = MARK_START, end: str = MARK_END,
+                    heading: str = "## Strata vs Apache Kafka (`make bench`)") -> None:
+    """Put ``section`` between the ``start`` and ``end`` markers of ``path`` (appended under
+    ``heading`` when the markers are not there yet)."""
     text = path.read_text() if path.exists() else ""
-    block = f"{MARK_START}\n{section}\n{MARK_END}"
-    if MARK_START in text and MARK_END in text:
-        a, b = text.index(MARK_START), text.index(MARK_END) + len(MARK_END)
+    block = f"{start}\n{section}\n{end}"
+    if start in text and end in text:
+        a, b = text.index(start), text.index(end) + len(end)
         text = text[:a] + block + text[b:]
     else:
-        text = text.rstrip() + "\n\n## Strata vs Apache Kafka (`make bench`)\n\n" + block + "\n"
+        text = text.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
     path.write_text(text)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple
 
-from strata.common.errors import ErrorCode, KafkaError
+from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from strata.common.types import TopicPartition
 from strata.log.log_manager import LogManager
 from strata.log.producer_state import AppendOrigin
@@ -99,20 +99,32 @@ class ReplicaManager:
         ulog = self.get_log(tp)
         if ulog is None:
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if ulog.log_start_offset <= fetch_offset < ulog.local_log_start_offset \
-                and self.remote_log_manager is not None:
-            if isolation is FetchIsolation.LOG_END:  # a follower rebuilds from remote storage
-                return ReadResult(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, ulog.high_watermark,
-                                  ulog.last_stable_offset, ulog.log_start_offset)
-            return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
-                              ulog.log_start_offset, remote=ulog)
+        remote = self._remote_read(ulog, fetch_offset, isolation)
+        if remote is not None:
+            return remote
         try:
             info = ulog.read(fetch_offset, max_bytes, isolation, min_one_message)
         except Exception as exc:  # noqa: BLE001
-            return ReadResult(_code(exc), ulog.high_watermark, ulog.last_stable_offset,
-                              ulog.log_start_offset)
+            # Local retention may have deleted the segment since the check above: the offset
+            # is then in the remote tier (Kafka's out-of-range handling looks again too).
+            remote = self._remote_read(ulog, fetch_offset, isolation) \
+                if isinstance(exc, OffsetOutOfRangeError) else None
+            return remote or ReadResult(_code(exc), ulog.high_watermark, ulog.last_stable_offset,
+                                        ulog.log_start_offset)
         return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
                           ulog.log_start_offset, info.records, info.aborted_transactions)
+
+    def _remote_read(self, ulog: UnifiedLog, fetch_offset: int,
+                     isolation: FetchIsolation) -> ReadResult | None:
+        """The answer when ``fetch_offset`` lies in the remote tier only, else None."""
+        if not (ulog.log_start_offset <= fetch_offset < ulog.local_log_start_offset) \
+                or self.remote_log_manager is None:
+            return None
+        if isolation is FetchIsolation.LOG_END:  # a follower rebuilds from remote storage
+            return ReadResult(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, ulog.high_watermark,
+                              ulog.last_stable_offset, ulog.log_start_offset)
+        return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                          ulog.log_start_offset, remote=ulog)
 
     # ---- list offsets -----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.common.errors import KafkaStorageError
+from strata.common.errors import ErrorCode, KafkaStorageError
 from strata.log.unified_log import FetchIsolation
 from strata.protocol.records import iter_records
 from strata.tiered.api import RemoteLogSegmentState, RemoteStorageException
@@ -18,7 +18,7 @@ from strata.log.log_config import LogConfig
 from strata.tiered.manager.remote_log_manager import PartitionTiering
 from strata.tiered.manager.retry import Backoff
 from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore
-from tiered_env import T0, TIP, TieredEnv
+from tiered_env import T0, TIP, TP, TieredEnv
 
 
 class Env(TieredEnv):
@@ -343,3 +343,29 @@ def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
     assert second_gets() == loaded                 # served from what was prefetched
     assert index_cache.misses == index_misses
     assert cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"] > hits
+
+
+def test_a_fetch_racing_local_retention_is_served_from_the_remote_tier(env):
+    """Local retention deletes the segment between the fetch's range check and its local read:
+    the fetch then goes to the remote tier instead of answering OFFSET_OUT_OF_RANGE."""
+    from strata.replication.replica_manager import ReplicaManager
+
+    class Logs:
+        def get_log(self, tp):
+            return env.log if tp == TP else None
+
+    env.produce(60)
+    env.copy()
+    assert env.log.local_log_start_offset == 0
+    local_read = env.log.read
+
+    def read_after_retention(*args, **kwargs):
+        env.log.delete_old_segments()
+        return local_read(*args, **kwargs)
+
+    env.log.read = read_after_retention
+    replicas = ReplicaManager(Logs(), lambda t: 1 if t == TP.topic else None)
+    replicas.remote_log_manager = env.rlm
+    result = replicas.read(TP, 0, 1000, FetchIsolation.HIGH_WATERMARK, True)
+    assert env.log.local_log_start_offset > 0
+    assert result.error == ErrorCode.NONE and result.remote is env.log
