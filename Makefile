@@ -6,12 +6,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench bench-smoke bench-log venv system-deps kafka-dist clean
+.PHONY: run test test-fast bench bench-smoke bench-log bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $@
 
 venv: $(STAMP)
@@ -24,10 +24,15 @@ system-deps:
 kafka-dist:
 	@bash scripts/kafka-dist.sh >/dev/null || echo "kafka-dist: not installed (Java/Maven missing?); Kafka tool tests will be skipped"
 
+# Spark's Kafka connector (spark-sql-kafka-0-10 for the installed PySpark) and the jars it needs
+# beyond PySpark's own, from Maven Central (for the connector compatibility tests and bench-spark).
+spark-kafka-dist: venv
+	@bash scripts/spark-kafka-dist.sh >/dev/null || echo "spark-kafka-dist: not installed (Java/Maven missing?); Spark Kafka connector tests will be skipped"
+
 run: venv
 	$(VENV)/bin/strata serve --config config/server.properties
 
-test: venv system-deps kafka-dist
+test: venv system-deps kafka-dist spark-kafka-dist
 	$(VENV)/bin/pytest -q
 	$(MAKE) --no-print-directory bench-smoke
 
@@ -46,6 +51,11 @@ bench: venv kafka-dist
 # Every workload of `make bench` at a tiny size against Strata alone (part of `make test`).
 bench-smoke: venv
 	$(PY) -m strata.bench.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
+
+# Full-history scan of a >= 1 GiB tiered topic with Spark: the strata source in `direct` and
+# `broker` mode vs Spark's Kafka connector, 3 rounds; writes its section of docs/benchmarks.md.
+bench-spark: venv spark-kafka-dist
+	$(PY) -m strata.bench.spark_scan --report-md docs/benchmarks.md --json docs/benchmarks/spark_scan.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -383,6 +383,12 @@ def tiered_metadata(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def spark_job(args: argparse.Namespace) -> int:
+    """``strata spark JOB``: the pipelines of ``strata.spark.pipelines`` (backfill, audit, usage)."""
+    from strata.spark.pipelines import run
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Kafka-compatible tiered log broker")
     parser.add_argument("--log-level", default="INFO")
@@ -407,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-dir", required=True, help="a broker log dir (one of log.dirs)")
     p.add_argument("--partition", type=int, default=None, help="only this metadata partition")
     p.set_defaults(fn=tiered_metadata)
+    from strata.spark.pipelines import add_arguments as add_spark_arguments
+    p = sub.add_parser("spark", help="Spark pipelines over topics: backfill, audit, usage")
+    add_spark_arguments(p)
+    p.set_defaults(fn=spark_job)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -8,9 +8,10 @@ from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
     alter_configs, api_versions, create_partitions, create_topics, delete_records, delete_topics,
-    describe_cluster, describe_configs, describe_groups, fetch, find_coordinator, heartbeat,
-    init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata, offset_commit,
-    offset_fetch, offset_for_leader_epoch, produce, sync_group)
+    describe_cluster, describe_configs, describe_groups, describe_log_dirs, fetch,
+    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups,
+    list_offsets, metadata, offset_commit, offset_fetch, offset_for_leader_epoch, produce,
+    sync_group)
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: alter_configs.handle,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.DESCRIBE_LOG_DIRS: describe_log_dirs.handle,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
 }
 

@@ -1,0 +1,395 @@
+"""The remote tier without the broker: which remote segments a topic has, and their bytes.
+
+- ``remote_segments`` reads the ``__remote_log_metadata`` partitions a topic maps to through
+  Fetch and replays them into a ``RemotePartitionMetadataStore``, as the broker's topic-based
+  metadata manager does at start, then lists each partition's readable segments.
+- ``rsm_props_from_options`` turns a Spark user's options (broker-style keys, or the path of
+  the broker's ``server.properties``) into the properties that build the broker's
+  RemoteStorageManager.
+- ``RemoteSegmentReader`` builds that RemoteStorageManager inside a Spark executor and streams
+  a segment's record batches from it: seek with the segment's offset index, then read in
+  pieces cut at batch boundaries. Its RemoteStorageManager is never pickled (it holds
+  threads, caches and store clients); only the properties travel to executors.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from strata.common.config import load_properties
+from strata.common.errors import ErrorCode
+from strata.common.types import uuid_to_kafka_str
+from strata.protocol.client import EARLIEST, LATEST
+from strata.protocol.records import (
+    CONTROL_MASK, LOG_OVERHEAD, MIN_BATCH_LENGTH, decode_batch, iter_headers)
+from strata.spark.broker_client import (
+    BrokerClient, BrokerRequestError, DataLossError, TopicInfo, whole_batches)
+from strata.tiered.api import (
+    IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteResourceNotFoundException,
+    RemoteStorageException, RemoteStorageManager, TopicIdPartition, TopicPartition)
+from strata.tiered.config import (
+    DEFAULT_REMOTE_STORAGE_MANAGER_CLASS_NAME, DEFAULT_REMOTE_STORAGE_MANAGER_CONFIG_PREFIX,
+    REMOTE_STORAGE_MANAGER_CLASS_NAME_PROP, REMOTE_STORAGE_MANAGER_CLASS_PATH_PROP,
+    REMOTE_STORAGE_MANAGER_CONFIG_PREFIX_PROP, RemoteLogManagerConfig, load_plugin)
+from strata.tiered.metadata.cache import RemotePartitionMetadataStore
+from strata.tiered.metadata.serde import deserialize, metadata_partition
+from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
+
+__all__ = [
+    "RemoteSegmentReader",
+    "SERVER_PROPERTIES_OPTION",
+    "remote_segments",
+    "replay_remote_log_metadata",
+    "rsm_props_from_options",
+    "segment_read_ranges",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_PROPERTIES_OPTION = "strata.server.properties"
+# RSM keys of a broker's server.properties left out when Spark builds the RSM from it: the
+# chunk cache's disk tier is the broker's own directory, whose files a second cache would
+# delete at its start.
+_BROKER_ONLY_RSM_KEYS = ("chunk.cache.disk.",)
+
+_LENGTH = struct.Struct(">i")
+# What a reader fetches from the remote segment at a time, cut back to whole batches.
+READ_PIECE_BYTES = 8 << 20
+# Offset indexes of this many segments are kept by a reader (~1 KiB each for 1 MiB segments).
+_INDEX_CACHE_SEGMENTS = 256
+
+
+# ---- the remote log metadata ----------------------------------------------------------------------
+
+def remote_segments(client: BrokerClient, topic: str) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    """Each partition of ``topic`` (every partition a key) to its readable remote segments in
+    offset order: COPY_SEGMENT_FINISHED segments of the current leader-epoch lineage, read
+    from ``__remote_log_metadata`` through Fetch and replayed as the broker's metadata
+    manager replays it (events it would refuse are skipped). A copy superseded by a later
+    upload of the same offsets (a new leader re-copying) is left out.
+
+    Raises BrokerRequestError (UNKNOWN_TOPIC_OR_PARTITION) for an unknown topic.
+    """
+    info = client.topics([topic]).get(topic)
+    if info is None:
+        raise BrokerRequestError(f"topic {topic}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    store = replay_remote_log_metadata(client, [info])
+    return {p: _current_lineage(store, TopicIdPartition(info.topic_id, TopicPartition(topic, p)))
+            for p in range(info.partitions)}
+
+
+def replay_remote_log_metadata(client: BrokerClient,
+                               topics: Iterable[TopicInfo]) -> RemotePartitionMetadataStore:
+    """The remote log metadata of ``topics``: the ``__remote_log_metadata`` partitions they
+    map to, read through Fetch and replayed into a store as the broker's topic-based
+    metadata manager replays them at start (events it would refuse are skipped; events of
+    other topics are not applied). Empty when the cluster never tiered anything."""
+    topics = list(topics)
+    store = RemotePartitionMetadataStore()
+    meta_topic = client.topics([REMOTE_LOG_METADATA_TOPIC_NAME]).get(REMOTE_LOG_METADATA_TOPIC_NAME)
+    if meta_topic is None or meta_topic.partitions == 0 or not topics:
+        return store
+    ids = {t.topic_id for t in topics}
+    wanted = sorted({metadata_partition(t.topic_id, p, meta_topic.partitions)
+                     for t in topics for p in range(t.partitions)})
+    starts = client.list_offsets(REMOTE_LOG_METADATA_TOPIC_NAME, wanted, EARLIEST)
+    ends = client.list_offsets(REMOTE_LOG_METADATA_TOPIC_NAME, wanted, LATEST)
+    skipped = 0
+    for mp in wanted:
+        start, end = starts[mp], ends[mp]
+        if start > 0:
+            log.warning("%s-%d starts at offset %d: events deleted before it are not replayed",
+                        REMOTE_LOG_METADATA_TOPIC_NAME, mp, start)
+        for chunk in client.read_range(REMOTE_LOG_METADATA_TOPIC_NAME, mp, start, end):
+            skipped += _replay(chunk, start, end, ids, store)
+    if skipped:
+        log.info("skipped %d remote log metadata event(s) the broker would refuse too", skipped)
+    return store
+
+
+def _replay(chunk: bytes, start: int, end: int, topic_ids: set[uuid.UUID],
+            store: RemotePartitionMetadataStore) -> int:
+    """Apply the events of the topics ``topic_ids`` in ``chunk``; the number skipped."""
+    skipped = 0
+    for header in iter_headers(chunk):
+        if header.attributes & CONTROL_MASK:
+            continue
+        for record in decode_batch(chunk, header, check_crc=True):
+            if not start <= record.offset < end or record.value is None:
+                continue
+            try:
+                event = deserialize(record.value)
+                if event.topic_id_partition.topic_id not in topic_ids:
+                    continue
+                store.handle(event)
+            except (ValueError, TypeError, RemoteStorageException) as exc:
+                skipped += 1
+                log.debug("%s offset %d: %s", REMOTE_LOG_METADATA_TOPIC_NAME, record.offset, exc)
+    return skipped
+
+
+def _current_lineage(store: RemotePartitionMetadataStore,
+                     tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    """The finished segments some leader epoch still refers to, by start offset; where two
+    overlap, the one reaching further (then of the later epoch) wins the offsets both hold,
+    and an older one is kept only for offsets nothing newer covers."""
+    cache = store.cache_copy(tip)
+    if cache is None:
+        return []
+    referenced = {seg_id for state in cache.epochs.values() for seg_id in state.offset_to_id.values()}
+    finished = [cache.segments[i] for i in referenced
+                if cache.segments[i].state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    finished.sort(key=lambda m: (m.end_offset, max(m.segment_leader_epochs), m.event_timestamp_ms),
+                  reverse=True)
+    chosen: list[RemoteLogSegmentMetadata] = []
+    floor: int | None = None       # the lowest start offset chosen so far
+    for m in finished:
+        if floor is None or m.start_offset < floor:
+            chosen.append(m)
+            floor = m.start_offset
+    chosen.sort(key=lambda m: (m.start_offset, m.end_offset))
+    return chosen
+
+
+def segment_read_ranges(segments: list[RemoteLogSegmentMetadata]
+                        ) -> list[tuple[RemoteLogSegmentMetadata, int, int]]:
+    """``(segment, start, end)`` with ``[start, end)`` the offsets to read from each segment
+    of a ``remote_segments`` list: its whole range, cut short where a later segment (which
+    ``remote_segments`` preferred) begins inside it."""
+    out = []
+    for i, m in enumerate(segments):
+        end = m.end_offset + 1
+        if i + 1 < len(segments):
+            end = min(end, segments[i + 1].start_offset)
+        if end > m.start_offset:
+            out.append((m, m.start_offset, end))
+    return out
+
+
+# ---- the RemoteStorageManager's properties ---------------------------------------------------------
+
+def rsm_props_from_options(options: Mapping[str, str]) -> dict[str, str] | None:
+    """The RemoteStorageManager's broker-style properties from a Spark user's options, or
+    None when the options configure no remote tier.
+
+    Options (keys case-insensitive, as Spark passes them lower-cased):
+    ``remote.log.storage.manager.class.name`` / ``.class.path``,
+    ``remote.log.storage.manager.impl.prefix`` (default ``rsm.config.``) and the keys under
+    that prefix; or ``strata.server.properties``: the path of the broker's server.properties,
+    whose tiered keys are read as the broker reads them (``storage.url`` defaulted from its
+    ``log.dirs`` as the broker defaults it; its chunk-cache disk tier left out: that
+    directory is the broker's). Options win over the file.
+
+    The result: ``remote.log.storage.manager.class.name`` (always), ``...class.path`` (when
+    set) and the RSM's own keys under ``rsm.config.``; plain strings, safe to pickle.
+    """
+    lowered = {str(k).lower(): (str(k), str(v)) for k, v in options.items()}
+    props: dict[str, str] = {}
+    configured = False
+    path = lowered.get(SERVER_PROPERTIES_OPTION)
+    if path is not None:
+        from_file = _from_server_properties(Path(path[1]).expanduser())
+        if from_file is not None:
+            props.update(from_file)
+            configured = True
+    for key in (REMOTE_STORAGE_MANAGER_CLASS_NAME_PROP, REMOTE_STORAGE_MANAGER_CLASS_PATH_PROP):
+        if key in lowered and lowered[key][1].strip():
+            props[key] = lowered[key][1].strip()
+            configured = True
+    prefix_entry = lowered.get(REMOTE_STORAGE_MANAGER_CONFIG_PREFIX_PROP)
+    prefix = (prefix_entry[1] if prefix_entry else DEFAULT_REMOTE_STORAGE_MANAGER_CONFIG_PREFIX)
+    for low, (original, value) in lowered.items():
+        if low.startswith(prefix.lower()) and len(low) > len(prefix):
+            props[DEFAULT_REMOTE_STORAGE_MANAGER_CONFIG_PREFIX + original[len(prefix):]] = value
+            configured = True
+    if not configured:
+        return None
+    props.setdefault(REMOTE_STORAGE_MANAGER_CLASS_NAME_PROP, DEFAULT_REMOTE_STORAGE_MANAGER_CLASS_NAME)
+    return props
+
+
+def _from_server_properties(path: Path) -> dict[str, str] | None:
+    """The RSM properties a broker with this server.properties builds its RSM from, or None
+    when its tiering is off."""
+    try:
+        broker_props = load_properties(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"{SERVER_PROPERTIES_OPTION}: cannot read {path}: {exc}") from exc
+    cfg = RemoteLogManagerConfig(broker_props)
+    if not cfg.system_enabled:
+        log.warning("%s: %s does not enable tiered storage (remote.log.storage.system.enable)",
+                    SERVER_PROPERTIES_OPTION, path)
+        return None
+    props = {REMOTE_STORAGE_MANAGER_CLASS_NAME_PROP: cfg.rsm_class_name}
+    class_path = cfg.remote_storage_manager_class_path
+    if class_path:
+        props[REMOTE_STORAGE_MANAGER_CLASS_PATH_PROP] = class_path
+    for key, value in cfg.rsm_props().items():     # storage.url defaulted from log.dirs
+        if not key.startswith(_BROKER_ONLY_RSM_KEYS):
+            props[DEFAULT_REMOTE_STORAGE_MANAGER_CONFIG_PREFIX + key] = str(value)
+    return props
+
+
+# ---- reading segments ------------------------------------------------------------------------------
+
+class RemoteSegmentReader:
+    """Reads remote segments through the RemoteStorageManager that ``rsm_props`` (from
+    ``rsm_props_from_options``) describe, built and configured as the broker builds its own
+    (``load_plugin`` of the class, ``configure`` with the prefix-stripped keys): its caches,
+    CRC checks and decryption apply.
+
+    Create it where it is used (a Spark executor): it must not be pickled. Not thread-safe
+    for concurrent reads of one reader's index cache; its RSM is thread-safe.
+    """
+
+    def __init__(self, rsm_props: Mapping[str, str]) -> None:
+        props = dict(rsm_props)
+        class_name = props.get(REMOTE_STORAGE_MANAGER_CLASS_NAME_PROP) \
+            or DEFAULT_REMOTE_STORAGE_MANAGER_CLASS_NAME
+        cls = load_plugin(class_name, props.get(REMOTE_STORAGE_MANAGER_CLASS_PATH_PROP),
+                          expected_type=RemoteStorageManager)
+        prefix = DEFAULT_REMOTE_STORAGE_MANAGER_CONFIG_PREFIX
+        configs = {k[len(prefix):]: v for k, v in props.items()
+                   if k.startswith(prefix) and len(k) > len(prefix)}
+        self.rsm: RemoteStorageManager = cls()
+        self.rsm.configure(configs)
+        self._indexes: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple:
+        raise TypeError("RemoteSegmentReader holds a RemoteStorageManager and is not picklable: "
+                        "ship rsm_props and build the reader where it reads")
+
+    def close(self) -> None:
+        self.rsm.close()
+        with self._lock:
+            self._indexes.clear()
+
+    def __enter__(self) -> RemoteSegmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the offset index -------------------------------------------------------------------
+
+    def offset_positions(self, meta: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+        """The entries of the segment's offset index as ``(offset, byte position)``: the batch
+        at ``position`` ends at ``offset`` (Kafka's index keeps each indexed batch's last
+        offset), so ``offset + 1`` is where the next batch starts. Sparse: about one entry per
+        ``index.interval.bytes``. Missing index -> DataLossError."""
+        index = self._index(meta, meta.start_offset, meta.end_offset + 1)
+        return list(zip(index[:, 0].tolist(), index[:, 1].tolist()))
+
+    def _index(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> np.ndarray:
+        """(n, 2) int64 (absolute offset, position), validated and cached per segment."""
+        seg_id = meta.remote_log_segment_id.id
+        with self._lock:
+            found = self._indexes.get(seg_id)
+            if found is not None:
+                self._indexes.move_to_end(seg_id)
+                return found
+        try:
+            with self.rsm.fetch_index(meta, IndexType.OFFSET) as stream:
+                raw = stream.read()
+        except RemoteResourceNotFoundException as exc:
+            raise _data_loss(meta, start, end, exc) from exc
+        entries = np.frombuffer(raw, ">i4", count=len(raw) // 8 * 2).reshape(-1, 2).astype(np.int64)
+        # a preallocated index may end in zero entries: keep the increasing prefix
+        valid = len(entries)
+        if valid > 1:
+            steps = np.flatnonzero(np.diff(entries[:, 0]) <= 0)
+            if steps.size:
+                valid = int(steps[0]) + 1
+        index = entries[:valid]
+        index[:, 0] += meta.start_offset
+        with self._lock:
+            self._indexes[seg_id] = index
+            while len(self._indexes) > _INDEX_CACHE_SEGMENTS:
+                self._indexes.popitem(last=False)
+        return index
+
+    def _byte_range(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> tuple[int, int]:
+        """Positions [from, to) of the segment holding every batch with offsets in
+        [start, end): from the greatest entry whose offset is <= start, to the entry after
+        the first one whose offset reaches end - 1 (or the segment's end)."""
+        index = self._index(meta, start, end)
+        size = meta.segment_size_in_bytes
+        if not len(index):
+            return 0, size
+        offsets = index[:, 0]
+        i = int(np.searchsorted(offsets, start, side="right")) - 1
+        first = int(index[i, 1]) if i >= 0 else 0
+        j = int(np.searchsorted(offsets, end - 1, side="left"))
+        last = int(index[j + 1, 1]) if j + 1 < len(index) else size
+        return first, max(last, first)
+
+    # ---- the data ---------------------------------------------------------------------------
+
+    def read(self, meta: RemoteLogSegmentMetadata, start_offset: int,
+             end_offset: int) -> Iterator[bytes]:
+        """The segment's record batches holding offsets ``[start_offset, end_offset)``: whole
+        batches in pieces of about ``READ_PIECE_BYTES``, the first batch possibly beginning
+        before ``start_offset``. A missing object raises DataLossError naming the segment,
+        its topic-partition and the offsets."""
+        start = max(start_offset, meta.start_offset)
+        end = min(end_offset, meta.end_offset + 1)
+        if start >= end:
+            return
+        try:
+            yield from self._read(meta, start, end)
+        except RemoteResourceNotFoundException as exc:
+            raise _data_loss(meta, start, end, exc) from exc
+
+    def _read(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> Iterator[bytes]:
+        first, last = self._byte_range(meta, start, end)
+        if first >= last:
+            return
+        ahead = min(READ_PIECE_BYTES, self.rsm.prefetch_max_size)    # 0: no read-ahead
+        stream = self.rsm.fetch_log_segment(meta, first, last - 1)
+        try:
+            position = first
+            pending = b""
+            while True:
+                piece = stream.read(READ_PIECE_BYTES)
+                if piece:
+                    position += len(piece)
+                    if ahead and position < last:
+                        # the next piece loads in the RSM's threads while this one is decoded
+                        self.rsm.prefetch(meta, position, min(ahead, last - position))
+                data = pending + piece if pending else piece
+                found = whole_batches(data, start, end)
+                if found.keep_from >= 0:
+                    yield data[found.keep_from:found.keep_to]
+                if found.reached_end:
+                    return
+                rest = data[found.parsed_to:]
+                if not piece or (len(rest) >= LOG_OVERHEAD
+                                 and _LENGTH.unpack_from(rest, 8)[0] < MIN_BATCH_LENGTH):
+                    if rest:
+                        raise RemoteStorageException(
+                            f"remote segment {uuid_to_kafka_str(meta.remote_log_segment_id.id)} "
+                            f"has a truncated or malformed batch at position "
+                            f"{position - len(rest)}")
+                    return
+                pending = rest
+        finally:
+            stream.close()
+
+
+def _data_loss(meta: RemoteLogSegmentMetadata, start: int, end: int,
+               exc: Exception) -> DataLossError:
+    tp = meta.topic_id_partition
+    return DataLossError(
+        f"remote segment {uuid_to_kafka_str(meta.remote_log_segment_id.id)} "
+        f"({meta.remote_log_segment_id.id}) of {tp.topic}-{tp.partition}, offsets "
+        f"[{start}, {end}) of its [{meta.start_offset}, {meta.end_offset}], is missing from "
+        f"remote storage: {exc}", topic=tp.topic, partition=tp.partition, start=start, end=end)
