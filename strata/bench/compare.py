@@ -665,7 +665,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _overrides(items: list[str]) -> dict[str, str]:
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``--*-override KEY=VALUE`` arguments as a dict."""
     out = {}
     for item in items:
         k, sep, v = item.partition("=")
@@ -691,7 +692,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"skipping {w}: {why}")
     versions = {"strata": f"Strata {git_describe()} (`strata serve`, filesystem remote tier)",
                 "kafka": f"Apache Kafka {kafka_version(libs) if libs else '?'} (KRaft, LocalTieredStorage)"}
-    overrides = {"strata": _overrides(args.strata_override), "kafka": _overrides(args.kafka_override)}
+    overrides = {"strata": parse_overrides(args.strata_override),
+                 "kafka": parse_overrides(args.kafka_override)}
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="strata-compare-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     try:

@@ -45,7 +45,7 @@ from typing import Any
 
 from strata.bench.brokers import REPO_ROOT, Broker, free_port, make_broker
 from strata.bench.compare import (
-    git_describe, machine_facts, prom_sum, replace_section, tiered_topic_config)
+    git_describe, machine_facts, parse_overrides, prom_sum, replace_section, tiered_topic_config)
 from strata.bench.workloads import MIB, Topics, log, producer_config, random_values
 
 MODES = ("direct", "broker", "connector")
@@ -372,16 +372,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"overrides are KEY=VALUE, got {item!r}")
-        out[k.strip()] = v.strip()
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     p: Params = args.params
@@ -400,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     broker_props = {"strata.metrics.listener": metrics_url,
                     **({"rsm.config.fault.get.latency.ms": f"{p.remote_latency_ms:g}"}
                        if p.remote_latency_ms else {}),
-                    **_overrides(args.strata_override)}
+                    **parse_overrides(args.strata_override)}
     broker = make_broker("strata", base / "strata", None, broker_props)
     scans: list[Scan] = []
     spark = None
