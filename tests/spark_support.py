@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ import pytest
 
 from broker_process import BrokerProcess, free_port
 from tiered_support import TIERED_BROKER, wait_for
+
+from strata.spark import session
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_KAFKA_JARS = REPO / ".cache" / "spark-kafka" / "4.0.0" / "jars"
@@ -41,24 +42,12 @@ def spark_session():
     global _session
     if _session is not None:
         return _session
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from strata.spark import register
-    builder = (SparkSession.builder.master("local[2]").appName("strata-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g")
-               .config("spark.python.worker.reuse", "true"))
     jars = sorted(SPARK_KAFKA_JARS.glob("*.jar")) if SPARK_KAFKA_JARS.is_dir() else []
-    if jars:
-        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    _session = builder.getOrCreate()
-    _session.sparkContext.setLogLevel("WARN")
-    register(_session)
+    _session = session("local[2]", "strata-tests", [
+        ("spark.ui.enabled", "false"), ("spark.sql.shuffle.partitions", "2"),
+        ("spark.sql.session.timeZone", "UTC"), ("spark.driver.memory", "1g"),
+        ("spark.python.worker.reuse", "true")], jars)
     return _session
 
 

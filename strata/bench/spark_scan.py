@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from strata.bench.brokers import REPO_ROOT, Broker, free_port, make_broker
 from strata.bench.compare import (
     git_describe, machine_facts, parse_overrides, prom_sum, replace_section, tiered_topic_config)
 from strata.bench.workloads import MIB, Topics, log, producer_config, random_values
+from strata.spark import session
 
 MODES = ("direct", "broker", "connector")
 MODE_LABELS = {
@@ -203,25 +203,6 @@ def connector_jars() -> tuple[list[Path], str]:
         return [], (f"Spark's Kafka connector is not installed in {dist / 'jars'} "
                     f"(run scripts/spark-kafka-dist.sh or make spark-kafka-dist)")
     return jars, ""
-
-
-def spark_session(jars: Sequence[Path]):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from strata.spark import register
-    builder = (SparkSession.builder.master("local[2]").appName("strata-bench-spark-scan")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.python.worker.reuse", "true"))
-    if jars:
-        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    register(spark)
-    return spark
 
 
 def source_options(broker: Broker, topic: str, mode: str, p: Params) -> dict[str, str]:
@@ -398,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         topic = fill_topic(broker, metrics_url, p)
         log(f"{topic.name}: {topic.remote_segments} remote segments, {topic.local_segments} local")
-        spark = spark_session(jars)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        spark = session("local[2]", "strata-bench-spark-scan",
+                        [("spark.ui.enabled", "false"), ("spark.sql.shuffle.partitions", "2"),
+                         ("spark.python.worker.reuse", "true")], jars)
         for mode in p.modes:
             warm_up(spark, mode, broker, topic, p)
         for r in range(p.rounds):

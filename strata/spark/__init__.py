@@ -17,12 +17,34 @@ Options: ``strata.spark.options``; the source and sink: ``strata.spark.source`` 
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["register", "session"]
 
 
 def register(spark: Any) -> None:
     """Register the ``strata`` data source with a SparkSession."""
     from strata.spark.source import StrataDataSource
     spark.dataSource.register(StrataDataSource)
+
+
+def session(master: str, app: str, conf: Iterable[tuple[str, str]] = (), jars: Iterable[Any] = ()) -> Any:
+    """A SparkSession (``getOrCreate``) whose Python workers run this interpreter, with
+    ``conf``, ``jars`` as ``spark.jars``, and the ``strata`` source registered. Jars count only
+    for the first session of a JVM."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in conf:
+        builder = builder.config(key, value)
+    jars = [str(j) for j in jars]
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark

@@ -19,13 +19,12 @@ import argparse
 import dataclasses
 import datetime
 import json
-import logging
-import os
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from strata.common.types import TopicIdPartition
+from strata.spark import session
 from strata.tiered.api import (
     RemoteLogSegmentMetadata, RemotePartitionDeleteState, RemoteStorageException,
     RemoteStorageManager)
@@ -39,7 +38,6 @@ __all__ = [
     "rsm_props", "run", "usage",
 ]
 
-log = logging.getLogger(__name__)
 
 RSM_OPTION_PREFIXES = ("rsm.config.", "remote.log.storage.manager.")
 SERVER_PROPERTIES_OPTION = "strata.server.properties"
@@ -90,44 +88,10 @@ class RemoteMetadata:
 
 
 def load_remote_metadata(client: BrokerClient, topics: Iterable[TopicInfo]) -> RemoteMetadata:
-    """Read the ``__remote_log_metadata`` partitions the topics' partitions map to through
-    Fetch and replay their records for those topics, as a broker's metadata manager does
-    (events it would refuse are logged and dropped)."""
-    from strata.protocol.records import decode_batch, iter_headers
-    from strata.tiered.metadata.cache import RemotePartitionMetadataStore
-    from strata.tiered.metadata.serde import deserialize, metadata_partition
-    from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME as META
-
-    topics = list(topics)
-    ids = {t.topic_id for t in topics}
-    store = RemotePartitionMetadataStore()
-    meta_topic = client.topics([META]).get(META)
-    if meta_topic is None or not topics:
-        return RemoteMetadata([], set())
-    wanted = sorted({metadata_partition(t.topic_id, p, meta_topic.partitions)
-                     for t in topics for p in range(t.partitions)})
-    starts = client.list_offsets(META, wanted, -2)
-    ends = client.list_offsets(META, wanted, -1)
-    for p in wanted:
-        start, end = starts[p], ends[p]
-        if start > 0:
-            log.warning("%s-%d starts at offset %d: events before it are gone", META, p, start)
-        if start >= end:
-            continue
-        for chunk in client.read_range(META, p, start, end):
-            for header in iter_headers(chunk):
-                if header.is_control:
-                    continue
-                for record in decode_batch(chunk, header, check_crc=True):
-                    if not start <= record.offset < end or record.value is None:
-                        continue
-                    try:
-                        event = deserialize(record.value)
-                        if event.topic_id_partition.topic_id in ids:
-                            store.handle(event)
-                    except (ValueError, TypeError, RemoteStorageException) as e:
-                        # the broker's metadata consumer drops these too
-                        log.warning("%s-%d offset %d: %s", META, p, record.offset, e)
+    """The topics' remote log metadata in every state, replayed as a broker's metadata manager
+    replays it (``replay_remote_log_metadata``)."""
+    from strata.spark.remote_segments import replay_remote_log_metadata
+    store = replay_remote_log_metadata(client, topics)
     segments = [m for tip in store.partitions() for m in store.list_remote_log_segments(tip)]
     deleting = {tip for tip in store.partitions()
                 if (d := store.delete_state(tip)) is not None
@@ -230,22 +194,6 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
             **remote_tier_options(args.rsm, args.server_properties), **dict(args.option)}
 
 
-def spark_session(master: str, app: str, conf: Iterable[tuple[str, str]] = ()) -> Any:
-    """A SparkSession for a CLI job, its Python workers on this interpreter, the ``strata``
-    source registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from strata.spark import register
-    builder = SparkSession.builder.master(master).appName(app)
-    for key, value in conf:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    register(spark)
-    return spark
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``strata spark JOB``: 0 when it succeeds (audit: nothing wrong left), 1
     when the audit found problems, 2 when the job cannot run."""
@@ -262,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         if args.spark_job == "audit":
             from strata.spark.pipelines.audit import DEFAULT_GRACE_MS
             from strata.spark.pipelines.audit import audit as audit_job
-            spark = spark_session(args.master, "strata-audit", args.conf) if args.spark else None
+            spark = session(args.master, "strata-audit", args.conf) if args.spark else None
             try:
                 result = audit_job(options, args.topic, verify_crc=args.verify_crc,
                                    delete_orphans=args.delete_orphans, spark=spark,
@@ -274,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             print(result.to_json() if args.json else result.format_table())
             return 0 if result.ok else 1
         from strata.spark.pipelines.backfill import backfill as backfill_job
-        spark = spark_session(args.master, "strata-backfill", args.conf)
+        spark = session(args.master, "strata-backfill", args.conf)
         try:
             rows = backfill_job(spark, args.topic, args.output, options=options,
                                 start_timestamp=args.start_timestamp,
