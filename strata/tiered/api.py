@@ -486,8 +486,10 @@ class RemoteStorageManager(abc.ABC):
                  start_position: int, length: int) -> int:
         """A hint (Strata's, not Kafka's interface): a reader will soon read ``length`` bytes
         of the segment from ``start_position``; load them in the background. Never blocks
-        on the store, never raises. Returns how much of the range lies past the segment's end,
-        for the caller to continue in the next segment. This default does nothing."""
+        on the store, never raises. A ``length`` of 0 warms only what any read of the segment
+        needs first (Strata's RSM: its manifest). Returns how much of the range lies past the
+        segment's end, for the caller to continue in the next segment. This default does
+        nothing."""
         size = remote_log_segment_metadata.segment_size_in_bytes
         return max(0, start_position + length - size)
 

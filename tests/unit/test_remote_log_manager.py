@@ -345,6 +345,60 @@ def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
     assert cache.stats()["prefetch_hits"] + cache.stats()["hits_memory"] > hits
 
 
+def test_a_partitions_first_remote_read_loads_its_read_ahead_while_it_waits_for_its_first_chunk(env):
+    """The first chunk's GET is held until another chunk's GET has started: that only happens
+    when the read-ahead is queued before the read waits (50 ms GETs would otherwise stall a
+    fast consumer a few chunks in)."""
+    import threading
+
+    from test_remote_storage import RecordingObjectStore
+
+    class FirstChunkWaits(RecordingObjectStore):
+        def __init__(self, inner, log_key):
+            super().__init__(inner)
+            self.log_key, self.other_chunk_started, self.waited = log_key, threading.Event(), None
+
+        def get_range(self, key, start, end_exclusive):
+            if key == self.log_key and start == 0:
+                self.waited = self.other_chunk_started.wait(10)
+            elif key == self.log_key:
+                self.other_chunk_started.set()
+            return super().get_range(key, start, end_exclusive)
+
+    env.rsm.configure({"chunk.size": 256, "prefetch.max.size": 1024})
+    env.produce(60)
+    env.copy()
+    env.log.delete_old_segments()
+    first = env.remote()[0]
+    store = env.faults.inner = FirstChunkWaits(env.faults.inner, env.rsm.object_key(first, "log"))
+    data = env.rlm.read(env.log, first.start_offset, 100, FetchIsolation.HIGH_WATERMARK, True).records
+    assert list(iter_records(data))[0].offset == first.start_offset
+    assert store.waited is True
+
+
+def test_a_read_ahead_ending_near_a_segment_end_warms_the_next_segments_metadata_not_its_chunks(env):
+    import time
+
+    from test_remote_storage import RecordingObjectStore
+    recorder = env.faults.inner = RecordingObjectStore(env.faults.inner)
+    env.produce(60)
+    env.copy()
+    env.log.delete_old_segments()
+    # segments of about 2 KiB: a first read's 1124 bytes of read-ahead end within 1024 of the
+    # end (configured after the copy, so no manifest is cached: a restarted broker's case)
+    env.rsm.configure({"chunk.size": 256, "prefetch.max.size": 1024})
+    first, second = env.remote()[:2]
+    assert 100 + 1024 < first.segment_size_in_bytes <= 100 + 2 * 1024
+    env.rlm.read(env.log, first.start_offset, 100, FetchIsolation.HIGH_WATERMARK, True)
+    manifest = env.rsm.object_key(second, "rsm-manifest")
+    deadline = time.monotonic() + 10
+    while ("get", manifest) not in recorder.calls or \
+            second.remote_log_segment_id.id not in env.rlm.ctx.index_cache:
+        assert time.monotonic() < deadline, "the next segment's manifest and indexes were not loaded"
+        time.sleep(0.01)
+    assert ("get_range", env.rsm.object_key(second, "log")) not in recorder.calls
+
+
 def test_a_fetch_racing_local_retention_is_served_from_the_remote_tier(env):
     """Local retention deletes the segment between the fetch's range check and its local read:
     the fetch then goes to the remote tier instead of answering OFFSET_OUT_OF_RANGE."""

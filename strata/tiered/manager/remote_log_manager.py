@@ -586,6 +586,10 @@ class RemoteLogManager:
         topic = ulog.topic_partition.topic
         try:
             meta = self.segment_for_offset(ulog, fetch_offset)
+            window, continues = self._read_ahead_window(ulog.topic_partition, fetch_offset)
+            if window and not continues and meta is not None:
+                # a reader starting here: its read-ahead loads alongside its first chunk
+                self._read_ahead_from(ulog, meta, fetch_offset, None, max(max_bytes, 0) + window)
             while True:
                 if meta is None:
                     raise OffsetOutOfRangeError(
@@ -610,37 +614,59 @@ class RemoteLogManager:
         self.ctx.metrics.fetched(topic, len(result.records))
         if self.ctx.quotas is not None:
             self.ctx.quotas.record_fetch(len(result.records))
-        if result.records:
-            self._prefetch_after(ulog, meta, fetch_offset, result.next_offset,
-                                 result.position + len(result.records))
+        if result.records and window:
+            with self._lock:
+                self._read_ahead[ulog.topic_partition] = (result.next_offset, window)
+            self._read_ahead_from(ulog, meta, result.next_offset,
+                                  result.position + len(result.records), window)
         return result.to_fetch_data_info(aborted)
 
-    def _prefetch_after(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
-                        fetch_offset: int, next_offset: int, position: int) -> None:
-        """Read ahead of a sequential reader: from where this read ended, ask the RSM to load
-        a window that starts at an eighth of its ``prefetch_max_size`` and doubles with each
-        read that continues where the last one ended (a seek starts it over), continuing into
-        the next remote segment (its indexes too) when the window passes this one's end."""
+    def _read_ahead_window(self, tp: TopicPartition, fetch_offset: int) -> tuple[int, bool]:
+        """The read-ahead for a read of ``tp`` at ``fetch_offset`` (0: the RSM does none), and
+        whether the read continues where the partition's last one ended.
+
+        A partition's first read starts at the RSM's ``prefetch_max_size``: at 50 ms a GET a
+        consumer reading a few hundred MB/s needs about that much in flight, so a smaller start
+        stalls it in its first chunks. Each read that continues the last one doubles the
+        window (up to that size); each seek halves it (down to an eighth), so a random reader
+        soon stops loading what it never reads."""
         most = self.ctx.rsm.prefetch_max_size
         if most <= 0:
-            return
-        tp = ulog.topic_partition
+            return 0, True
         with self._lock:
             last = self._read_ahead.get(tp)
-            window = min(last[1] * 2, most) if last and last[0] == fetch_offset else max(most // 8, 1)
-            self._read_ahead[tp] = (next_offset, window)
+        if last is None:
+            return most, False
+        if last[0] == fetch_offset:
+            return min(last[1] * 2, most), True
+        return max(last[1] // 2, most // 8, 1), False
+
+    def _read_ahead_from(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata, offset: int,
+                         position: int | None, length: int) -> None:
+        """Ask the RSM to load ``length`` bytes of the partition's remote log from byte
+        ``position`` of ``meta`` (None: where ``offset`` is indexed), continuing into the next
+        remote segments when that passes this one's end. When the range ends within
+        ``prefetch_max_size`` of the segment's end, the next segment's manifest and indexes
+        are warmed already, so crossing into it waits for no metadata."""
+        most = self.ctx.rsm.prefetch_max_size
         try:
-            past_end = self.ctx.rsm.prefetch(meta, position, window)
-            while past_end > 0:
+            if position is None:
+                position = self.ctx.index_cache.lookup_offset(meta, offset)
+            while True:
+                past_end = self.ctx.rsm.prefetch(meta, position, length)
+                if past_end == 0 and position + length + most < meta.segment_size_in_bytes:
+                    return
                 meta = self.segment_for_offset(ulog, meta.end_offset + 1)
                 if meta is None:
                     return
                 # the reader's first fetch there looks up its offset index: have it ready too
-                if self.ctx.index_cache is not None:
-                    self.ctx.index_cache.prefetch(meta)
-                past_end = self.ctx.rsm.prefetch(meta, 0, past_end)
+                self.ctx.index_cache.prefetch(meta)
+                if past_end == 0:
+                    self.ctx.rsm.prefetch(meta, 0, 0)
+                    return
+                position, length = 0, past_end
         except Exception as exc:  # noqa: BLE001 - a hint; reads report real errors
-            log.debug("read-ahead of %s failed: %s", tp, exc)
+            log.debug("read-ahead of %s failed: %s", ulog.topic_partition, exc)
 
     def _aborted_transactions(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata,
                               start: int, upper: int) -> list:

@@ -688,12 +688,19 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def prefetch(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                  start_position: int, length: int) -> int:
         """Load the chunks holding ``[start_position, start_position + length)`` into the
-        chunk cache in the background (the manifest too, if needed, off the caller's
-        thread). Returns the part of the range past the segment's end."""
+        chunk cache in the background; a ``length`` of 0 loads only the manifest. With the
+        manifest cached the loads are queued at once; otherwise a planner thread loads the
+        manifest first, off the caller's thread. Returns the part of the range past the
+        segment's end."""
         meta = remote_log_segment_metadata
         overflow = max(0, start_position + length - meta.segment_size_in_bytes)
-        cache = self._chunk_cache
-        if cache is None or length <= 0 or start_position >= meta.segment_size_in_bytes:
+        if self._chunk_cache is None or length < 0 or \
+                start_position >= meta.segment_size_in_bytes:
+            return overflow
+        end = start_position + length - overflow
+        manifest = self._manifests.get(meta.remote_log_segment_id.id)
+        if manifest is not None:
+            self._prefetch_chunks(meta, manifest, chunk_range(manifest, start_position, end))
             return overflow
         with self._lock:
             if self._planner is None:
@@ -701,8 +708,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     1, thread_name_prefix="rsm-prefetch-plan")
             planner = self._planner
         try:
-            planner.submit(self._plan_prefetch, meta, start_position,
-                           start_position + length - overflow)
+            planner.submit(self._plan_prefetch, meta, start_position, end)
         except RuntimeError:        # closed meanwhile
             pass
         return overflow
@@ -710,12 +716,18 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def _plan_prefetch(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> None:
         try:
             manifest = self._manifest(meta)
-            key = self.object_key(meta, LOG_SUFFIX)
-            self._chunk_cache.prefetch(
-                ((key, chunk_id), functools.partial(self._load_chunk, meta, manifest, chunk_id))
-                for chunk_id in chunk_range(manifest, start, min(end, manifest.segment_size)))
+            self._prefetch_chunks(meta, manifest, chunk_range(manifest, start, end))
         except Exception as e:      # a hint: the read itself reports real errors
             logger.debug("prefetch of %s failed: %s", kafka_uuid_str(meta.remote_log_segment_id.id), e)
+
+    def _prefetch_chunks(self, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest,
+                         ids: range) -> None:
+        if not ids or self._chunk_cache is None:
+            return
+        key = self.object_key(meta, LOG_SUFFIX)
+        self._chunk_cache.prefetch(
+            ((key, chunk_id), functools.partial(self._load_chunk, meta, manifest, chunk_id))
+            for chunk_id in ids)
 
     def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
                     index_type: IndexType) -> BinaryIO:
