@@ -18,7 +18,9 @@ from strata.log.indexes import AbortedTxn, TxnIndexSearchResult
 from strata.log.local_log import FetchDataInfo, LogOffsetMetadata
 from strata.log.segment import (
     MIN_BATCH_LENGTH, TimestampAndOffset, batch_may_hold_timestamp, find_offset_in_batch)
-from strata.protocol.records import CURRENT_MAGIC, HEADER_SIZE, BatchHeader, read_header
+from strata.protocol.records import (
+    BASE_OFFSET_LENGTH, CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader,
+    read_header)
 from strata.tiered.api import RemoteLogSegmentMetadata, RemoteStorageManager
 from strata.tiered.manager.remote_index_cache import RemoteIndexCache, kafka_uuid_str
 
@@ -112,28 +114,36 @@ class _SegmentStream:
         self._window = min(self._window * 2, self._max_window)
         return True
 
-    def read(self, n: int) -> bytes:
-        """``n`` bytes, or fewer when the segment ends first."""
-        parts = []
-        while n > 0:
-            if (self._stream is None or self.position >= self._range_end) and not self._open(n):
+    def readinto(self, view: memoryview) -> int:
+        """Fill ``view``; fewer bytes (the count returned) when the segment ends first."""
+        done, n = 0, len(view)
+        while done < n:
+            if (self._stream is None or self.position >= self._range_end) and \
+                    not self._open(n - done):
                 break
-            chunk = self._stream.read(min(n, self._range_end - self.position))
-            if not chunk:
+            got = self._stream.readinto(view[done:done + min(n - done,
+                                                             self._range_end - self.position)])
+            if not got:
                 self._at_end = True
                 self.close()
                 break
-            parts.append(chunk)
-            self.position += len(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
+            self.position += got
+            done += got
+        return done
+
+    def read(self, n: int) -> bytes:
+        """``n`` bytes, or fewer when the segment ends first."""
+        buf = bytearray(n)
+        got = self.readinto(memoryview(buf))
+        return bytes(buf) if got == n else bytes(buf[:got])
 
     def skip(self, n: int) -> bool:
         """Move ``n`` bytes forward: read through an open range, jump otherwise. False when
         the segment ends before."""
         if self._stream is not None and self.position + n <= self._range_end:
+            scratch = memoryview(bytearray(min(n, _DISCARD_CHUNK)))
             while n > 0:
-                got = len(self.read(min(n, _DISCARD_CHUNK)))
+                got = self.readinto(scratch[:min(n, len(scratch))])
                 if got == 0:
                     return False
                 n -= got
@@ -210,22 +220,28 @@ def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache
         limit = max(max_bytes, first.size) if min_one_message else max_bytes
         if first.size > limit:
             return nothing._replace(position=first.position)
-        data = head + stream.read(limit - HEADER_SIZE)
+        # one copy out of the chunks, and one of the whole batches kept
+        room = meta.segment_size_in_bytes - first.position
+        buf = bytearray(min(limit, room) if room >= first.size else limit)
+        buf[:HEADER_SIZE] = head
+        data = memoryview(buf)[:HEADER_SIZE + stream.readinto(memoryview(buf)[HEADER_SIZE:])]
     if len(data) < first.size:
         raise _corrupt(meta, first.position, f"truncated batch ({first.size} bytes expected)")
     # Whole batches within the limit; a partial batch is only allowed where the limit cut it.
-    end, last = 0, first
-    while end + HEADER_SIZE <= len(data):
-        header = _check_header(meta, data, end, first.position + end)
-        if end + header.size > len(data):
+    end, last_at, n = 0, 0, len(data)
+    unpack = BASE_OFFSET_LENGTH.unpack_from
+    while end + HEADER_SIZE <= n:
+        size = unpack(data, end)[1] + LOG_OVERHEAD
+        if size < HEADER_SIZE or data[end + MAGIC_OFFSET] != CURRENT_MAGIC:
+            _check_header(meta, data, end, first.position + end)     # raises, naming the fault
+        if end + size > n:
             break
-        end += header.size
-        last = header
-    if len(data) < limit and end < len(data):
+        last_at, end = end, end + size
+    if n < limit and end < n:
         raise _corrupt(meta, first.position + end, "truncated batch at the end of the segment")
-    return RemoteReadResult(data[:end] if end < len(data) else data, fetch_offset,
-                            first.base_offset, last.next_offset, first.position,
-                            meta.start_offset)
+    last = read_header(data, last_at)
+    return RemoteReadResult(bytes(data[:end]), fetch_offset, first.base_offset, last.next_offset,
+                            first.position, meta.start_offset)
 
 
 def find_offset_by_timestamp(rsm: RemoteStorageManager, index_cache: RemoteIndexCache,

@@ -673,7 +673,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         stream = _ChunkStream(lambda chunk_id: self._chunk(meta, manifest, chunk_id),
                               manifest.chunk_index, ids, start_position, end, first)
         if len(ids) == 1:
-            return io.BytesIO(stream.readall())
+            return stream  # type: ignore[return-value]  # reads copy straight out of the chunk
         return io.BufferedReader(stream)  # type: ignore[return-value]
 
     @property
