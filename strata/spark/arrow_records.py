@@ -9,7 +9,8 @@ source can yield as they are. Decoding is columnar, over chunks of up to ``max_r
    ``records.py``'s codecs into one buffer;
 2. record boundaries: each record's position depends on the previous record's length, so
    the walk reads the length varint of record k of every batch at once (numpy), and a tight
-   Python loop finishes batches left with many records when few batches remain;
+   Python loop finishes batches left with many records when few batches remain, except runs
+   of equal-size records (fixed-size values), which one numpy check confirms at once;
 3. every other field (timestamp delta, offset delta, key and value lengths, headers) is
    decoded for all records of the chunk at once with numpy;
 4. keys and values never become Python objects: their byte ranges are the elements of a
@@ -91,11 +92,14 @@ def batches_to_arrow(data: bytes | memoryview, topic: str, partition: int, start
     1 (LogAppendTime, a batch attribute: then every record of the batch has the batch's max
     timestamp, as Kafka reports it). A batch whose CRC-32C does not match (``check_crc``)
     raises ``CorruptRecordError`` naming the topic-partition and the batch's base offset.
+
+    ``data`` may be any buffer (bytes, bytearray, memoryview): it is not copied, and nothing
+    returned refers to it, so its owner may reuse it once the generator is exhausted.
     """
     if max_rows <= 0:
         raise ValueError(f"max_rows must be positive, got {max_rows}")
-    if not isinstance(data, bytes):
-        data = bytes(data)      # one copy: bytes index fastest in the record walk
+    if not isinstance(data, (bytes, bytearray)):
+        data = memoryview(data).cast("B")     # no copy: only the walk's reads of it are slower
     decoder = _ChunkDecoder(topic, partition, include_headers)
     pending: list[tuple[int, ...]] = []
     rows = 0
@@ -174,11 +178,19 @@ def _varints(u8: np.ndarray, pos: np.ndarray, width: int) -> tuple[np.ndarray, n
         if (second < 0x80).all():
             z[rows] = (z[rows] & 0x7F) | (second << 7)
             return (z >> 1) ^ -(z & 1), sizes
-        grid = u8[pos[rows, None] + _COLS[:width]]
+        # the bytes a varint may span; those past the end (a short varint near the end of
+        # the buffer is not followed by width bytes) read as continuation bytes
+        at = pos[rows, None] + _COLS[:width]
+        past = at >= len(u8)
+        grid = u8[np.minimum(at, len(u8) - 1)]
     except IndexError as e:
         raise CorruptRecordError(f"a varint runs past the end of the records: {e}") from e
+    if past.any():
+        grid[past] = 0x80
     stops = grid < 0x80
     if not stops.any(axis=1).all():
+        if past.any():
+            raise CorruptRecordError("a varint runs past the end of the records")
         raise CorruptRecordError(f"a varint is longer than {width} bytes")
     n = stops.argmax(axis=1) + 1
     bits = (grid & 0x7F).astype(np.uint64) << _SHIFTS[:width]
@@ -328,12 +340,12 @@ def _check(ok_len: np.ndarray, ok_pos: np.ndarray, where: str, what: str) -> Non
 
 # The record walk steps all batches of a chunk at once while at least this many still have
 # records left (one numpy step then costs less than as many Python iterations); the
-# records left in fewer batches are walked by a Python loop.
+# records left in fewer batches are walked batch by batch (``_walk_batch``).
 _VECTOR_WALK_MIN_BATCHES = 64
 
 
-def _record_ends(buf: bytes, u8: np.ndarray, spans: list[tuple[int, int]], counts: list[int],
-                 where: str) -> np.ndarray:
+def _record_ends(buf: bytes | memoryview, u8: np.ndarray, spans: list[tuple[int, int]],
+                 counts: list[int], where: str) -> np.ndarray:
     """The end position of every record (by batch, then record), found by reading each
     record's length varint only. Each batch's records must end exactly at its payload's
     end; record lengths are checked by the caller."""
@@ -360,13 +372,47 @@ def _record_ends(buf: bytes, u8: np.ndarray, spans: list[tuple[int, int]], count
         ends[first[active] + k] = at
         k += 1
         active = active[cnt[active] > k]
-    slow = read_varint
+    backoff = [_RUN_MIN]
     for b in active.tolist():                           # the rest, batch by batch
-        out: list[int] = []
-        append = out.append
-        p = int(pos[b])
-        try:
-            for _ in range(counts[b] - k):
+        lo = int(first[b]) + k
+        pos[b] = _walk_batch(buf, u8, int(pos[b]), int(stops[b]), ends[lo:lo + counts[b] - k],
+                             where, backoff)
+    if np.any(pos != stops):
+        raise CorruptRecordError(f"{where}: the records of a batch do not fill it")
+    return ends
+
+
+# The walk goes by hand in blocks of _RUN_MIN records; when a block ends in two records of
+# one size, the records after it are checked with numpy for a run of that size: first
+# _RUN_MIN of them, then four times as many after each check they all pass. A check that
+# fails early holds off checks for _RUN_MIN records, twice as many after each further early
+# failure (up to _RUN_BACKOFF_MAX): records of random sizes cost almost nothing extra.
+_RUN_MIN = 16
+_RUN_BACKOFF_MAX = 1024
+
+
+def _walk_batch(buf: bytes | memoryview, u8: np.ndarray, p: int, stop: int, out: np.ndarray,
+                where: str, backoff: list[int]) -> int:
+    """Fill ``out`` with the ends of the next ``len(out)`` records of a batch, the first at
+    ``p`` (the batch's records end at ``stop``); the position after the last.
+
+    Records are walked one by one in Python, except runs of one size (fixed-size values,
+    keys and headers: common): once two consecutive records have the same size L, the records
+    after them are checked all at once by the bytes their length varint would have if each
+    were L long too; a record starting where the previous one ends, with that varint, is L
+    long, so the leading records that pass are exact, and the walk goes on after them.
+    ``backoff`` (one int) carries the hold-off from batch to batch of a chunk."""
+    n = len(out)
+    done = 0                # records walked; the ends of the first ``flushed`` are in out
+    flushed = 0
+    ends: list[int] = []    # the ends of the others
+    append = ends.append
+    next_check = 0 if backoff[0] == _RUN_MIN else backoff[0]
+    slow = read_varint
+    try:
+        while done < n:
+            block = min(_RUN_MIN, n - done)
+            for _ in range(block):
                 c = buf[p]
                 if c < 0x80:
                     p += 1 + ((c >> 1) ^ -(c & 1))
@@ -379,13 +425,70 @@ def _record_ends(buf: bytes, u8: np.ndarray, spans: list[tuple[int, int]], count
                         length, p = slow(buf, p)
                         p += length
                 append(p)
-        except (IndexError, ValueError) as e:
-            raise CorruptRecordError(f"{where}: malformed record at byte {p}: {e}") from e
-        ends[first[b] + k:first[b] + counts[b]] = out
-        pos[b] = p
-    if np.any(pos != stops):
-        raise CorruptRecordError(f"{where}: the records of a batch do not fill it")
-    return ends
+            done += block
+            if done < next_check or n - done < _RUN_MIN or block < 3:
+                continue
+            size = ends[-1] - ends[-2]
+            if size != ends[-2] - ends[-3]:
+                continue
+            out[flushed:done] = ends
+            ends.clear()
+            window = _RUN_MIN
+            while True:
+                want = min(window, n - done)
+                run = _same_size_run(u8, p, stop, size, want)
+                out[done:done + run] = p + size * np.arange(1, run + 1, dtype=np.int64)
+                done += run
+                p += size * run
+                if run < want or n - done < _RUN_MIN:
+                    break
+                window *= 4
+            flushed = done
+            if run < min(want, _RUN_MIN):
+                next_check = done + backoff[0]
+                backoff[0] = min(2 * backoff[0], _RUN_BACKOFF_MAX)
+            else:
+                backoff[0] = _RUN_MIN
+    except (IndexError, ValueError) as e:
+        raise CorruptRecordError(f"{where}: malformed record at byte {p}: {e}") from e
+    out[flushed:done] = ends
+    return p
+
+
+def _same_size_run(u8: np.ndarray, p: int, stop: int, size: int, most: int) -> int:
+    """How many records from ``p`` (a record start) are ``size`` bytes long each, up to
+    ``most``: the leading ones whose length varint is the (canonical) encoding of
+    ``size - len(varint)``."""
+    varint = _length_varint(size)
+    if varint is None:
+        return 0
+    count = min(most, (stop - p) // size)
+    if count <= 0:
+        return 0
+    at = p + size * np.arange(count, dtype=np.int64)
+    ok = u8[at] == varint[0]
+    for j in range(1, len(varint)):
+        ok &= u8[at + j] == varint[j]
+    return count if ok.all() else int(ok.argmin())
+
+
+@lru_cache(maxsize=64)
+def _length_varint(size: int) -> bytes | None:
+    """The zig-zag varint a record of ``size`` bytes in all starts with (its length,
+    ``size`` minus the varint's own bytes), or None when no legal record is that long."""
+    for width in range(1, 6):
+        length = size - width
+        if length < MIN_RECORD_LENGTH:
+            return None
+        z = length << 1
+        out = bytearray()
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+        if len(out) == width:
+            return bytes(out)
+    return None
 
 
 def _segments(buf: bytes, bounds: np.ndarray) -> pa.Array:

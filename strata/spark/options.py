@@ -25,10 +25,24 @@ from ``format("kafka")`` to ``format("strata")`` by changing the format:
 ``includeHeaders``                     ``false`` (default): add the ``headers`` column when true
 ``maxOffsetsPerTrigger``               streaming: at most this many offsets per micro-batch, split
                                        over partitions in proportion to their backlog
+``minPartitions``                      at least about this many input partitions (as in Spark's
+                                       Kafka source): the largest are cut in two -- between remote
+                                       segments, else at the offset-index entry nearest a segment's
+                                       middle, else a Fetch range in half -- until there are. Unset
+                                       (default): ``direct`` mode reads each topic-partition's
+                                       remote segments and local tail in input partitions of up to
+                                       ``maxBytesPerPartition``; set it to the number of cores
+                                       (``spark.sparkContext.defaultParallelism``) to use them all
+                                       on a topic with fewer partitions
 ``maxRecordsPerPartition``             split ranges read through Fetch into input partitions of at
-                                       most this many offsets (default 1,000,000)
-``maxBytesPerPartition``               ``direct`` mode: split remote segments larger than this many
-                                       bytes at offset-index entries (default 256 MiB)
+                                       most about this many offsets (default 1,000,000)
+``maxBytesPerPartition``               ``direct`` mode: an input partition reads consecutive remote
+                                       segments of one topic-partition (and its local tail) up to
+                                       about this many bytes, the partition's share split evenly;
+                                       larger segments are cut at offset-index entries (default
+                                       1 GiB: every input partition costs a Spark task and a Python
+                                       worker round trip, about 0.1 s, so few large ones read
+                                       fastest)
 ``mode``                               ``direct`` (remote segments straight from the object store,
                                        the local tail through Fetch; the default when a remote tier
                                        is configured) or ``broker`` (everything through Fetch)
@@ -61,7 +75,7 @@ __all__ = [
 ]
 
 EARLIEST, LATEST = -2, -1
-DEFAULT_MAX_BYTES_PER_PARTITION = 256 * 1024 * 1024
+DEFAULT_MAX_BYTES_PER_PARTITION = 1024 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT_MS = 30_000
@@ -105,6 +119,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
@@ -334,6 +349,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger",
                                               None),
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions", None),
         max_records_per_partition=_positive_int(
             opts, "maxrecordsperpartition", "maxRecordsPerPartition",
             DEFAULT_MAX_RECORDS_PER_PARTITION) or DEFAULT_MAX_RECORDS_PER_PARTITION,

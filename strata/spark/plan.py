@@ -12,7 +12,11 @@ segment's ``start_offset``/``end_offset`` are both inclusive, as Kafka's are.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -20,9 +24,9 @@ from strata.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, St
 from strata.tiered.api import RemoteLogSegmentMetadata
 
 __all__ = [
-    "OffsetRange", "ReadTask", "TopicPartitionKey", "offset_ranges", "offsets_from_json",
-    "offsets_to_json", "plan_tasks", "rate_limit", "resolve_offsets", "resolve_partitions",
-    "split_segment",
+    "OffsetRange", "ReadPiece", "ReadTask", "TopicPartitionKey", "offset_ranges",
+    "offsets_from_json", "offsets_to_json", "plan_tasks", "rate_limit", "resolve_offsets",
+    "resolve_partitions", "split_segment",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,24 +54,60 @@ class OffsetRange:
 
 
 @dataclass(frozen=True)
+class ReadPiece:
+    """Offsets ``[start, end)`` of a task's topic-partition read from the remote ``segment``
+    straight from the object store, or through the broker's Fetch API when ``segment`` is
+    None."""
+
+    start: int
+    end: int
+    segment: RemoteLogSegmentMetadata | None = None
+
+    def where(self) -> str:
+        return ("fetch" if self.segment is None
+                else f"remote segment {self.segment.remote_log_segment_id.id}")
+
+
+@dataclass(frozen=True)
 class ReadTask:
-    """One Spark input partition: offsets ``[start, end)`` of a topic-partition, read from the
-    remote ``segment`` straight from the object store, or through the broker's Fetch API when
-    ``segment`` is None. Picklable (it travels to the executors)."""
+    """One Spark input partition: offsets ``[start, end)`` of a topic-partition, read piece by
+    piece in offset order (``pieces``: consecutive, covering ``[start, end)``; each from one
+    remote segment or through Fetch). No pieces: the whole range through Fetch. Picklable (it
+    travels to the executors)."""
 
     topic: str
     partition: int
     start: int
     end: int
-    segment: RemoteLogSegmentMetadata | None = None
+    pieces: tuple[ReadPiece, ...] = ()
+
+    def parts(self) -> tuple[ReadPiece, ...]:
+        """The pieces to read, in order (one Fetch piece when the task has none)."""
+        return self.pieces or (ReadPiece(self.start, self.end),)
 
     @property
     def remote(self) -> bool:
-        return self.segment is not None
+        """Whether any of it is read from remote segments."""
+        return any(p.segment is not None for p in self.pieces)
 
-    def describe(self) -> str:
-        where = (f"remote segment {self.segment.remote_log_segment_id.id}"
-                 if self.segment is not None else "fetch")
+    @property
+    def segments(self) -> tuple[RemoteLogSegmentMetadata, ...]:
+        """The remote segments it reads, in offset order (a segment split across pieces once)."""
+        out: list[RemoteLogSegmentMetadata] = []
+        for p in self.pieces:
+            if p.segment is not None and (not out or out[-1].remote_log_segment_id
+                                          != p.segment.remote_log_segment_id):
+                out.append(p.segment)
+        return tuple(out)
+
+    def describe(self, piece: ReadPiece | None = None) -> str:
+        """The task (or one of its pieces) for messages: where its offsets are read from."""
+        if piece is not None:
+            return f"{self.topic}-{self.partition} [{piece.start}, {piece.end}) via {piece.where()}"
+        parts = self.parts()
+        remote = sum(p.segment is not None for p in parts)
+        where = (parts[0].where() if len(parts) == 1
+                 else f"{remote} remote segment piece(s) and {len(parts) - remote} fetch range(s)")
         return f"{self.topic}-{self.partition} [{self.start}, {self.end}) via {where}"
 
 
@@ -245,45 +285,189 @@ def split_segment(meta: RemoteLogSegmentMetadata, positions: Sequence[tuple[int,
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if a < b]
 
 
-def _split_by_count(r: OffsetRange, max_records: int) -> Iterable[ReadTask]:
-    for s in range(r.start, r.end, max_records):
-        yield ReadTask(r.topic, r.partition, s, min(r.end, s + max_records))
+def _split_by_count(start: int, end: int, max_records: int) -> Iterable[ReadPiece]:
+    for s in range(start, end, max_records):
+        yield ReadPiece(s, min(end, s + max_records))
+
+
+def _remote_pieces(r: OffsetRange, metas: Sequence[RemoteLogSegmentMetadata],
+                   positions: Positions | None, max_bytes: int,
+                   max_records: int) -> list[ReadPiece]:
+    """``r`` as pieces in offset order: each remote segment overlapping it (``split_segment``
+    pieces when larger than ``max_bytes``), and the offsets no segment covers -- the local
+    tail, gaps -- through Fetch, cut every ``max_records`` offsets."""
+    pieces: list[ReadPiece] = []
+    cursor = r.start
+    for meta in metas:
+        seg_start, seg_end = meta.start_offset, meta.end_offset + 1
+        if seg_end <= cursor or seg_start >= r.end:
+            continue
+        if seg_start > cursor:
+            pieces.extend(_split_by_count(cursor, seg_start, max_records))
+        bounds = ([(seg_start, seg_end)]
+                  if meta.segment_size_in_bytes <= max_bytes or positions is None
+                  else split_segment(meta, positions(meta), max_bytes))
+        for a, b in bounds:
+            a, b = max(a, cursor), min(b, r.end)
+            if a < b:
+                pieces.append(ReadPiece(a, b, meta))
+        cursor = max(cursor, min(seg_end, r.end))
+        if cursor >= r.end:
+            break
+    if cursor < r.end:
+        pieces.extend(_split_by_count(cursor, r.end, max_records))
+    return pieces
+
+
+def _piece_bytes(piece: ReadPiece, bytes_per_offset: float | None, max_bytes: int,
+                 max_records: int) -> float:
+    """About how many bytes ``piece`` reads, for grouping: its share of its segment; for a
+    Fetch piece its offsets at the remote segments' bytes per offset, but at least its share
+    of ``max_records`` offsets times ``max_bytes`` (so that an input partition reads about
+    ``max_records`` offsets through Fetch at most), and a whole ``max_bytes`` when the rate is
+    unknown (Fetch pieces are not grouped blindly)."""
+    meta = piece.segment
+    if meta is not None:
+        span = max(1, meta.end_offset + 1 - meta.start_offset)
+        return max(1.0, meta.segment_size_in_bytes * (piece.end - piece.start) / span)
+    if bytes_per_offset is None:
+        return float(max_bytes)
+    count = piece.end - piece.start
+    return max(1.0, bytes_per_offset * count, max_bytes * count / max_records)
+
+
+def _weights(pieces: Sequence[ReadPiece], max_bytes: int, max_records: int) -> list[float]:
+    """About how many bytes each piece reads (``_piece_bytes``; Fetch pieces at the bytes per
+    offset of the remote segments among ``pieces``)."""
+    used = {p.segment.remote_log_segment_id.id: p.segment for p in pieces if p.segment is not None}
+    span = sum(m.end_offset + 1 - m.start_offset for m in used.values())
+    rate = sum(m.segment_size_in_bytes for m in used.values()) / span if span else None
+    return [_piece_bytes(p, rate, max_bytes, max_records) for p in pieces]
+
+
+def _group(weights: Sequence[float], max_bytes: int) -> list[range]:
+    """Consecutive runs of pieces (by index) of about equal total weight, as few as keep each
+    at about ``max_bytes`` or less: the cuts fall on the piece boundaries nearest to equal
+    shares."""
+    total = sum(weights)
+    runs = max(1, min(len(weights), math.ceil(total / max_bytes)))
+    prefix = list(itertools.accumulate(weights, initial=0.0))
+    cuts = [0]
+    for i in range(1, runs):
+        target = total * i / runs
+        j = bisect.bisect_left(prefix, target, lo=cuts[-1] + 1, hi=len(weights))
+        if j > cuts[-1] + 1 and target - prefix[j - 1] < prefix[j] - target:
+            j -= 1
+        if cuts[-1] < j < len(weights):
+            cuts.append(j)
+    cuts.append(len(weights))
+    return [range(a, b) for a, b in zip(cuts, cuts[1:])]
+
+
+def _task(r: OffsetRange, pieces: Sequence[ReadPiece], direct: bool) -> ReadTask:
+    return ReadTask(r.topic, r.partition, pieces[0].start, pieces[-1].end,
+                    tuple(pieces) if direct else ())
 
 
 def plan_tasks(ranges: Iterable[OffsetRange], *,
                segments: Mapping[TopicPartitionKey, Sequence[RemoteLogSegmentMetadata]] | None = None,
                positions: Positions | None = None,
-               max_bytes_per_partition: int, max_records_per_partition: int) -> list[ReadTask]:
-    """Input partitions for ``ranges``. With ``segments`` (direct mode): one task per remote
-    segment overlapping a range (``split_segment`` pieces when the segment is larger than
-    ``max_bytes_per_partition``; ``positions`` gives its offset index, fetched only then),
-    and the rest of the range -- the local tail, and any gap the remote tier does not cover --
-    through Fetch. Without ``segments`` (broker mode) everything goes through Fetch. Fetch
-    ranges are cut every ``max_records_per_partition`` offsets."""
-    tasks: list[ReadTask] = []
-    for r in ranges:
-        cursor = r.start
-        for meta in (segments or {}).get((r.topic, r.partition), ()):
-            seg_start, seg_end = meta.start_offset, meta.end_offset + 1
-            if seg_end <= cursor or seg_start >= r.end:
-                continue
-            if seg_start > cursor:
-                tasks.extend(_split_by_count(OffsetRange(r.topic, r.partition, cursor, seg_start),
-                                             max_records_per_partition))
-            pieces = ([(seg_start, seg_end)]
-                      if meta.segment_size_in_bytes <= max_bytes_per_partition or positions is None
-                      else split_segment(meta, positions(meta), max_bytes_per_partition))
-            for a, b in pieces:
-                a, b = max(a, cursor), min(b, r.end)
-                if a < b:
-                    tasks.append(ReadTask(r.topic, r.partition, a, b, meta))
-            cursor = max(cursor, min(seg_end, r.end))
-            if cursor >= r.end:
-                break
-        if cursor < r.end:
-            tasks.extend(_split_by_count(OffsetRange(r.topic, r.partition, cursor, r.end),
-                                         max_records_per_partition))
-    return tasks
+               max_bytes_per_partition: int, max_records_per_partition: int,
+               min_partitions: int | None = None) -> list[ReadTask]:
+    """Input partitions for ``ranges``, in range order then offset order.
+
+    With ``segments`` (direct mode) each range becomes pieces: every remote segment
+    overlapping it (cut at offset-index entries when larger than ``max_bytes_per_partition``;
+    ``positions`` gives a segment's index, fetched only when it is cut), and the rest -- the
+    local tail, any gap the remote tier does not cover -- through Fetch. Consecutive pieces
+    are then grouped into input partitions of about equal size, as few as keep each at about
+    ``max_bytes_per_partition`` or less: a topic-partition smaller than that is one input
+    partition, its local tail included (every input partition costs a Spark task and a
+    Python worker round trip, so fewer, larger ones read faster). Without ``segments``
+    (broker mode) everything goes through Fetch. Fetch ranges are cut every
+    ``max_records_per_partition`` offsets.
+
+    ``min_partitions`` (Spark's Kafka ``minPartitions``): while there are fewer input
+    partitions, the largest is cut in two -- between its pieces, else a remote segment at the
+    offset-index entry nearest its middle, else a Fetch range at its middle offset.
+    """
+    planned: list[tuple[int, ReadTask, float]] = []     # (range number, task, weight)
+    direct = segments is not None
+    for n, r in enumerate(ranges):
+        if not direct:
+            for piece in _split_by_count(r.start, r.end, max_records_per_partition):
+                planned.append((n, _task(r, [piece], False), float(piece.end - piece.start)))
+            continue
+        metas = segments.get((r.topic, r.partition), ())
+        pieces = _remote_pieces(r, metas, positions, max_bytes_per_partition,
+                                max_records_per_partition)
+        weights = _weights(pieces, max_bytes_per_partition, max_records_per_partition)
+        for run in _group(weights, max_bytes_per_partition):
+            planned.append((n, _task(r, [pieces[i] for i in run], True),
+                            sum(weights[i] for i in run)))
+    if min_partitions is not None and len(planned) < min_partitions:
+        planned = _split_to(planned, min_partitions, positions, direct)
+    planned.sort(key=lambda x: (x[0], x[1].start))
+    return [t for _, t, _ in planned]
+
+
+def _split_to(planned: list[tuple[int, ReadTask, float]], count: int,
+              positions: Positions | None, direct: bool) -> list[tuple[int, ReadTask, float]]:
+    """Cut the largest task in two until there are ``count`` (or nothing can be cut)."""
+    heap = [(-item[2], i, item) for i, item in enumerate(planned)]
+    heapq.heapify(heap)
+    done: list[tuple[int, ReadTask, float]] = []
+    seq = len(planned)
+    while heap and len(heap) + len(done) < count:
+        _, _, item = heapq.heappop(heap)
+        halves = _halve(item, positions, direct)
+        if halves is None:
+            done.append(item)
+            continue
+        for half in halves:
+            heapq.heappush(heap, (-half[2], seq, half))
+            seq += 1
+    return done + [item for _, _, item in heap]
+
+
+def _halve(item: tuple[int, ReadTask, float], positions: Positions | None,
+           direct: bool) -> tuple[tuple[int, ReadTask, float], ...] | None:
+    n, task, weight = item
+    r = OffsetRange(task.topic, task.partition, task.start, task.end)
+    pieces = list(task.parts())
+    if len(pieces) > 1:
+        weights = _weights(pieces, 1, 2**62)
+        prefix = list(itertools.accumulate(weights))
+        total = prefix[-1]
+        best = min(range(1, len(pieces)), key=lambda j: abs(prefix[j - 1] - total / 2))
+        share = prefix[best - 1] / total
+        return ((n, _task(r, pieces[:best], direct), weight * share),
+                (n, _task(r, pieces[best:], direct), weight * (1 - share)))
+    piece = pieces[0]
+    if piece.segment is not None and positions is not None:
+        at = _middle_entry(piece, positions(piece.segment))
+        if at is None:
+            return None
+        share = (at - piece.start) / (piece.end - piece.start)
+        return ((n, _task(r, [ReadPiece(piece.start, at, piece.segment)], direct), weight * share),
+                (n, _task(r, [ReadPiece(at, piece.end, piece.segment)], direct),
+                 weight * (1 - share)))
+    if piece.segment is None and piece.end - piece.start >= 2:
+        mid = piece.start + (piece.end - piece.start) // 2
+        return ((n, _task(r, [ReadPiece(piece.start, mid)], direct), weight / 2),
+                (n, _task(r, [ReadPiece(mid, piece.end)], direct), weight / 2))
+    return None
+
+
+def _middle_entry(piece: ReadPiece, entries: Sequence[tuple[int, int]]) -> int | None:
+    """An offset strictly inside ``piece`` where a batch starts per the segment's offset index
+    (an entry ``(o, pos)``: the batch at ``pos`` ends at ``o``, so one starts at ``o + 1``),
+    the one nearest the middle of the piece's indexed bytes; None when there is none."""
+    inside = sorted((pos, o + 1) for o, pos in entries if piece.start < o + 1 < piece.end)
+    if not inside:
+        return None
+    mid = (inside[0][0] + inside[-1][0]) / 2
+    return min(inside, key=lambda e: abs(e[0] - mid))[1]
 
 
 # ---- streaming offsets ----------------------------------------------------------------------------

@@ -8,12 +8,15 @@
   RemoteStorageManager.
 - ``RemoteSegmentReader`` builds that RemoteStorageManager inside a Spark executor and streams
   a segment's record batches from it: seek with the segment's offset index, then read in
-  pieces cut at batch boundaries. Its RemoteStorageManager is never pickled (it holds
-  threads, caches and store clients); only the properties travel to executors.
+  pieces cut at batch boundaries (``views``: into one reused buffer), asking the RSM to load
+  what follows meanwhile, and the next segment's first chunks too (``prefetch``). Its
+  RemoteStorageManager is never pickled (it holds threads, caches and store clients); only
+  the properties travel to executors.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import struct
 import threading
@@ -263,12 +266,17 @@ class RemoteSegmentReader:
         self.rsm.configure(configs)
         self._indexes: OrderedDict[object, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._ahead: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __reduce__(self) -> tuple:
         raise TypeError("RemoteSegmentReader holds a RemoteStorageManager and is not picklable: "
                         "ship rsm_props and build the reader where it reads")
 
     def close(self) -> None:
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
         self.rsm.close()
         with self._lock:
             self._indexes.clear()
@@ -340,6 +348,14 @@ class RemoteSegmentReader:
         batches in pieces of about ``READ_PIECE_BYTES``, the first batch possibly beginning
         before ``start_offset``. A missing object raises DataLossError naming the segment,
         its topic-partition and the offsets."""
+        for view in self.views(meta, start_offset, end_offset):
+            yield bytes(view)
+
+    def views(self, meta: RemoteLogSegmentMetadata, start_offset: int,
+              end_offset: int) -> Iterator[memoryview]:
+        """What ``read`` gives, as views of one buffer this generator reuses: a view is valid
+        only until the next one is asked for (decode or copy it first). This spares each piece
+        two copies and a fresh allocation (whose page faults cost more than the copies)."""
         start = max(start_offset, meta.start_offset)
         end = min(end_offset, meta.end_offset + 1)
         if start >= end:
@@ -349,38 +365,73 @@ class RemoteSegmentReader:
         except RemoteResourceNotFoundException as exc:
             raise _data_loss(meta, start, end, exc) from exc
 
-    def _read(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> Iterator[bytes]:
+    def prefetch(self, meta: RemoteLogSegmentMetadata, start_offset: int) -> None:
+        """A hint that ``meta`` is read from ``start_offset`` next: its offset index, manifest
+        and first piece load in the background meanwhile (a reader of consecutive segments
+        then does not wait for each one's first GETs). Errors are left for the read."""
+        with self._lock:
+            if self._ahead is None:
+                self._ahead = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="strata-segment-ahead")
+            ahead = self._ahead
+        try:
+            ahead.submit(self._warm, meta, start_offset)
+        except RuntimeError:        # closed meanwhile
+            pass
+
+    def _warm(self, meta: RemoteLogSegmentMetadata, start_offset: int) -> None:
+        try:
+            first, last = self._byte_range(meta, max(start_offset, meta.start_offset),
+                                           meta.end_offset + 1)
+            ahead = min(READ_PIECE_BYTES, self.rsm.prefetch_max_size)
+            if first < last:
+                self.rsm.prefetch(meta, first, min(ahead, last - first))
+        except Exception as exc:    # noqa: BLE001 - a hint: the read reports real errors
+            log.debug("read-ahead of remote segment %s failed: %s",
+                      uuid_to_kafka_str(meta.remote_log_segment_id.id), exc)
+
+    def _read(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> Iterator[memoryview]:
         first, last = self._byte_range(meta, start, end)
         if first >= last:
             return
-        ahead = min(READ_PIECE_BYTES, self.rsm.prefetch_max_size)    # 0: no read-ahead
+        ahead = self.rsm.prefetch_max_size    # 0: no read-ahead
         stream = self.rsm.fetch_log_segment(meta, first, last - 1)
+        # never resized (a larger one replaces it), so views of it may outlive a piece
+        buf = bytearray(min(READ_PIECE_BYTES, last - first))
+        view = memoryview(buf)
         try:
-            position = first
-            pending = b""
+            position = first        # the segment byte after what was read
+            held = 0                # bytes at the start of buf carried over: a partial batch
             while True:
-                piece = stream.read(READ_PIECE_BYTES)
-                if piece:
-                    position += len(piece)
-                    if ahead and position < last:
-                        # the next piece loads in the RSM's threads while this one is decoded
-                        self.rsm.prefetch(meta, position, min(ahead, last - position))
-                data = pending + piece if pending else piece
-                found = whole_batches(data, start, end)
+                got = stream.readinto(view[held:]) or 0
+                position += got
+                if got and ahead and position < last:
+                    # the next piece loads in the RSM's threads while this one is decoded
+                    self.rsm.prefetch(meta, position, min(ahead, last - position))
+                size = held + got
+                found = whole_batches(view[:size], start, end)
                 if found.keep_from >= 0:
-                    yield data[found.keep_from:found.keep_to]
+                    yield view[found.keep_from:found.keep_to]
                 if found.reached_end:
                     return
-                rest = data[found.parsed_to:]
-                if not piece or (len(rest) >= LOG_OVERHEAD
-                                 and _LENGTH.unpack_from(rest, 8)[0] < MIN_BATCH_LENGTH):
-                    if rest:
+                held = size - found.parsed_to
+                length = (_LENGTH.unpack_from(buf, found.parsed_to + 8)[0]
+                          if held >= LOG_OVERHEAD else None)
+                if not got or (length is not None and length < MIN_BATCH_LENGTH):
+                    if held:
                         raise RemoteStorageException(
                             f"remote segment {uuid_to_kafka_str(meta.remote_log_segment_id.id)} "
-                            f"has a truncated or malformed batch at position "
-                            f"{position - len(rest)}")
+                            f"has a truncated or malformed batch at position {position - held}")
                     return
-                pending = rest
+                # the partial batch moves to the front; a batch that would leave less than
+                # half of buf for the next read gets a larger buf
+                need = held if length is None else max(held, length + LOG_OVERHEAD)
+                if need > len(buf) // 2:
+                    grown = bytearray(max(2 * len(buf), need + READ_PIECE_BYTES // 2))
+                    grown[:held] = view[found.parsed_to:size]
+                    buf, view = grown, memoryview(grown)
+                elif held:
+                    buf[:held] = buf[found.parsed_to:size]
         finally:
             stream.close()
 

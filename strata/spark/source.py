@@ -10,11 +10,13 @@ Who runs what:
   long-lived streaming runner, ``initialOffset()`` / ``latestOffset()`` / ``partitions()`` /
   ``commit()``: metadata (Metadata, ListOffsets, the ``__remote_log_metadata`` records) through
   one ``BrokerClient``, planning in ``strata.spark.plan``;
-- executors call ``read(partition)``: a remote segment straight from the object store through
-  Strata's own RemoteStorageManager (``RemoteSegmentReader``: chunk cache, CRC checks,
-  decryption), or a range through the broker's Fetch API; bytes become Arrow record batches in
-  ``batches_to_arrow``. Clients and segment readers are kept per Python worker process and
-  reused by the tasks it runs; they are never pickled.
+- executors call ``read(partition)``: an input partition is a run of pieces of one
+  topic-partition -- remote segments read straight from the object store through Strata's own
+  RemoteStorageManager (``RemoteSegmentReader``: chunk cache, CRC checks, decryption, the next
+  segment loading while one is decoded), and ranges through the broker's Fetch API (the local
+  tail); bytes become Arrow record batches in ``batches_to_arrow``. Clients and segment
+  readers are kept per Python worker process and reused by the tasks it runs; they are never
+  pickled.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from strata.spark.arrow_records import (
 from strata.spark.options import (
     EARLIEST, LATEST, SourceOptions, StrataOptionError, parse_source_options)
 from strata.spark.plan import (
-    OffsetRange, ReadTask, TopicPartitionKey, clamp_to_log_start, offset_ranges, offsets_from_json,
-    offsets_to_json, plan_tasks, rate_limit, resolve_offsets, resolve_partitions)
+    OffsetRange, ReadPiece, ReadTask, TopicPartitionKey, clamp_to_log_start, offset_ranges,
+    offsets_from_json, offsets_to_json, plan_tasks, rate_limit, resolve_offsets,
+    resolve_partitions)
 
 __all__ = ["StrataDataSource", "StrataPartition", "plan_read", "read_task"]
 
@@ -96,7 +99,8 @@ def _plan(opts: SourceOptions, client: Any, ranges: list[OffsetRange]) -> list[R
         return []
     if opts.mode == "broker":
         return plan_tasks(ranges, max_bytes_per_partition=opts.max_bytes_per_partition,
-                          max_records_per_partition=opts.max_records_per_partition)
+                          max_records_per_partition=opts.max_records_per_partition,
+                          min_partitions=opts.min_partitions)
     from strata.spark.remote_segments import remote_segments
     segments: dict[TopicPartitionKey, list] = {}
     for topic in sorted({r.topic for r in ranges}):
@@ -106,10 +110,12 @@ def _plan(opts: SourceOptions, client: Any, ranges: list[OffsetRange]) -> list[R
     tasks = plan_tasks(ranges, segments=segments,
                        positions=lambda meta: _segment_reader(opts.rsm_props).offset_positions(meta),
                        max_bytes_per_partition=opts.max_bytes_per_partition,
-                       max_records_per_partition=opts.max_records_per_partition)
-    remote = sum(t.remote for t in tasks)
-    log.info("strata read: %d input partitions (%d remote segment pieces, %d through Fetch)",
-             len(tasks), remote, len(tasks) - remote)
+                       max_records_per_partition=opts.max_records_per_partition,
+                       min_partitions=opts.min_partitions)
+    pieces = [p for t in tasks for p in t.parts()]
+    remote = sum(p.segment is not None for p in pieces)
+    log.info("strata read: %d input partitions of %d pieces (%d from remote segments, %d "
+             "through Fetch)", len(tasks), len(pieces), remote, len(pieces) - remote)
     return tasks
 
 
@@ -125,20 +131,34 @@ def plan_read(options: Mapping[str, str]) -> list[ReadTask]:
 # ---- reading --------------------------------------------------------------------------------------
 
 def read_task(task: ReadTask, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
-    """The rows of one input partition as Arrow record batches. Data loss (a missing remote
-    object, offsets gone from the broker) fails the task, naming the segment or offsets, unless
-    failOnDataLoss is false: then the missing part is skipped with a warning."""
+    """The rows of one input partition as Arrow record batches, piece after piece. Data loss
+    (a missing remote object, offsets gone from the broker) fails the task, naming the segment
+    or offsets, unless failOnDataLoss is false: then the missing part is skipped with a
+    warning and the task goes on with what follows it."""
+    pieces = task.parts()
+    for i, piece in enumerate(pieces):
+        if piece.segment is not None:
+            after = next((p for p in pieces[i + 1:] if p.segment is not None), None)
+            if after is not None and \
+                    after.segment.remote_log_segment_id != piece.segment.remote_log_segment_id:
+                # the next segment's index and first chunks load while this one is read
+                _segment_reader(opts.rsm_props or {}).prefetch(after.segment, after.start)
+        yield from _read_piece(task, piece, opts)
+
+
+def _read_piece(task: ReadTask, piece: ReadPiece, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     from strata.spark.broker_client import DataLossError
-    start = task.start
-    while start < task.end:
+    start, end = piece.start, piece.end
+    while start < end:
         try:
-            if task.segment is not None:
-                chunks = _segment_reader(opts.rsm_props or {}).read(task.segment, start, task.end)
+            if piece.segment is not None:
+                # views of one reused buffer: each is decoded before the next is read
+                chunks = _segment_reader(opts.rsm_props or {}).views(piece.segment, start, end)
             else:
-                chunks = _client(opts).read_range(task.topic, task.partition, start, task.end,
+                chunks = _client(opts).read_range(task.topic, task.partition, start, end,
                                                   max_bytes=opts.fetch_max_bytes)
             for chunk in chunks:
-                for batch in batches_to_arrow(chunk, task.topic, task.partition, start, task.end,
+                for batch in batches_to_arrow(chunk, task.topic, task.partition, start, end,
                                               include_headers=opts.include_headers,
                                               check_crc=opts.check_crc):
                     if batch.num_rows:
@@ -150,16 +170,16 @@ def read_task(task: ReadTask, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
                 raise
             # the error names the lost offsets [exc.start, exc.end): carry on after them
             resume = getattr(exc, "end", None)
-            if task.segment is None and isinstance(resume, int) and start < resume < task.end:
+            if piece.segment is None and isinstance(resume, int) and start < resume < end:
                 log.warning("%s: skipping lost offsets [%d, %d): %s (failOnDataLoss=false)",
-                            task.describe(), start, resume, exc)
+                            task.describe(piece), start, resume, exc)
                 start = resume
                 continue
             log.warning("%s: skipping offsets [%d, %d): %s (failOnDataLoss=false)",
-                        task.describe(), start, task.end, exc)
+                        task.describe(piece), start, end, exc)
             return
         except OSError:
-            if task.segment is None:
+            if piece.segment is None:
                 _drop_client(opts)   # a broken connection must not be reused by the next task
             raise
 

@@ -327,6 +327,51 @@ def test_pieces_smaller_than_a_batch_are_joined_and_cut_at_batch_boundaries(clus
         r.close()
 
 
+@pytest.mark.parametrize("piece", [1000, 5000, 1 << 20])
+def test_views_of_one_reused_buffer_decoded_one_at_a_time_give_what_read_gives(
+        cluster, monkeypatch, piece):
+    import strata.spark.remote_segments as rs
+    monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
+    r = reader(cluster)
+    try:
+        with client(cluster) as c:
+            meta = remote_segments(c, TOPIC)[1][3]
+        start, end = meta.start_offset + 2, meta.end_offset + 1
+        got, buffers = [], set()
+        for view in r.views(meta, start, end):         # as read_task consumes them
+            buffers.add(id(view.obj))
+            got += decoded([view], 1, start, end)
+        assert as_sent(got) == cluster.sent[1][start:end]
+        assert got == decoded(r.read(meta, start, end), 1, start, end)
+        if piece == 1 << 20:
+            assert len(buffers) == 1                   # no batch outgrew it: one buffer
+    finally:
+        r.close()
+
+
+def test_a_read_ahead_hint_never_fails_and_the_read_after_it_is_exact(cluster):
+    import dataclasses
+    import uuid
+    from strata.tiered.api import RemoteLogSegmentId
+    r = reader(cluster)
+    try:
+        with client(cluster) as c:
+            metas = remote_segments(c, TOPIC)[0][5:7]
+        gone = dataclasses.replace(metas[0], remote_log_segment_id=RemoteLogSegmentId(
+            metas[0].remote_log_segment_id.topic_id_partition, uuid.uuid4()))
+        r.prefetch(gone, gone.start_offset)             # errors are left for a read
+        for meta in metas:
+            r.prefetch(meta, meta.start_offset + 1)
+        for meta in metas:
+            start, end = meta.start_offset + 1, meta.end_offset + 1
+            assert as_sent(decoded(r.views(meta, start, end), 0, start, end)) == \
+                cluster.sent[0][start:end]
+        with pytest.raises(DataLossError):
+            list(r.views(gone, gone.start_offset, gone.end_offset + 1))
+    finally:
+        r.close()
+
+
 # ---- configuration -----------------------------------------------------------------------------
 
 def test_rsm_props_come_from_options_in_any_case_or_from_the_brokers_server_properties(cluster, tmp_path):

@@ -81,23 +81,35 @@ def test_batch_read_in_broker_mode_returns_exactly_the_produced_rows(spark, tier
     assert rows(df) == expected(tiered_topic)
 
 
-def test_direct_mode_plans_one_input_partition_per_remote_segment_plus_the_local_tail(
+def test_direct_mode_reads_each_partitions_segments_and_local_tail_in_one_input_partition(
         spark, tiered_topic):
     from strata.spark.source import plan_read
     segments = remote_segments_of(tiered_topic)
     hw = high_watermarks(tiered_topic)
     tasks = plan_read(tiered_topic.options())
-    for p in range(tiered_topic.partitions):
-        mine = [t for t in tasks if t.partition == p]
-        remote, fetched = [t for t in mine if t.remote], [t for t in mine if not t.remote]
+    assert [t.partition for t in tasks] == list(range(tiered_topic.partitions))
+    for p, task in enumerate(tasks):
+        remote = [x for x in task.parts() if x.segment is not None]
+        fetched = [x for x in task.parts() if x.segment is None]
         assert len(segments[p]) >= 10
-        assert [t.segment for t in remote] == segments[p]
-        assert [(t.start, t.end) for t in remote] == [
+        assert list(task.segments) == segments[p]
+        assert [(x.start, x.end) for x in remote] == [
             (m.start_offset, m.end_offset + 1) for m in segments[p]]
-        assert [(t.start, t.end) for t in fetched] == [(segments[p][-1].end_offset + 1, hw[p])]
+        assert [(x.start, x.end) for x in fetched] == [(segments[p][-1].end_offset + 1, hw[p])]
         assert fetched[0].start < fetched[0].end      # a real local tail
+        assert (task.start, task.end) == (0, hw[p])
     df = load(spark, tiered_topic.options())
     assert df.rdd.getNumPartitions() == len(tasks)
+
+
+def test_min_partitions_spreads_the_read_and_still_reads_every_row_once(spark, tiered_topic):
+    from strata.spark.source import plan_read
+    options = tiered_topic.options(includeHeaders="true", minPartitions="7")
+    tasks = plan_read(options)
+    assert len(tasks) >= 7 and sum(t.remote for t in tasks) >= 7
+    df = load(spark, options)
+    assert df.rdd.getNumPartitions() == len(tasks)
+    assert rows(df) == expected(tiered_topic)
 
 
 def test_large_segments_split_by_max_bytes_still_read_every_row_once(spark, tiered_topic):
@@ -110,7 +122,7 @@ def test_large_segments_split_by_max_bytes_still_read_every_row_once(spark, tier
                                    endingOffsets=f'{{"{t}":{{"0":{end}}}}}')
     tasks = plan_read(options)
     assert all(t.remote for t in tasks) and len(tasks) > len(first)
-    assert {t.segment for t in tasks} == set(first)
+    assert {m for t in tasks for m in t.segments} == set(first)
     want = [r for r in tiered_topic.records if r.partition == 0 and r.offset < end]
     assert rows(load(spark, options)) == expected(tiered_topic, want)
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from strata.common.errors import CorruptRecordError
 from strata.protocol.records import (
     ATTRIBUTES_OFFSET, CONTROL_COMMIT, CRC_OFFSET, HEADER, HEADER_SIZE, Compression, SimpleRecord,
-    build_batch, build_control_batch, crc32c, iter_records, read_header)
+    build_batch, build_control_batch, crc32c, iter_records, read_header, read_varint)
 from strata.spark.arrow_records import (
     SPARK_SCHEMA_DDL, SPARK_SCHEMA_DDL_WITH_HEADERS, arrow_schema, batches_to_arrow)
 
@@ -138,6 +138,12 @@ def test_long_varints_decode_large_values_headers_and_timestamp_deltas():
     assert [r["offset"] for r in got] == [1000, 1001, 1002]
 
 
+def test_a_long_varint_in_the_last_few_bytes_of_the_buffer_decodes():
+    # the last record is 8 bytes: a 3-byte timestamp delta, then four 1-byte fields
+    data = build_batch([SimpleRecord(None, None, (), T0), SimpleRecord(None, None, (), T0 + 8192)])
+    assert rows(data, include_headers=True) == expected(data)
+
+
 def test_log_append_time_batches_give_every_record_the_batch_max_timestamp():
     create = build_batch([sample(0), sample(1)], base_offset=0)
     append = build_batch([SimpleRecord(b"a", None, (), T0 + 5), SimpleRecord(b"b", None, (), T0 + 9)],
@@ -206,6 +212,32 @@ def test_earlier_results_survive_later_decoding_of_compressed_data():
     assert [r for b in kept for r in b.to_pylist()] == expected(first)
 
 
+def test_results_do_not_refer_to_the_input_buffer_so_it_can_be_reused():
+    data = log_of(4, 30)
+    buf = bytearray(data)
+    kept = list(batches_to_arrow(memoryview(buf), TOPIC, 3, 0, 2**62, include_headers=True))
+    buf[:] = bytes(len(buf))                # the reader's next piece overwrites it
+    assert [r for b in kept for r in b.to_pylist()] == expected(data)
+
+
+def same_size(i: int, size: int) -> SimpleRecord:
+    return SimpleRecord(bytes([i % 251]) * size, b"k%03d" % (i % 1000), (), T0 + i)
+
+
+@pytest.mark.parametrize("sizes", [
+    [1024] * 200,                                   # one run
+    [1024] * 90 + [7] + [1024] * 109,               # a different record inside a run
+    [300] * 50 + [5000] * 50 + [0] * 50,            # runs of three sizes, 1- to 2-byte lengths
+    [10, 11] * 60,                                  # no two neighbours alike
+    [20] * 3 + [21] * 3 + [22] * 3 + [20] * 40,     # runs too short to check at once
+    [20_000] * 30,                                  # 3-byte record lengths
+], ids=["one-run", "odd-one-out", "three-runs", "alternating", "short-runs", "long-records"])
+def test_runs_of_equal_size_records_decode_like_the_reference(sizes):
+    data = build_batch([same_size(i, n) for i, n in enumerate(sizes)], base_offset=40)
+    assert rows(data, include_headers=True) == expected(data)
+    assert rows(memoryview(bytearray(data)), 100, 150) == without_headers(expected(data, 100, 150))
+
+
 # ---- corruption -------------------------------------------------------------------------------
 
 def flip(data: bytes, position: int) -> bytes:
@@ -257,6 +289,17 @@ def test_records_that_do_not_fill_their_batch_are_an_error(many):
             rows(before + bad)
 
 
+@pytest.mark.parametrize("at", [1, 57, 63])
+def test_a_bad_record_length_inside_a_run_of_equal_records_is_an_error(at):
+    batch = build_batch([SimpleRecord(b"v" * 20, b"k", (), T0) for _ in range(64)])
+    size = (len(batch) - HEADER_SIZE) // 64        # offset deltas 0-63: every record this long
+    body = bytearray(batch[HEADER_SIZE:])
+    assert read_varint(body, 0)[0] == read_varint(body, 50 * size)[0] == size - 1
+    body[at * size] += 2                            # its length varint: one byte longer
+    with pytest.raises(CorruptRecordError, match="orders-3"):
+        rows(with_fields(batch, payload=bytes(body)))
+
+
 def test_a_record_length_overrunning_its_fields_is_an_error():
     body = bytearray(build_batch([SimpleRecord(b"abc", b"k", (), T0)])[HEADER_SIZE:])
     # record: length, attributes, ts delta, offset delta, key len (k), key, value len ...
@@ -298,6 +341,22 @@ def test_any_batches_round_trip_like_the_reference_decoder(batches, start, lengt
     data = b"".join(parts)
     assert rows(data, start, start + length, include_headers=True) == \
         expected(data, start, start + length)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(st.sampled_from([0, 3, 40, 200]), min_size=1, max_size=80),
+                          st.booleans()), min_size=1, max_size=4),
+       st.integers(0, 100), st.integers(0, 200))
+def test_batches_of_few_record_sizes_round_trip_like_the_reference_decoder(batches, start,
+                                                                           length):
+    parts = []
+    base = 0
+    for sizes, keyed in batches:
+        parts.append(build_batch([SimpleRecord(b"v" * n, b"k" if keyed else None, (), T0 + i)
+                                  for i, n in enumerate(sizes)], base_offset=base))
+        base += len(sizes)
+    data = b"".join(parts)
+    assert rows(data, start, start + length) == without_headers(expected(data, start, start + length))
 
 
 # ---- PySpark 4.0 loads the batches as they are -------------------------------------------------

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.spark.options import (
     DEFAULT_MAX_BYTES_PER_PARTITION, OffsetSpec, SourceOptions, StrataOptionError,
     parse_sink_options, parse_source_options)
 from strata.spark.plan import (
-    OffsetRange, ReadTask, offset_ranges, offsets_from_json, offsets_to_json, plan_tasks,
+    OffsetRange, ReadPiece, ReadTask, offset_ranges, offsets_from_json, offsets_to_json, plan_tasks,
     rate_limit, resolve_offsets, resolve_partitions, split_segment)
 from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
@@ -106,6 +108,8 @@ def test_both_bootstrap_option_spellings_are_accepted_and_keys_are_case_insensit
      "no remote tier is configured"),
     ({"bootstrap.servers": "h:1", "subscribe": "t", "maxRecordsPerPartition": "0"},
      "'maxRecordsPerPartition' must be a positive integer"),
+    ({"bootstrap.servers": "h:1", "subscribe": "t", "minPartitions": "-2"},
+     "'minPartitions' must be a positive integer"),
 ])
 def test_bad_source_options_fail_with_a_message_naming_the_option(options, message):
     with pytest.raises(StrataOptionError) as err:
@@ -244,42 +248,79 @@ def test_an_end_beyond_latest_or_before_the_start_is_an_error():
 # ---- input partitions -----------------------------------------------------------------------------
 
 def plan(ranges, segments=None, positions=None, max_bytes=DEFAULT_MAX_BYTES_PER_PARTITION,
-         max_records=1_000_000):
+         max_records=1_000_000, min_partitions=None):
     return plan_tasks(ranges, segments=segments, positions=positions,
-                      max_bytes_per_partition=max_bytes, max_records_per_partition=max_records)
+                      max_bytes_per_partition=max_bytes, max_records_per_partition=max_records,
+                      min_partitions=min_partitions)
 
 
-def test_direct_plan_is_one_task_per_remote_segment_plus_the_local_tail():
+def pieces(tasks):
+    return [[(x.start, x.end, x.segment) for x in t.parts()] for t in tasks]
+
+
+def test_direct_plan_reads_a_partitions_segments_and_local_tail_in_one_task_when_they_fit():
     segs = [seg(0, 99), seg(100, 199), seg(200, 249)]
     tasks = plan([OffsetRange("t", 0, 0, 300)], {("t", 0): segs})
-    assert [(t.start, t.end, t.segment) for t in tasks] == [
-        (0, 100, segs[0]), (100, 200, segs[1]), (200, 250, segs[2]), (250, 300, None)]
+    assert [(t.start, t.end) for t in tasks] == [(0, 300)]
+    assert pieces(tasks) == [[(0, 100, segs[0]), (100, 200, segs[1]), (200, 250, segs[2]),
+                              (250, 300, None)]]
+    assert tasks[0].remote and tasks[0].segments == tuple(segs)
+
+
+def test_direct_plan_cuts_a_partition_into_even_runs_of_about_max_bytes():
+    segs = [seg(100 * i, 100 * i + 99, size=1000) for i in range(9)]
+    tasks = plan([OffsetRange("t", 0, 0, 950)], {("t", 0): segs}, max_bytes=3500)
+    # 9000 remote bytes and a 50-offset tail (500 bytes at the segments' density): 3 runs
+    assert [(t.start, t.end) for t in tasks] == [(0, 300), (300, 600), (600, 950)]
+    assert [len(t.parts()) for t in tasks] == [3, 3, 4]
+    assert pieces(tasks)[-1][-1] == (900, 950, None)
+
+
+def test_each_partition_gets_its_own_tasks():
+    segs = {("t", 0): [seg(0, 99)], ("t", 1): [seg(0, 99, partition=1)]}
+    tasks = plan([OffsetRange("t", 0, 0, 120), OffsetRange("t", 1, 50, 100)], segs)
+    assert [(t.partition, t.start, t.end, len(t.parts())) for t in tasks] == [
+        (0, 0, 120, 2), (1, 50, 100, 1)]
 
 
 def test_direct_plan_trims_segments_to_the_range_and_skips_those_outside_it():
     segs = [seg(0, 99), seg(100, 199), seg(200, 249)]
     tasks = plan([OffsetRange("t", 0, 150, 220)], {("t", 0): segs})
-    assert [(t.start, t.end, t.segment) for t in tasks] == [(150, 200, segs[1]),
-                                                             (200, 220, segs[2])]
+    assert pieces(tasks) == [[(150, 200, segs[1]), (200, 220, segs[2])]]
 
 
 def test_offsets_the_remote_tier_does_not_cover_go_through_fetch():
     segs = [seg(100, 199), seg(300, 399)]
     tasks = plan([OffsetRange("t", 0, 50, 450)], {("t", 0): segs})
-    assert [(t.start, t.end, t.remote) for t in tasks] == [
+    assert [(a, b, m is not None) for a, b, m in pieces(tasks)[0]] == [
         (50, 100, False), (100, 200, True), (200, 300, False), (300, 400, True), (400, 450, False)]
+
+
+def test_without_remote_segments_fetch_ranges_are_not_grouped():
+    tasks = plan([OffsetRange("t", 0, 0, 25)], {("t", 0): []}, max_records=10)
+    assert [(t.start, t.end, t.remote) for t in tasks] == [
+        (0, 10, False), (10, 20, False), (20, 25, False)]
+
+
+def test_a_task_reads_at_most_max_records_offsets_through_fetch_however_small_they_are():
+    segs = [seg(0, 99, size=100)]           # 1 byte per offset: the tail is tiny in bytes
+    tasks = plan([OffsetRange("t", 0, 0, 400)], {("t", 0): segs}, max_bytes=10_000,
+                 max_records=100)
+    fetched = [sum(x.end - x.start for x in t.parts() if x.segment is None) for t in tasks]
+    assert len(tasks) == 3 and max(fetched) == 100 and sum(fetched) == 300
 
 
 def test_overlapping_segments_never_read_an_offset_twice():
     segs = [seg(0, 99), seg(50, 149)]
     tasks = plan([OffsetRange("t", 0, 0, 150)], {("t", 0): segs})
-    assert [(t.start, t.end) for t in tasks] == [(0, 100), (100, 150)]
+    assert [(a, b) for a, b, _ in pieces(tasks)[0]] == [(0, 100), (100, 150)]
 
 
 def test_broker_plan_splits_ranges_by_offset_count():
     tasks = plan([OffsetRange("t", 0, 10, 35), OffsetRange("t", 1, 0, 5)], max_records=10)
-    assert [(t.partition, t.start, t.end, t.segment) for t in tasks] == [
-        (0, 10, 20, None), (0, 20, 30, None), (0, 30, 35, None), (1, 0, 5, None)]
+    assert [(t.partition, t.start, t.end, t.remote, t.pieces) for t in tasks] == [
+        (0, 10, 20, False, ()), (0, 20, 30, False, ()), (0, 30, 35, False, ()),
+        (1, 0, 5, False, ())]
 
 
 def test_large_segments_are_split_at_index_entries_and_the_index_is_read_only_for_them():
@@ -293,9 +334,11 @@ def test_large_segments_are_split_at_index_entries_and_the_index_is_read_only_fo
     tasks = plan([OffsetRange("t", 0, 0, 1100)], {("t", 0): [small, big]}, positions,
                  max_bytes=2500)
     assert asked == [big]
-    assert [(t.start, t.end) for t in tasks] == [(0, 100), (100, 300), (300, 500), (500, 700),
-                                                 (700, 900), (900, 1100)]
-    assert all(t.segment is (small if t.start == 0 else big) for t in tasks)
+    flat = [x for t in pieces(tasks) for x in t]
+    assert [(a, b) for a, b, _ in flat] == [(0, 100), (100, 300), (300, 500), (500, 700),
+                                            (700, 900), (900, 1100)]
+    assert all(m is (small if a == 0 else big) for a, b, m in flat)
+    assert len(tasks) == 5 and {t.segments for t in tasks} >= {(big,)}
 
 
 def test_split_segment_covers_the_segment_even_when_one_step_exceeds_the_limit():
@@ -307,9 +350,136 @@ def test_split_segment_covers_the_segment_even_when_one_step_exceeds_the_limit()
     assert split_segment(seg(0, 99, size=800), [(10, 100)], max_bytes=1000) == [(0, 100)]
 
 
-def test_read_tasks_pickle_with_their_segment():
-    task = ReadTask("t", 0, 5, 10, seg(0, 99))
+def test_min_partitions_cuts_the_largest_tasks_between_segments_first():
+    segs = [seg(100 * i, 100 * i + 99) for i in range(4)]
+    tasks = plan([OffsetRange("t", 0, 0, 400)], {("t", 0): segs}, min_partitions=3)
+    assert [t.start for t in tasks] in ([0, 200, 300], [0, 100, 200])
+    assert sorted(len(t.parts()) for t in tasks) == [1, 1, 2]
+    assert all(x.start == x.segment.start_offset for t in tasks for x in t.parts())
+
+
+def test_min_partitions_cuts_a_segment_at_the_index_entry_nearest_its_middle():
+    meta = seg(0, 999, size=10_000)
+    index = [(99 + 100 * i, 1000 * (i + 1)) for i in range(9)]   # batches of 100 offsets
+    tasks = plan([OffsetRange("t", 0, 0, 1000)], {("t", 0): [meta]}, lambda m: index,
+                 min_partitions=2)
+    assert [(t.start, t.end, t.segments) for t in tasks] == [(0, 500, (meta,)),
+                                                             (500, 1000, (meta,))]
+
+
+def test_min_partitions_halves_fetch_ranges_in_broker_mode_and_stops_at_single_offsets():
+    tasks = plan([OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 10)], min_partitions=4)
+    assert [(t.partition, t.start, t.end) for t in tasks] == [
+        (0, 0, 25), (0, 25, 50), (0, 50, 100), (1, 0, 10)]
+    assert len(plan([OffsetRange("t", 0, 0, 2)], min_partitions=5)) == 2
+
+
+def test_min_partitions_leaves_an_unsplittable_segment_whole():
+    meta = seg(0, 99)
+    tasks = plan([OffsetRange("t", 0, 0, 100)], {("t", 0): [meta]}, lambda m: [],
+                 min_partitions=4)
+    assert [(t.start, t.end) for t in tasks] == [(0, 100)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 60), st.integers(1, 5000)),
+                max_size=8),
+       st.integers(0, 200), st.integers(0, 200), st.integers(100, 20_000), st.integers(1, 50),
+       st.one_of(st.none(), st.integers(1, 30)))
+def test_tasks_cover_the_range_exactly_once_in_order(layout, start, length, max_bytes,
+                                                     max_records, min_partitions):
+    metas, at = [], 0
+    for gap, count, size in layout:        # segments with gaps between them
+        metas.append(seg(at + gap, at + gap + count - 1, size=size))
+        at += gap + count
+
+    def positions(meta):                   # an entry every 7 offsets
+        span = meta.end_offset + 1 - meta.start_offset
+        return [(o, (o - meta.start_offset) * meta.segment_size_in_bytes // span)
+                for o in range(meta.start_offset + 6, meta.end_offset, 7)]
+    r = OffsetRange("t", 0, start, start + length + 1)
+    tasks = plan([r], {("t", 0): metas}, positions, max_bytes=max_bytes,
+                 max_records=max_records, min_partitions=min_partitions)
+    flat = [x for t in tasks for x in t.parts()]
+    assert tasks[0].start == flat[0].start == r.start and tasks[-1].end == flat[-1].end == r.end
+    assert all(a.end == b.start for a, b in zip(tasks, tasks[1:]))
+    assert all(a.end == b.start and a.start < a.end for a, b in zip(flat, flat[1:]))
+    assert all(t.parts()[0].start == t.start and t.parts()[-1].end == t.end for t in tasks)
+    for x in flat:
+        if x.segment is not None:
+            assert x.segment.start_offset <= x.start and x.end <= x.segment.end_offset + 1
+        else:                              # Fetch only where no segment has the offsets
+            assert x.end - x.start <= max_records
+            assert not any(m.start_offset < x.end and x.start <= m.end_offset for m in metas)
+    if min_partitions is not None:
+        assert len(tasks) >= min(min_partitions, r.end - r.start) or all(
+            len(t.parts()) == 1 for t in tasks)
+
+
+def test_read_tasks_pickle_with_their_pieces():
+    task = ReadTask("t", 0, 5, 20, (ReadPiece(5, 10, seg(0, 9)), ReadPiece(10, 20)))
     assert pickle.loads(pickle.dumps(task)) == task
+    assert task.describe() == "t-0 [5, 20) via 1 remote segment piece(s) and 1 fetch range(s)"
+    assert task.describe(task.pieces[0]) == \
+        f"t-0 [5, 10) via remote segment {task.pieces[0].segment.remote_log_segment_id.id}"
+    assert ReadTask("t", 0, 5, 10).describe() == "t-0 [5, 10) via fetch"
+
+
+# ---- reading a task ---------------------------------------------------------------------------
+
+class FakeSegmentReader:
+    """Serves each segment's records (one batch per segment) as views of one buffer, and
+    records the calls; segments in ``lost`` are data loss."""
+
+    def __init__(self, lost=()):
+        self.calls = []
+        self.lost = set(lost)
+
+    def prefetch(self, meta, start):
+        self.calls.append(("prefetch", meta.start_offset, start))
+
+    def views(self, meta, start, end):
+        from strata.protocol.records import SimpleRecord, build_batch
+        from strata.spark.broker_client import DataLossError
+        self.calls.append(("read", meta.start_offset, start))
+        if meta.start_offset in self.lost:
+            raise DataLossError(f"segment at {meta.start_offset} is missing", topic="t",
+                                partition=0, start=start, end=end)
+        count = meta.end_offset + 1 - meta.start_offset
+        buf = bytearray(build_batch([SimpleRecord(b"v%d" % i, None, (), 0) for i in range(count)],
+                                    base_offset=meta.start_offset))
+        yield memoryview(buf)
+        buf[:] = bytes(len(buf))            # reused: must not show in what was returned
+
+
+def read_all(task, monkeypatch, reader, **kw):
+    import strata.spark.source as source
+    monkeypatch.setattr(source, "_segment_reader", lambda props: reader)
+    o = opts(subscribe=("t",), mode="direct", rsm_props={}, **kw)
+    return [r for b in source.read_task(task, o) for r in b.to_pylist()]
+
+
+def test_read_task_reads_its_pieces_in_order_warming_each_next_segment_first(monkeypatch):
+    segs = [seg(0, 9), seg(10, 19), seg(20, 29)]
+    task = ReadTask("t", 0, 3, 25, (ReadPiece(3, 10, segs[0]), ReadPiece(10, 15, segs[1]),
+                                     ReadPiece(15, 20, segs[1]), ReadPiece(20, 25, segs[2])))
+    reader = FakeSegmentReader()
+    got = read_all(task, monkeypatch, reader)
+    assert [r["offset"] for r in got] == list(range(3, 25))
+    assert [r["value"] for r in got] == [b"v%d" % (o % 10) for o in range(3, 25)]
+    assert reader.calls == [("prefetch", 10, 10), ("read", 0, 3), ("read", 10, 10),
+                            ("prefetch", 20, 20), ("read", 10, 15), ("read", 20, 20)]
+
+
+def test_a_lost_segment_fails_the_task_or_only_its_piece_is_skipped(monkeypatch):
+    from strata.spark.broker_client import DataLossError
+    segs = [seg(0, 9), seg(10, 19), seg(20, 29)]
+    task = ReadTask("t", 0, 0, 30, tuple(ReadPiece(m.start_offset, m.end_offset + 1, m)
+                                         for m in segs))
+    with pytest.raises(DataLossError, match="segment at 10 is missing"):
+        read_all(task, monkeypatch, FakeSegmentReader(lost={10}))
+    got = read_all(task, monkeypatch, FakeSegmentReader(lost={10}), fail_on_data_loss=False)
+    assert [r["offset"] for r in got] == list(range(10)) + list(range(20, 30))
 
 
 # ---- streaming offsets ----------------------------------------------------------------------------
