@@ -39,7 +39,7 @@ class LogOffsetMetadata(NamedTuple):
 
 class FetchDataInfo(NamedTuple):
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
+    records: bytes | memoryview     # a view for remote reads (of a cached chunk or read buffer)
     first_entry_incomplete: bool = False
     aborted_transactions: list[AbortedTxn] | None = None
 

@@ -221,6 +221,21 @@ def test_chunks_are_fetched_only_as_the_stream_is_read(big):
     assert len(log_gets(recorder)) == 5          # chunks 1..5
 
 
+def test_a_range_within_the_loaded_chunk_is_viewed_in_place_and_one_across_chunks_is_not(big):
+    manager = make_rsm(MemoryObjectStore(), **{"chunk.size": MIB, "compression.enabled": True})
+    manager.copy_log_segment_data(big.metadata, big.data)
+    stream = manager.fetch_log_segment(big.metadata, MIB + 10, 3 * MIB)
+    raw = getattr(stream, "raw", stream)
+    view = raw.view(MIB + 100, 5000)
+    assert view == big.bytes[MIB + 100:MIB + 5100] and view.readonly
+    manifest = manager._manifest(big.metadata)
+    assert view.obj is manager._chunk(big.metadata, manifest, 1)   # the cached chunk itself
+    assert raw.view(2 * MIB - 10, 20) is None       # runs into chunk 2, not loaded yet
+    assert raw.view(MIB, 20) is None                # before the range
+    assert stream.read(MIB) == big.bytes[MIB + 10:2 * MIB + 10]
+    assert raw.view(2 * MIB, 100) == big.bytes[2 * MIB:2 * MIB + 100]
+
+
 def test_a_chunk_cache_gets_every_load_keyed_by_log_object_and_chunk_id_and_drops_deleted_ones(big):
     class DictCache:
         def __init__(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -533,6 +534,21 @@ def test_store_put_get_range_size(store):
     assert store.get_range("a/b/c.bin", 4, 4) == b""
     store.put("a/b/c.bin", b"new")
     assert store.get("a/b/c.bin") == b"new"
+
+
+def test_store_range_buffers_equal_get_range_and_outlive_the_object_being_replaced(store):
+    big = os.urandom(1 << 20)      # large enough for the file system's mapped path
+    store.put("k/big.log", big)
+    ranges = [(0, 1 << 20), (1000, 700_000), (900_000, 2 << 20), (5, 9), (1 << 20, 2 << 20)]
+    views = [store.get_range_buffer("k/big.log", a, b) for a, b in ranges]
+    for (a, b), view in zip(ranges, views):
+        assert view == big[a:b] == store.get_range("k/big.log", a, b)
+        assert memoryview(view).readonly
+    store.put("k/big.log", b"replaced")
+    store.delete("k/big.log")
+    assert [bytes(v) for v in views] == [big[a:b] for a, b in ranges]
+    with pytest.raises(RemoteResourceNotFoundException):
+        store.get_range_buffer("k/big.log", 0, 1 << 20)
 
 
 def test_store_missing_objects_raise_resource_not_found(store):

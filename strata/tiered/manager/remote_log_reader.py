@@ -51,9 +51,10 @@ class RemoteReadResult(NamedTuple):
     before it) and is empty when that batch alone exceeds ``max_bytes`` without
     ``min_one_message``, or when ``end_of_segment``: no batch in the segment reaches
     ``fetch_offset``. ``position`` is the segment byte position of that batch (-1 when none).
+    ``records`` is often a read-only view of a cached chunk, not a copy.
     """
 
-    records: bytes
+    records: bytes | memoryview
     fetch_offset: int
     first_batch_offset: int     # base offset of the first batch returned, -1 if none
     next_offset: int            # offset after the last batch returned, fetch_offset if none
@@ -130,6 +131,13 @@ class _SegmentStream:
             self.position += got
             done += got
         return done
+
+    def view(self, start: int, n: int) -> memoryview | None:
+        """Segment bytes ``[start, start + n)`` without a copy when the open range's loaded
+        chunk holds them all, else None."""
+        raw = getattr(self._stream, "raw", self._stream)    # under an io.BufferedReader
+        view = getattr(raw, "view", None)
+        return view(start, n) if view is not None else None
 
     def read(self, n: int) -> bytes:
         """``n`` bytes, or fewer when the segment ends first."""
@@ -220,11 +228,14 @@ def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache
         limit = max(max_bytes, first.size) if min_one_message else max_bytes
         if first.size > limit:
             return nothing._replace(position=first.position)
-        # one copy out of the chunks, and one of the whole batches kept
         room = meta.segment_size_in_bytes - first.position
-        buf = bytearray(min(limit, room) if room >= first.size else limit)
-        buf[:HEADER_SIZE] = head
-        data = memoryview(buf)[:HEADER_SIZE + stream.readinto(memoryview(buf)[HEADER_SIZE:])]
+        want = min(limit, room) if room >= first.size else limit
+        # a view of the loaded chunk when it holds the range, else one copy out of the chunks
+        data = stream.view(first.position, want)
+        if data is None:
+            buf = bytearray(want)
+            buf[:HEADER_SIZE] = head
+            data = memoryview(buf)[:HEADER_SIZE + stream.readinto(memoryview(buf)[HEADER_SIZE:])]
     if len(data) < first.size:
         raise _corrupt(meta, first.position, f"truncated batch ({first.size} bytes expected)")
     # Whole batches within the limit; a partial batch is only allowed where the limit cut it.
@@ -240,7 +251,7 @@ def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache
     if n < limit and end < n:
         raise _corrupt(meta, first.position + end, "truncated batch at the end of the segment")
     last = read_header(data, last_at)
-    return RemoteReadResult(bytes(data[:end]), fetch_offset, first.base_offset, last.next_offset,
+    return RemoteReadResult(data[:end], fetch_offset, first.base_offset, last.next_offset,
                             first.position, meta.start_offset)
 
 

@@ -664,9 +664,9 @@ class ChunkCache:
             log.info("deleted %d chunk files of an earlier run from %s", removed, directory)
 
 
-def _checked(data: Any) -> bytes:
-    if isinstance(data, bytes):
-        return data
+def _checked(data: Any) -> bytes | memoryview:
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
+        return data     # immutable: cached and handed out as it is
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"a chunk loader returned {type(data).__name__}, not bytes")

@@ -25,6 +25,7 @@ import abc
 import dataclasses
 import datetime
 import math
+import mmap
 import os
 import random
 import re
@@ -93,6 +94,11 @@ class ObjectStore(abc.ABC):
     def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
         """Bytes ``[start, end_exclusive)`` of the object, clamped to its end: empty when
         ``start`` is at or past the end or the range is empty (the object must still exist)."""
+
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        """``get_range`` as a read-only buffer, without a copy where the backend can (a file
+        mapped into memory, the HTTP client's own buffer). For large ranges read whole."""
+        return self.get_range(key, start, end_exclusive)
 
     @abc.abstractmethod
     def size(self, key: str) -> int:
@@ -186,6 +192,7 @@ class MemoryObjectStore(ObjectStore):
 
 
 _TMP_MARK = ".strata-tmp-"
+_MAP_MIN_BYTES = 256 * 1024    # smaller ranges are read: a mapping costs more than the copy
 
 
 class FileSystemObjectStore(ObjectStore):
@@ -272,6 +279,22 @@ class FileSystemObjectStore(ObjectStore):
                 return f.read(end_exclusive - start)
         except OSError as e:
             self._fail(key, e)
+
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        """A view of the file mapped read-only: the range is not copied out of the page
+        cache (objects are replaced by rename, never rewritten, so the mapping stays valid)."""
+        _check_range(start, end_exclusive)
+        if end_exclusive - start < _MAP_MIN_BYTES:
+            return self.get_range(key, start, end_exclusive)
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if start >= size:
+                    return b""
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            self._fail(key, e)
+        return memoryview(mapped)[start:min(end_exclusive, size)]
 
     def size(self, key: str) -> int:
         path = self._path(key)
@@ -438,6 +461,10 @@ class ObstoreObjectStore(ObjectStore):
         return self._call("get", key, lambda: bytes(obstore.get(self._store, key).bytes()))
 
     def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        return bytes(self.get_range_buffer(key, start, end_exclusive))
+
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        """A view of the client's buffer of the response body (no copy)."""
         import obstore
 
         _check_key(key)
@@ -446,7 +473,7 @@ class ObstoreObjectStore(ObjectStore):
             self.size(key)  # an empty range still requires the object to exist
             return b""
         try:
-            return bytes(obstore.get_range(self._store, key, start=start, end=end_exclusive))
+            return memoryview(obstore.get_range(self._store, key, start=start, end=end_exclusive))
         except Exception as e:
             error = _obstore_error("get_range", key, e)
             if not isinstance(error, RemoteResourceNotFoundException) and any(
@@ -653,6 +680,12 @@ class FaultInjectingObjectStore(ObjectStore):
         self._transfer(len(data), self.get_bandwidth_bps)
         return data
 
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        self._fault("get_range", [key])
+        data = self.inner.get_range_buffer(key, start, end_exclusive)
+        self._transfer(len(data), self.get_bandwidth_bps)
+        return data
+
     def size(self, key: str) -> int:
         self._fault("size", [key])
         return self.inner.size(key)
@@ -731,6 +764,9 @@ class UploadRateLimitedObjectStore(ObjectStore):
 
     def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
         return self.inner.get_range(key, start, end_exclusive)
+
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        return self.inner.get_range_buffer(key, start, end_exclusive)
 
     def size(self, key: str) -> int:
         return self.inner.size(key)
@@ -871,6 +907,10 @@ class MeteredObjectStore(ObjectStore):
     def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
         return self._metered("GET", key, lambda: self.inner.get_range(key, start, end_exclusive),
                              size=len)
+
+    def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
+        return self._metered(
+            "GET", key, lambda: self.inner.get_range_buffer(key, start, end_exclusive), size=len)
 
     def size(self, key: str) -> int:
         return self._metered("HEAD", key, lambda: self.inner.size(key))

@@ -219,6 +219,7 @@ class _ChunkStream(io.RawIOBase):
         self._start = start
         self._end = end
         self._pending = iter(ids[1:])
+        self._chunk: tuple[int, memoryview] = (start, memoryview(b""))  # loaded chunk, its start
         self._buffer = self._slice(ids[0], first)
 
     def readable(self) -> bool:
@@ -226,8 +227,19 @@ class _ChunkStream(io.RawIOBase):
 
     def _slice(self, chunk_id: int, data: bytes) -> memoryview:
         chunk_start, chunk_stop = self._index.original_range(chunk_id)
-        return memoryview(data)[max(self._start - chunk_start, 0):
-                                min(self._end, chunk_stop) - chunk_start]
+        whole = memoryview(data)[:min(self._end, chunk_stop) - chunk_start]
+        self._chunk = (chunk_start, whole)
+        return whole[max(self._start - chunk_start, 0):]
+
+    def view(self, start: int, n: int) -> memoryview | None:
+        """Bytes ``[start, start + n)`` of the range straight out of the loaded chunk (no
+        copy; the chunk is immutable), or None when that chunk does not hold them all. The
+        stream does not move."""
+        chunk_start, whole = self._chunk
+        lo = start - chunk_start
+        if lo < 0 or start < self._start or lo + n > len(whole):
+            return None
+        return whole[lo:lo + n]
 
     def _advance(self) -> bool:
         chunk_id = next(self._pending, None)
@@ -258,6 +270,7 @@ class _ChunkStream(io.RawIOBase):
 
     def close(self) -> None:
         self._buffer = memoryview(b"")
+        self._chunk = (self._start, memoryview(b""))
         self._pending = iter(())
         super().close()
 
@@ -623,7 +636,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return ChunkTransform(manifest.compression, data_key, enc.aad)
 
     def _load_chunk(self, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest,
-                    chunk_id: int) -> bytes:
+                    chunk_id: int) -> bytes | memoryview:
         """The original bytes of chunk ``chunk_id`` of the segment's ``.log``: one ranged GET
         of its stored bytes, CRC32C check, decryption, decompression. A chunk failing any
         check raises RemoteStorageException naming the object and the chunk."""
@@ -632,7 +645,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         start, stop = index.stored_range(chunk_id)
         original_start, original_stop = index.original_range(chunk_id)
         transform = self._transform(manifest)
-        stored = self.store.get_range(key, start, stop)
+        stored = self.store.get_range_buffer(key, start, stop)
         if len(stored) != stop - start:
             raise RemoteStorageException(
                 f"{key} chunk {chunk_id} is truncated: {len(stored)} of {stop - start} bytes "
