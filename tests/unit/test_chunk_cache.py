@@ -468,17 +468,25 @@ def test_configuration_defaults_and_parsing(tmp_path):
     config = ChunkCacheConfig.from_mapping({"unrelated.key": "x"})
     assert (config.memory_size, config.disk_size, config.disk_path) == (256 << 20, 0, None)
     assert (config.prefetch_threads, config.prefetch_queue_size,
-            config.prefetch_hold_size) == (8, 16, 64 << 20)
+            config.prefetch_hold_size, config.chunk_size) == (8, 16, 64 << 20, 4 << 20)
     config = ChunkCacheConfig.from_mapping({
         MEMORY_SIZE_CONFIG: "1048576", DISK_SIZE_CONFIG: " 2097152 ",
         DISK_PATH_CONFIG: str(tmp_path), PREFETCH_THREADS_CONFIG: 2,
-        PREFETCH_QUEUE_SIZE_CONFIG: "0", PREFETCH_HOLD_SIZE_CONFIG: "0"})
-    assert config == ChunkCacheConfig(1 << 20, 2 << 20, tmp_path, 2, 0, 0)
+        PREFETCH_QUEUE_SIZE_CONFIG: "0", PREFETCH_HOLD_SIZE_CONFIG: "0", "chunk.size": "65536"})
+    assert config == ChunkCacheConfig(1 << 20, 2 << 20, tmp_path, 2, 0, 0, 65536)
     assert ChunkCache.from_config({MEMORY_SIZE_CONFIG: 0}) is None
     cache = ChunkCache.from_config({MEMORY_SIZE_CONFIG: 0, DISK_SIZE_CONFIG: 4096,
                                     DISK_PATH_CONFIG: str(tmp_path / "new" / "dir")})
     assert cache is not None and (tmp_path / "new" / "dir").is_dir()
     cache.close()
+
+
+@pytest.mark.parametrize("memory_size", [16 << 20, 256 << 20, 4 << 30])
+def test_a_chunk_weighs_at_most_64_policy_slots_whatever_the_tier_size(memory_size):
+    config = ChunkCacheConfig.from_mapping({MEMORY_SIZE_CONFIG: memory_size, "chunk.size": 4 << 20})
+    policy = ByteWeightedTinyLfu(memory_size, max_slots=config.tier_slots(memory_size))
+    assert -(-(4 << 20) // policy.slot_bytes) <= 64
+    assert ChunkCacheConfig().tier_slots(16 << 20) == 16384     # chunk size unknown: finest
 
 
 @pytest.mark.parametrize("configs, key", [

@@ -50,7 +50,8 @@ from typing import Any, Generic, TypeVar
 import crc32c
 
 from strata.common.files import TMP_SUFFIX, atomic_write
-from strata.common.tinylfu import ByteWeightedTinyLfu
+from strata.common.tinylfu import DEFAULT_MAX_SLOTS, ByteWeightedTinyLfu
+from strata.tiered.storage.chunks import DEFAULT_CHUNK_SIZE
 
 __all__ = [
     "ChunkCache", "ChunkCacheConfig", "ChunkKey", "Loader",
@@ -69,6 +70,8 @@ DISK_PATH_CONFIG = "chunk.cache.disk.path"
 PREFETCH_THREADS_CONFIG = "chunk.cache.prefetch.threads"
 PREFETCH_QUEUE_SIZE_CONFIG = "chunk.cache.prefetch.queue.size"
 PREFETCH_HOLD_SIZE_CONFIG = "chunk.cache.prefetch.hold.size"
+CHUNK_SIZE_CONFIG = "chunk.size"       # the RSM's chunk size: sizes the policies' slots
+SLOTS_PER_CHUNK = 64                   # a chunk of chunk.size weighs at most this many slots
 
 CHUNK_SUFFIX = ".chunk"
 _OUR_FILE = re.compile(r"^[0-9a-f]{32}-[0-9]+" + re.escape(CHUNK_SUFFIX)
@@ -89,6 +92,10 @@ class ChunkCacheConfig:
     prefetch thread is busy; more are dropped. ``prefetch_hold_size``: bytes of chunks held for
     a sequential reader until it has moved on (0 holds none: chunks then live only in the
     tiers, if their policies admit them); it should exceed the read-ahead window by a few chunks.
+    ``chunk_size``: the chunk size most values have (0: unknown). A tier's policy weighs keys in
+    slots of at least ``chunk_size / SLOTS_PER_CHUNK`` bytes, so admitting a chunk costs the same
+    whatever the tier's size (a 16 MiB tier with 1 KiB slots made a 4 MiB chunk 4096 policy
+    keys). :meth:`from_mapping` takes the RSM's ``chunk.size`` (default 4 MiB).
     """
 
     memory_size: int = 256 << 20
@@ -97,12 +104,14 @@ class ChunkCacheConfig:
     prefetch_threads: int = 8
     prefetch_queue_size: int = 16
     prefetch_hold_size: int = 64 << 20
+    chunk_size: int = 0
 
     def __post_init__(self) -> None:
         for name, key in (("memory_size", MEMORY_SIZE_CONFIG), ("disk_size", DISK_SIZE_CONFIG),
                           ("prefetch_threads", PREFETCH_THREADS_CONFIG),
                           ("prefetch_queue_size", PREFETCH_QUEUE_SIZE_CONFIG),
-                          ("prefetch_hold_size", PREFETCH_HOLD_SIZE_CONFIG)):
+                          ("prefetch_hold_size", PREFETCH_HOLD_SIZE_CONFIG),
+                          ("chunk_size", CHUNK_SIZE_CONFIG)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} must be a non-negative integer, not {value!r}")
@@ -139,7 +148,13 @@ class ChunkCacheConfig:
             prefetch_queue_size=_non_negative_int(configs, PREFETCH_QUEUE_SIZE_CONFIG,
                                                   d.prefetch_queue_size),
             prefetch_hold_size=_non_negative_int(configs, PREFETCH_HOLD_SIZE_CONFIG,
-                                                d.prefetch_hold_size))
+                                                d.prefetch_hold_size),
+            chunk_size=_non_negative_int(configs, CHUNK_SIZE_CONFIG, DEFAULT_CHUNK_SIZE))
+
+    def tier_slots(self, capacity_bytes: int) -> int:
+        """Policy slots for a tier of ``capacity_bytes``."""
+        slot_floor = max(1, self.chunk_size // SLOTS_PER_CHUNK)
+        return max(1, min(DEFAULT_MAX_SLOTS, capacity_bytes // slot_floor))
 
 
 def _non_negative_int(configs: Mapping[str, Any], key: str, default: int) -> int:
@@ -165,9 +180,10 @@ class _Tier(Generic[V]):
     """The values of one tier, their W-TinyLFU policy and a per-object index of chunk ids.
     Not thread-safe: the cache's lock guards it."""
 
-    def __init__(self, name: str, capacity_bytes: int) -> None:
+    def __init__(self, name: str, capacity_bytes: int, max_slots: int = DEFAULT_MAX_SLOTS) -> None:
         self.name = name
-        self.policy: ByteWeightedTinyLfu[ChunkKey] = ByteWeightedTinyLfu(capacity_bytes)
+        self.policy: ByteWeightedTinyLfu[ChunkKey] = ByteWeightedTinyLfu(capacity_bytes,
+                                                                         max_slots=max_slots)
         self.values: dict[ChunkKey, V] = {}
         self.by_object: dict[str, set[int]] = {}
         self.evictions = 0
@@ -287,8 +303,10 @@ class ChunkCache:
         config = config if config is not None else ChunkCacheConfig()
         self.config = config
         self._lock = threading.Lock()       # guards every field below
-        self._memory: _Tier[bytes] = _Tier("memory", config.memory_size)
-        self._disk: _Tier[_DiskEntry] = _Tier("disk", config.disk_size)
+        self._memory: _Tier[bytes] = _Tier("memory", config.memory_size,
+                                           config.tier_slots(config.memory_size))
+        self._disk: _Tier[_DiskEntry] = _Tier("disk", config.disk_size,
+                                              config.tier_slots(config.disk_size))
         # prefetched chunks held outside the tiers' policies, and those of them already read
         self._staged: OrderedDict[ChunkKey, bytes] = OrderedDict()
         self._staged_read: set[ChunkKey] = set()

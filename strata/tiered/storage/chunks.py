@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 __all__ = [
+    "DEFAULT_CHUNK_SIZE",
     "ChunkIndex",
     "FixedSizeChunkIndex",
     "VariableSizeChunkIndex",
@@ -28,6 +29,7 @@ __all__ = [
     "encode_crcs",
 ]
 
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024     # the RSM's ``chunk.size`` when not configured
 _INT32_MAX = 2**31 - 1
 
 

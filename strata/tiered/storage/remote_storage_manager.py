@@ -25,7 +25,7 @@ from strata.tiered.api import (
     RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager,
     TopicIdPartition)
 from strata.tiered.storage.chunks import (
-    ChunkIndex, FixedSizeChunkIndex, VariableSizeChunkIndex, chunk_index_from_json, chunk_range,
+    DEFAULT_CHUNK_SIZE, ChunkIndex, FixedSizeChunkIndex, VariableSizeChunkIndex, chunk_index_from_json, chunk_range,
     decode_crcs, encode_crcs)
 from strata.tiered.storage.chunk_cache import ChunkCache
 from strata.tiered.storage.object_store import ObjectStore, object_store_from_config
@@ -50,7 +50,6 @@ _READABLE_VERSIONS = ("1", "2")
 
 DEFAULT_MANIFEST_CACHE_SIZE = 1000
 DEFAULT_FETCH_WINDOW_BYTES = 4 * 1024 * 1024
-DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 MAX_CHUNK_SIZE = 1024 * 1024 * 1024
 DEFAULT_PREFETCH_MAX_SIZE = 32 * 1024 * 1024
 
