@@ -16,10 +16,11 @@ mode (the mode order rotates each round), as
 ``df.selectExpr("count(*)", "sum(length(value))")`` so that every row is materialised; each
 scan's count and byte sum are checked against the topic. Each mode first scans the whole topic
 once untimed, so that round 1 finds the Python workers started and the JVM's row conversion and
-the connector's code compiled, as every later round does. Per scan it records rows/s, MB/s of record values,
-and from the broker's ``/metrics`` the remote-tier reads it served meanwhile: Fetch reads of
-remote data (``kafka_server_BrokerTopicMetrics_RemoteFetchRequestsPerSec_total{topic}``), their
-bytes, and its object-store GETs. The broker has no per-API request counter, so Fetch requests
+the connector's code compiled, as every later round does. Per scan it records rows/s, MB/s of
+record values, and from the broker's ``/metrics`` the remote-tier reads it served meanwhile:
+Fetch reads of remote data
+(``kafka_server_BrokerTopicMetrics_RemoteFetchRequestsPerSec_total{topic}``), their bytes, and
+its object-store GETs. The broker has no per-API request counter, so Fetch requests
 for local data are not counted.
 
 The report is markdown (stdout; ``--report-md`` replaces the section between the

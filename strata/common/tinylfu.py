@@ -41,11 +41,15 @@ class ByteWeightedTinyLfu(Generic[K]):
     lock that also guards its values.
     """
 
-    def __init__(self, capacity_bytes: int, *, max_slots: int = DEFAULT_MAX_SLOTS) -> None:
+    def __init__(self, capacity_bytes: int, *, max_slots: int = DEFAULT_MAX_SLOTS,
+                 min_slot_bytes: int = 1) -> None:
+        """``max_slots`` bounds the split of the budget; ``min_slot_bytes`` bounds the slot
+        size from below, so that a key of ``w`` bytes is never more than ``w / min_slot_bytes``
+        policy keys however large the budget."""
         if max_slots < 1:
             raise ValueError(f"max_slots must be at least 1, not {max_slots}")
         self._capacity_bytes = max(0, capacity_bytes)
-        self._slot_bytes = max(1, math.ceil(self._capacity_bytes / max_slots))
+        self._slot_bytes = max(1, min_slot_bytes, math.ceil(self._capacity_bytes / max_slots))
         self._capacity_slots = self._capacity_bytes // self._slot_bytes
         self._core = TlfuCore(self._capacity_slots) if self._capacity_slots > 0 else None
         self._slots: dict[K, list[int]] = {}    # held key -> its policy keys

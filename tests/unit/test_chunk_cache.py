@@ -484,9 +484,13 @@ def test_configuration_defaults_and_parsing(tmp_path):
 @pytest.mark.parametrize("memory_size", [16 << 20, 256 << 20, 4 << 30])
 def test_a_chunk_weighs_at_most_64_policy_slots_whatever_the_tier_size(memory_size):
     config = ChunkCacheConfig.from_mapping({MEMORY_SIZE_CONFIG: memory_size, "chunk.size": 4 << 20})
-    policy = ByteWeightedTinyLfu(memory_size, max_slots=config.tier_slots(memory_size))
-    assert -(-(4 << 20) // policy.slot_bytes) <= 64
-    assert ChunkCacheConfig().tier_slots(16 << 20) == 16384     # chunk size unknown: finest
+    cache = ChunkCache(config)
+    try:
+        cache.get((OBJ, 0), lambda: bytes(4 << 20))
+        assert len(cache._memory.policy._slots[(OBJ, 0)]) <= 64
+    finally:
+        cache.close()
+    assert ChunkCacheConfig().min_slot_bytes == 1     # chunk size unknown: the finest split
 
 
 @pytest.mark.parametrize("configs, key", [

@@ -50,7 +50,7 @@ from typing import Any, Generic, TypeVar
 import crc32c
 
 from strata.common.files import TMP_SUFFIX, atomic_write
-from strata.common.tinylfu import DEFAULT_MAX_SLOTS, ByteWeightedTinyLfu
+from strata.common.tinylfu import ByteWeightedTinyLfu
 from strata.tiered.storage.chunks import DEFAULT_CHUNK_SIZE
 
 __all__ = [
@@ -151,10 +151,10 @@ class ChunkCacheConfig:
                                                 d.prefetch_hold_size),
             chunk_size=_non_negative_int(configs, CHUNK_SIZE_CONFIG, DEFAULT_CHUNK_SIZE))
 
-    def tier_slots(self, capacity_bytes: int) -> int:
-        """Policy slots for a tier of ``capacity_bytes``."""
-        slot_floor = max(1, self.chunk_size // SLOTS_PER_CHUNK)
-        return max(1, min(DEFAULT_MAX_SLOTS, capacity_bytes // slot_floor))
+    @property
+    def min_slot_bytes(self) -> int:
+        """The smallest policy slot of a tier (see ``chunk_size``)."""
+        return max(1, self.chunk_size // SLOTS_PER_CHUNK)
 
 
 def _non_negative_int(configs: Mapping[str, Any], key: str, default: int) -> int:
@@ -180,10 +180,10 @@ class _Tier(Generic[V]):
     """The values of one tier, their W-TinyLFU policy and a per-object index of chunk ids.
     Not thread-safe: the cache's lock guards it."""
 
-    def __init__(self, name: str, capacity_bytes: int, max_slots: int = DEFAULT_MAX_SLOTS) -> None:
+    def __init__(self, name: str, capacity_bytes: int, min_slot_bytes: int = 1) -> None:
         self.name = name
-        self.policy: ByteWeightedTinyLfu[ChunkKey] = ByteWeightedTinyLfu(capacity_bytes,
-                                                                         max_slots=max_slots)
+        self.policy: ByteWeightedTinyLfu[ChunkKey] = ByteWeightedTinyLfu(
+            capacity_bytes, min_slot_bytes=min_slot_bytes)
         self.values: dict[ChunkKey, V] = {}
         self.by_object: dict[str, set[int]] = {}
         self.evictions = 0
@@ -303,10 +303,8 @@ class ChunkCache:
         config = config if config is not None else ChunkCacheConfig()
         self.config = config
         self._lock = threading.Lock()       # guards every field below
-        self._memory: _Tier[bytes] = _Tier("memory", config.memory_size,
-                                           config.tier_slots(config.memory_size))
-        self._disk: _Tier[_DiskEntry] = _Tier("disk", config.disk_size,
-                                              config.tier_slots(config.disk_size))
+        self._memory: _Tier[bytes] = _Tier("memory", config.memory_size, config.min_slot_bytes)
+        self._disk: _Tier[_DiskEntry] = _Tier("disk", config.disk_size, config.min_slot_bytes)
         # prefetched chunks held outside the tiers' policies, and those of them already read
         self._staged: OrderedDict[ChunkKey, bytes] = OrderedDict()
         self._staged_read: set[ChunkKey] = set()

@@ -97,7 +97,8 @@ class ObjectStore(abc.ABC):
 
     def get_range_buffer(self, key: str, start: int, end_exclusive: int) -> bytes | memoryview:
         """``get_range`` as a read-only buffer, without a copy where the backend can (a file
-        mapped into memory, the HTTP client's own buffer). For large ranges read whole."""
+        mapped into memory, the HTTP client's own buffer): for ranges that are kept, like
+        cached chunks."""
         return self.get_range(key, start, end_exclusive)
 
     @abc.abstractmethod

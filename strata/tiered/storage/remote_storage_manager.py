@@ -25,8 +25,8 @@ from strata.tiered.api import (
     RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager,
     TopicIdPartition)
 from strata.tiered.storage.chunks import (
-    DEFAULT_CHUNK_SIZE, ChunkIndex, FixedSizeChunkIndex, VariableSizeChunkIndex, chunk_index_from_json, chunk_range,
-    decode_crcs, encode_crcs)
+    DEFAULT_CHUNK_SIZE, ChunkIndex, FixedSizeChunkIndex, VariableSizeChunkIndex,
+    chunk_index_from_json, chunk_range, decode_crcs, encode_crcs)
 from strata.tiered.storage.chunk_cache import ChunkCache
 from strata.tiered.storage.object_store import ObjectStore, object_store_from_config
 from strata.tiered.storage.transforms import (
