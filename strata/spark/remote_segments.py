@@ -32,7 +32,7 @@ from strata.common.errors import ErrorCode
 from strata.common.types import uuid_to_kafka_str
 from strata.protocol.client import EARLIEST, LATEST
 from strata.protocol.records import (
-    CONTROL_MASK, LOG_OVERHEAD, MIN_BATCH_LENGTH, decode_batch, iter_headers)
+    CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, decode_batch, iter_headers)
 from strata.spark.broker_client import (
     BrokerClient, BrokerRequestError, DataLossError, TopicInfo, whole_batches)
 from strata.tiered.api import (
@@ -396,44 +396,83 @@ class RemoteSegmentReader:
             return
         ahead = self.rsm.prefetch_max_size    # 0: no read-ahead
         stream = self.rsm.fetch_log_segment(meta, first, last - 1)
-        # never resized (a larger one replaces it), so views of it may outlive a piece
-        buf = bytearray(min(READ_PIECE_BYTES, last - first))
-        view = memoryview(buf)
         try:
             position = first        # the segment byte after what was read
-            held = 0                # bytes at the start of buf carried over: a partial batch
-            while True:
-                got = stream.readinto(view[held:]) or 0
-                position += got
-                if got and ahead and position < last:
-                    # the next piece loads in the RSM's threads while this one is decoded
+            cut = bytearray()       # the head of a batch the last piece ended inside
+            for piece in _pieces(stream):
+                position += len(piece)
+                if ahead and position < last:
+                    # what follows loads in the RSM's threads while this piece is decoded
                     self.rsm.prefetch(meta, position, min(ahead, last - position))
-                size = held + got
-                found = whole_batches(view[:size], start, end)
+                if cut:
+                    taken = _complete_batch(cut, piece, meta, position - len(piece))
+                    piece = piece[taken:]
+                    if not piece and _batch_size(cut) != len(cut):
+                        continue
+                    found = whole_batches(cut, start, end)
+                    if found.keep_from >= 0:
+                        yield memoryview(cut)[found.keep_from:found.keep_to]
+                    if found.reached_end:
+                        return
+                    cut = bytearray()   # a fresh one: the view just given may still be held
+                found = whole_batches(piece, start, end)
                 if found.keep_from >= 0:
-                    yield view[found.keep_from:found.keep_to]
+                    yield piece[found.keep_from:found.keep_to]
                 if found.reached_end:
                     return
-                held = size - found.parsed_to
-                length = (_LENGTH.unpack_from(buf, found.parsed_to + 8)[0]
-                          if held >= LOG_OVERHEAD else None)
-                if not got or (length is not None and length < MIN_BATCH_LENGTH):
-                    if held:
-                        raise RemoteStorageException(
-                            f"remote segment {uuid_to_kafka_str(meta.remote_log_segment_id.id)} "
-                            f"has a truncated or malformed batch at position {position - held}")
-                    return
-                # the partial batch moves to the front; a batch that would leave less than
-                # half of buf for the next read gets a larger buf
-                need = held if length is None else max(held, length + LOG_OVERHEAD)
-                if need > len(buf) // 2:
-                    grown = bytearray(max(2 * len(buf), need + READ_PIECE_BYTES // 2))
-                    grown[:held] = view[found.parsed_to:size]
-                    buf, view = grown, memoryview(grown)
-                elif held:
-                    buf[:held] = buf[found.parsed_to:size]
+                if found.parsed_to < len(piece):
+                    cut = bytearray(piece[found.parsed_to:])
+                    size = _batch_size(cut)
+                    if size is not None and size < HEADER_SIZE:
+                        raise _malformed(meta, position - len(cut))
+            if cut:
+                raise _malformed(meta, position - len(cut))
         finally:
             stream.close()
+
+
+def _pieces(stream) -> Iterator[memoryview]:
+    """The stream's bytes in pieces, each valid until the next is asked for: views of the
+    RSM's chunks (no copy) when the stream offers them, else reads into one reused buffer."""
+    readview = getattr(stream, "readview", None)
+    if readview is None and getattr(stream, "raw", None) is not None:
+        readview = getattr(stream.raw, "readview", None)  # a fresh io.BufferedReader: empty
+    if readview is not None:
+        while piece := readview():
+            yield piece
+        return
+    view = memoryview(bytearray(READ_PIECE_BYTES))
+    while got := stream.readinto(view):
+        yield view[:got]
+
+
+def _batch_size(head: bytes | bytearray) -> int | None:
+    """The whole size of the batch ``head`` starts, or None before its length is in."""
+    return _LENGTH.unpack_from(head, 8)[0] + LOG_OVERHEAD if len(head) >= LOG_OVERHEAD else None
+
+
+def _complete_batch(cut: bytearray, piece: memoryview, meta: RemoteLogSegmentMetadata,
+                    at: int) -> int:
+    """Append to ``cut`` (a batch's first bytes) what ``piece`` holds of the rest of that
+    batch; how many bytes of ``piece`` that took."""
+    taken = 0
+    if len(cut) < LOG_OVERHEAD:
+        taken = min(LOG_OVERHEAD - len(cut), len(piece))
+        cut += piece[:taken]
+    size = _batch_size(cut)
+    if size is None:
+        return taken
+    if size < HEADER_SIZE:
+        raise _malformed(meta, at - len(cut) + taken)
+    more = min(size - len(cut), len(piece) - taken)
+    cut += piece[taken:taken + more]
+    return taken + more
+
+
+def _malformed(meta: RemoteLogSegmentMetadata, position: int) -> RemoteStorageException:
+    return RemoteStorageException(
+        f"remote segment {uuid_to_kafka_str(meta.remote_log_segment_id.id)} has a truncated "
+        f"or malformed batch at position {position}")
 
 
 def _data_loss(meta: RemoteLogSegmentMetadata, start: int, end: int,

@@ -11,6 +11,7 @@ value), explicit timestamps; the first part uncompressed, the rest zstd.
 
 from __future__ import annotations
 
+import io
 import pickle
 import random
 import time
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.slow
 TOPIC = "reading"
 PARTITIONS = 2
 PER_PARTITION = 1200
+CHUNK_SIZE = 9000       # the remote .log objects' chunks: batches straddle their ends
 BASE_TS = (int(time.time() * 1000) // 1000) * 1000 - 3_600_000     # an hour ago: kept
 
 
@@ -117,7 +119,8 @@ def settled(c: Cluster) -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("spark-reading")
-    with BrokerProcess(data_dir, TIERED_BROKER) as broker:
+    with BrokerProcess(data_dir, {**TIERED_BROKER, "rsm.config.chunk.size": str(CHUNK_SIZE)}) \
+            as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
             "remote.storage.enable": "true", "internal.segment.bytes": str(16 * 1024),
@@ -311,11 +314,22 @@ def test_part_of_a_segment_is_read_from_its_offset_index_position(cluster):
         r.close()
 
 
-@pytest.mark.parametrize("piece", [1000, 5000])
-def test_pieces_smaller_than_a_batch_are_joined_and_cut_at_batch_boundaries(cluster, monkeypatch, piece):
+def without_chunk_views(r: RemoteSegmentReader, monkeypatch) -> None:
+    """Make ``r``'s RSM return plain streams: the reader then reads into its own buffer."""
+    fetch = r.rsm.fetch_log_segment
+    monkeypatch.setattr(r.rsm, "fetch_log_segment", lambda *a: io.BytesIO(fetch(*a).read()))
+
+
+@pytest.mark.parametrize("piece", [None, 1000, 5000])
+def test_batches_cut_by_piece_ends_are_joined_and_every_piece_ends_at_a_batch_boundary(
+        cluster, monkeypatch, piece):
+    """None: the pieces are the RSM's chunks (CHUNK_SIZE, viewed in place); a number: reads
+    of that size into the reader's buffer. Either way batches straddle the piece ends."""
     import strata.spark.remote_segments as rs
-    monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
     r = reader(cluster)
+    if piece is not None:
+        monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
+        without_chunk_views(r, monkeypatch)
     try:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[0][2]
@@ -327,24 +341,27 @@ def test_pieces_smaller_than_a_batch_are_joined_and_cut_at_batch_boundaries(clus
         r.close()
 
 
-@pytest.mark.parametrize("piece", [1000, 5000, 1 << 20])
-def test_views_of_one_reused_buffer_decoded_one_at_a_time_give_what_read_gives(
-        cluster, monkeypatch, piece):
+@pytest.mark.parametrize("piece", [None, 1000, 5000, 1 << 20])
+def test_views_decoded_one_at_a_time_give_what_read_gives(cluster, monkeypatch, piece):
     import strata.spark.remote_segments as rs
-    monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
     r = reader(cluster)
+    if piece is not None:
+        monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
+        without_chunk_views(r, monkeypatch)
     try:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[1][3]
         start, end = meta.start_offset + 2, meta.end_offset + 1
-        got, buffers = [], set()
+        got, owners = [], []
         for view in r.views(meta, start, end):         # as read_task consumes them
-            buffers.add(id(view.obj))
+            owners.append(view.obj)
             got += decoded([view], 1, start, end)
         assert as_sent(got) == cluster.sent[1][start:end]
         assert got == decoded(r.read(meta, start, end), 1, start, end)
-        if piece == 1 << 20:
-            assert len(buffers) == 1                   # no batch outgrew it: one buffer
+        if piece is None:       # chunks in place; only batches cut by a chunk's end are copied
+            assert sum(not isinstance(o, bytearray) for o in owners) >= 2
+        elif piece == 1 << 20:
+            assert len({id(o) for o in owners}) == 1   # no batch outgrew it: one buffer
     finally:
         r.close()
 

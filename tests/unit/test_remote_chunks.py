@@ -236,6 +236,23 @@ def test_a_range_within_the_loaded_chunk_is_viewed_in_place_and_one_across_chunk
     assert raw.view(2 * MIB, 100) == big.bytes[2 * MIB:2 * MIB + 100]
 
 
+def test_readview_gives_the_range_chunk_by_chunk_as_views_of_the_cached_chunks(big):
+    manager = make_rsm(MemoryObjectStore(), **{"chunk.size": MIB, "compression.enabled": True})
+    manager.copy_log_segment_data(big.metadata, big.data)
+    manifest = manager._manifest(big.metadata)
+    stream = manager.fetch_log_segment(big.metadata, MIB + 10, 3 * MIB + 99)
+    raw = getattr(stream, "raw", stream)
+    pieces = []
+    while piece := raw.readview():
+        pieces.append(piece)
+    assert [len(p) for p in pieces] == [MIB - 10, MIB, 100]
+    assert b"".join(pieces) == big.bytes[MIB + 10:3 * MIB + 100]
+    assert all(p.readonly for p in pieces)
+    chunks = [manager._chunk(big.metadata, manifest, i) for i in (1, 2, 3)]
+    assert all(p.obj is chunk for p, chunk in zip(pieces, chunks))    # no copies
+    assert raw.readview() == b"" and raw.read() == b""
+
+
 def test_a_chunk_cache_gets_every_load_keyed_by_log_object_and_chunk_id_and_drops_deleted_ones(big):
     class DictCache:
         def __init__(self):

@@ -259,6 +259,17 @@ class _ChunkStream(io.RawIOBase):
         self._buffer = self._buffer[n:]
         return n
 
+    def readview(self) -> memoryview:
+        """The rest of the loaded chunk's part of the range (loading the next chunk when it
+        is used up) as a read-only view, no copy, moving past it; empty at the end."""
+        if self.closed:
+            raise ValueError("I/O operation on closed stream")
+        while not self._buffer:
+            if not self._advance():
+                return self._buffer
+        piece, self._buffer = self._buffer, self._buffer[len(self._buffer):]
+        return piece
+
     def readall(self) -> bytes:
         if self.closed:
             raise ValueError("I/O operation on closed stream")
