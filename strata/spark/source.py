@@ -55,6 +55,33 @@ class StrataPartition(InputPartition):
         return f"StrataPartition({self.task.describe()})"
 
 
+# ---- the Python workers ---------------------------------------------------------------------------
+
+def _drop_jars_from_sys_path() -> None:
+    """Take ``.jar`` files that hold no Python off this process's ``sys.path``.
+
+    Spark puts spark-core's jar (15 MB, thousands of entries) on its Python workers' path,
+    and before every task or planning call (schema, partitions) a worker runs
+    ``importlib.invalidate_caches()``, which re-reads the directory of every zip on the path:
+    about 85 ms a call for that jar alone. A jar without Python modules cannot serve an
+    import, so leaving the path does not change what imports find."""
+    import sys
+    import zipfile
+    for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
+        try:
+            with zipfile.ZipFile(entry) as jar:
+                if any(n.endswith((".py", ".pyc")) for n in jar.namelist()):
+                    continue
+        except (OSError, zipfile.BadZipFile):
+            continue
+        sys.path[:] = [e for e in sys.path if e != entry]
+        sys.path_importer_cache.pop(entry, None)
+
+
+# every Spark worker that runs this source imports this module first
+_drop_jars_from_sys_path()
+
+
 # ---- per-process clients (executors and the driver's workers) --------------------------------------
 
 _lock = threading.Lock()
@@ -130,38 +157,11 @@ def plan_read(options: Mapping[str, str]) -> list[ReadTask]:
 
 # ---- reading --------------------------------------------------------------------------------------
 
-_path_trimmed = False
-
-
-def _drop_jars_from_sys_path() -> None:
-    """Take ``.jar`` files that hold no Python off this process's ``sys.path`` (once).
-
-    Spark puts spark-core's jar (15 MB, thousands of entries) on its Python workers' path,
-    and before every task the worker calls ``importlib.invalidate_caches()``, which re-reads
-    the directory of every zip on the path: about 85 ms per task for that jar alone."""
-    global _path_trimmed
-    if _path_trimmed:
-        return
-    _path_trimmed = True
-    import sys
-    import zipfile
-    for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
-        try:
-            with zipfile.ZipFile(entry) as jar:
-                if any(n.endswith((".py", ".pyc")) for n in jar.namelist()):
-                    continue
-        except (OSError, zipfile.BadZipFile):
-            continue
-        sys.path[:] = [e for e in sys.path if e != entry]
-        sys.path_importer_cache.pop(entry, None)
-
-
 def read_task(task: ReadTask, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     """The rows of one input partition as Arrow record batches, piece after piece. Data loss
     (a missing remote object, offsets gone from the broker) fails the task, naming the segment
     or offsets, unless failOnDataLoss is false: then the missing part is skipped with a
     warning and the task goes on with what follows it."""
-    _drop_jars_from_sys_path()
     pieces = task.parts()
     for i, piece in enumerate(pieces):
         if piece.segment is not None:

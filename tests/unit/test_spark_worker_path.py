@@ -22,7 +22,6 @@ def test_a_jar_without_python_leaves_sys_path_and_one_with_python_stays(tmp_path
         z.writestr("strata_test_pkg_in_jar/__init__.py", "VALUE = 7\n")
     missing = str(tmp_path / "gone.jar")
     monkeypatch.setattr(sys, "path", [str(classes), str(packaged), missing, *sys.path])
-    monkeypatch.setattr(source, "_path_trimmed", False)
     importlib.invalidate_caches()
     with pytest.raises(ImportError):                # a search of every path entry
         importlib.import_module("strata_test_no_such_module")
