@@ -314,10 +314,16 @@ def test_part_of_a_segment_is_read_from_its_offset_index_position(cluster):
         r.close()
 
 
-def without_chunk_views(r: RemoteSegmentReader, monkeypatch) -> None:
-    """Make ``r``'s RSM return plain streams: the reader then reads into its own buffer."""
-    fetch = r.rsm.fetch_log_segment
-    monkeypatch.setattr(r.rsm, "fetch_log_segment", lambda *a: io.BytesIO(fetch(*a).read()))
+def piece_reader(c: Cluster, monkeypatch, piece: int | None) -> RemoteSegmentReader:
+    """A reader whose pieces are the RSM's chunks, viewed in place (``piece`` None), or reads
+    of ``piece`` bytes into its own buffer (its RSM then returns plain streams)."""
+    r = reader(c)
+    if piece is not None:
+        import strata.spark.remote_segments as rs
+        monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
+        fetch = r.rsm.fetch_log_segment
+        monkeypatch.setattr(r.rsm, "fetch_log_segment", lambda *a: io.BytesIO(fetch(*a).read()))
+    return r
 
 
 @pytest.mark.parametrize("piece", [None, 1000, 5000])
@@ -325,11 +331,7 @@ def test_batches_cut_by_piece_ends_are_joined_and_every_piece_ends_at_a_batch_bo
         cluster, monkeypatch, piece):
     """None: the pieces are the RSM's chunks (CHUNK_SIZE, viewed in place); a number: reads
     of that size into the reader's buffer. Either way batches straddle the piece ends."""
-    import strata.spark.remote_segments as rs
-    r = reader(cluster)
-    if piece is not None:
-        monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
-        without_chunk_views(r, monkeypatch)
+    r = piece_reader(cluster, monkeypatch, piece)
     try:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[0][2]
@@ -343,11 +345,7 @@ def test_batches_cut_by_piece_ends_are_joined_and_every_piece_ends_at_a_batch_bo
 
 @pytest.mark.parametrize("piece", [None, 1000, 5000, 1 << 20])
 def test_views_decoded_one_at_a_time_give_what_read_gives(cluster, monkeypatch, piece):
-    import strata.spark.remote_segments as rs
-    r = reader(cluster)
-    if piece is not None:
-        monkeypatch.setattr(rs, "READ_PIECE_BYTES", piece)
-        without_chunk_views(r, monkeypatch)
+    r = piece_reader(cluster, monkeypatch, piece)
     try:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[1][3]
