@@ -405,10 +405,9 @@ class RemoteSegmentReader:
                     # what follows loads in the RSM's threads while this piece is decoded
                     self.rsm.prefetch(meta, position, min(ahead, last - position))
                 if cut:
-                    taken = _complete_batch(cut, piece, meta, position - len(piece))
-                    piece = piece[taken:]
-                    if not piece and _batch_size(cut) != len(cut):
-                        continue
+                    piece = piece[_complete_batch(cut, piece, meta, position - len(piece)):]
+                    if _batch_size(cut) != len(cut):
+                        continue        # still partial: the piece went into it
                     found = whole_batches(cut, start, end)
                     if found.keep_from >= 0:
                         yield memoryview(cut)[found.keep_from:found.keep_to]
@@ -420,11 +419,9 @@ class RemoteSegmentReader:
                     yield piece[found.keep_from:found.keep_to]
                 if found.reached_end:
                     return
-                if found.parsed_to < len(piece):
-                    cut = bytearray(piece[found.parsed_to:])
-                    size = _batch_size(cut)
-                    if size is not None and size < HEADER_SIZE:
-                        raise _malformed(meta, position - len(cut))
+                rest = piece[found.parsed_to:]     # a partial (or malformed) batch
+                if rest:
+                    _complete_batch(cut, rest, meta, position - len(rest))
             if cut:
                 raise _malformed(meta, position - len(cut))
         finally:
@@ -434,9 +431,8 @@ class RemoteSegmentReader:
 def _pieces(stream) -> Iterator[memoryview]:
     """The stream's bytes in pieces, each valid until the next is asked for: views of the
     RSM's chunks (no copy) when the stream offers them, else reads into one reused buffer."""
-    readview = getattr(stream, "readview", None)
-    if readview is None and getattr(stream, "raw", None) is not None:
-        readview = getattr(stream.raw, "readview", None)  # a fresh io.BufferedReader: empty
+    # under a fresh io.BufferedReader (nothing buffered yet) the raw stream reads the same
+    readview = getattr(getattr(stream, "raw", stream), "readview", None)
     if readview is not None:
         while piece := readview():
             yield piece
@@ -453,8 +449,9 @@ def _batch_size(head: bytes | bytearray) -> int | None:
 
 def _complete_batch(cut: bytearray, piece: memoryview, meta: RemoteLogSegmentMetadata,
                     at: int) -> int:
-    """Append to ``cut`` (a batch's first bytes) what ``piece`` holds of the rest of that
-    batch; how many bytes of ``piece`` that took."""
+    """Append to ``cut`` (a batch's first bytes, or nothing) what ``piece`` (at segment byte
+    ``at``) holds of that batch; how many bytes of ``piece`` that took. A batch whose length
+    is below the minimum raises."""
     taken = 0
     if len(cut) < LOG_OVERHEAD:
         taken = min(LOG_OVERHEAD - len(cut), len(piece))

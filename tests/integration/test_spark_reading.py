@@ -254,19 +254,15 @@ def test_segment_metadata_pickles_and_the_reader_refuses_to(cluster):
         copy = pickle.loads(pickle.dumps(c))              # connections stay behind
         with copy:
             assert copy.list_offsets(TOPIC, [0], -2) == {0: 0}
-    r = reader(cluster)
-    try:
+    with reader(cluster) as r:
         with pytest.raises(TypeError, match="not picklable"):
             pickle.dumps(r)
-    finally:
-        r.close()
 
 
 # ---- reading both tiers ------------------------------------------------------------------------
 
 def test_remote_segments_and_the_local_tail_give_exactly_the_produced_records(cluster):
-    r = reader(cluster)
-    try:
+    with reader(cluster) as r:
         with client(cluster) as c:
             segments = remote_segments(c, TOPIC)
             latest = c.list_offsets(TOPIC, [0, 1], -1)
@@ -277,8 +273,6 @@ def test_remote_segments_and_the_local_tail_give_exactly_the_produced_records(cl
                 tail = segments[p][-1].end_offset + 1
                 got += decoded(c.read_range(TOPIC, p, tail, latest[p]), p, tail, latest[p])
                 assert as_sent(got) == cluster.sent[p]
-    finally:
-        r.close()
 
 
 def test_read_range_alone_reads_both_tiers_through_the_broker(cluster):
@@ -293,8 +287,7 @@ def test_read_range_alone_reads_both_tiers_through_the_broker(cluster):
 
 
 def test_part_of_a_segment_is_read_from_its_offset_index_position(cluster):
-    r = reader(cluster)
-    try:
+    with reader(cluster) as r:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[1][4]
         positions = r.offset_positions(meta)
@@ -310,8 +303,6 @@ def test_part_of_a_segment_is_read_from_its_offset_index_position(cluster):
             first_batch_base = int.from_bytes(chunks[0][:8], "big")
             assert first_batch_base <= start
         assert list(r.read(meta, meta.end_offset + 1, meta.end_offset + 10)) == []
-    finally:
-        r.close()
 
 
 def piece_reader(c: Cluster, monkeypatch, piece: int | None) -> RemoteSegmentReader:
@@ -331,22 +322,18 @@ def test_batches_cut_by_piece_ends_are_joined_and_every_piece_ends_at_a_batch_bo
         cluster, monkeypatch, piece):
     """None: the pieces are the RSM's chunks (CHUNK_SIZE, viewed in place); a number: reads
     of that size into the reader's buffer. Either way batches straddle the piece ends."""
-    r = piece_reader(cluster, monkeypatch, piece)
-    try:
+    with piece_reader(cluster, monkeypatch, piece) as r:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[0][2]
         chunks = list(r.read(meta, meta.start_offset, meta.end_offset + 1))
         assert len(chunks) > 1
         got = as_sent(decoded(chunks, 0, meta.start_offset, meta.end_offset + 1))
         assert got == cluster.sent[0][meta.start_offset:meta.end_offset + 1]
-    finally:
-        r.close()
 
 
 @pytest.mark.parametrize("piece", [None, 1000, 5000, 1 << 20])
 def test_views_decoded_one_at_a_time_give_what_read_gives(cluster, monkeypatch, piece):
-    r = piece_reader(cluster, monkeypatch, piece)
-    try:
+    with piece_reader(cluster, monkeypatch, piece) as r:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[1][3]
         start, end = meta.start_offset + 2, meta.end_offset + 1
@@ -360,16 +347,13 @@ def test_views_decoded_one_at_a_time_give_what_read_gives(cluster, monkeypatch, 
             assert sum(not isinstance(o, bytearray) for o in owners) >= 2
         elif piece == 1 << 20:
             assert len({id(o) for o in owners}) == 1   # no batch outgrew it: one buffer
-    finally:
-        r.close()
 
 
 def test_a_read_ahead_hint_never_fails_and_the_read_after_it_is_exact(cluster):
     import dataclasses
     import uuid
     from strata.tiered.api import RemoteLogSegmentId
-    r = reader(cluster)
-    try:
+    with reader(cluster) as r:
         with client(cluster) as c:
             metas = remote_segments(c, TOPIC)[0][5:7]
         gone = dataclasses.replace(metas[0], remote_log_segment_id=RemoteLogSegmentId(
@@ -383,8 +367,6 @@ def test_a_read_ahead_hint_never_fails_and_the_read_after_it_is_exact(cluster):
                 cluster.sent[0][start:end]
         with pytest.raises(DataLossError):
             list(r.views(gone, gone.start_offset, gone.end_offset + 1))
-    finally:
-        r.close()
 
 
 # ---- configuration -----------------------------------------------------------------------------
@@ -418,14 +400,11 @@ def test_rsm_props_come_from_options_in_any_case_or_from_the_brokers_server_prop
     props_file.write_text(f"log.dirs={cluster.broker.data_dir / 'kafka-logs'}\n")
     assert rsm_props_from_options({"strata.server.properties": str(props_file)}) is None
 
-    r = RemoteSegmentReader(from_file)
-    try:
+    with RemoteSegmentReader(from_file) as r:
         with client(cluster) as c:
             meta = remote_segments(c, TOPIC)[0][0]
         got = decoded(r.read(meta, 0, meta.end_offset + 1), 0, 0, meta.end_offset + 1)
         assert as_sent(got) == cluster.sent[0][:meta.end_offset + 1]
-    finally:
-        r.close()
 
 
 # ---- data loss ---------------------------------------------------------------------------------
@@ -440,19 +419,17 @@ def test_a_deleted_segment_object_fails_with_data_loss_naming_the_segment(cluste
     for what, gone in cases.items():
         for o in gone:
             o.rename(o.with_name(o.name + ".hidden"))
-        r = reader(cluster)                                # nothing cached
         try:
-            with pytest.raises(DataLossError) as err:
+            with reader(cluster) as r, pytest.raises(DataLossError) as err:   # nothing cached
                 list(r.read(meta, meta.start_offset, meta.end_offset + 1))
-            message = str(err.value)
-            assert seg in message and str(meta.remote_log_segment_id.id) in message, what
-            assert f"{TOPIC}-1" in message
-            assert f"[{meta.start_offset}, {meta.end_offset + 1})" in message
-            assert (err.value.topic, err.value.partition) == (TOPIC, 1)
         finally:
-            r.close()
             for o in gone:
                 o.with_name(o.name + ".hidden").rename(o)
+        message = str(err.value)
+        assert seg in message and str(meta.remote_log_segment_id.id) in message, what
+        assert f"{TOPIC}-1" in message
+        assert f"[{meta.start_offset}, {meta.end_offset + 1})" in message
+        assert (err.value.topic, err.value.partition) == (TOPIC, 1)
 
 
 def test_offsets_below_the_log_start_are_data_loss_naming_where_to_resume(cluster):

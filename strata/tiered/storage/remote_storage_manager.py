@@ -248,26 +248,27 @@ class _ChunkStream(io.RawIOBase):
         self._buffer = self._slice(chunk_id, self._load(chunk_id))
         return True
 
-    def readinto(self, b: Any) -> int:
+    def _unread(self) -> memoryview:
+        """What is left of the loaded chunk's part of the range, loading the next chunk when
+        it is used up; empty at the end."""
         if self.closed:
             raise ValueError("I/O operation on closed stream")
-        while not self._buffer:
-            if not self._advance():
-                return 0
-        n = min(len(b), len(self._buffer))
-        b[:n] = self._buffer[:n]
-        self._buffer = self._buffer[n:]
+        while not self._buffer and self._advance():
+            pass
+        return self._buffer
+
+    def readinto(self, b: Any) -> int:
+        unread = self._unread()
+        n = min(len(b), len(unread))
+        b[:n] = unread[:n]
+        self._buffer = unread[n:]
         return n
 
     def readview(self) -> memoryview:
-        """The rest of the loaded chunk's part of the range (loading the next chunk when it
-        is used up) as a read-only view, no copy, moving past it; empty at the end."""
-        if self.closed:
-            raise ValueError("I/O operation on closed stream")
-        while not self._buffer:
-            if not self._advance():
-                return self._buffer
-        piece, self._buffer = self._buffer, self._buffer[len(self._buffer):]
+        """The rest of the loaded chunk's part of the range as a read-only view (no copy),
+        moving past it; empty at the end."""
+        piece = self._unread()
+        self._buffer = piece[len(piece):]
         return piece
 
     def readall(self) -> bytes:
