@@ -4,6 +4,7 @@ segment files, commit order, cleanup on failure, idempotency, fault injection.""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import threading
@@ -219,6 +220,25 @@ def test_segment_stream_is_fetched_chunk_by_chunk_as_it_is_read(segment):
     assert got == segment.bytes
     assert len(recorder.ops("get_range")) == -(-len(segment.bytes) // 1000)
     assert stream.read() == b""
+
+
+def test_a_seek_over_whole_chunks_never_fetches_them(segment):
+    manager, recorder = recording_rsm(**{"chunk.size": 1000})
+    manager.copy_log_segment_data(segment.metadata, segment.data)
+    assert len(segment.bytes) > 4500
+    recorder.calls.clear()
+    stream = manager.fetch_log_segment(segment.metadata, 300)
+    assert stream.seekable() and stream.tell() == 0
+    assert stream.seek(500, io.SEEK_CUR) == 500             # inside the loaded chunk
+    assert stream.read(10) == segment.bytes[800:810]
+    assert stream.seek(3650) == 3650                        # into chunk 3, past 1 and 2
+    assert stream.tell() == 3650
+    assert stream.read(400) == segment.bytes[3950:4350]
+    assert len(recorder.ops("get_range")) == 3              # chunks 0, 3 and 4 only
+    assert stream.seek(100) == 100 and stream.read(5) == segment.bytes[400:405]   # back
+    assert stream.seek(-20, io.SEEK_END) == len(segment.bytes) - 320
+    assert stream.read() == segment.bytes[-20:]
+    assert stream.seek(10**9) == len(segment.bytes) - 300 and stream.read() == b""
 
 
 def test_fetch_of_a_segment_never_copied_raises_resource_not_found(rsm, segment):

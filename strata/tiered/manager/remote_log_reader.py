@@ -10,6 +10,7 @@ malformed batch header in remote data raises ``CorruptRecordError``.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -146,9 +147,16 @@ class _SegmentStream:
         return bytes(buf) if got == n else bytes(buf[:got])
 
     def skip(self, n: int) -> bool:
-        """Move ``n`` bytes forward: read through an open range, jump otherwise. False when
-        the segment ends before."""
+        """Move ``n`` bytes forward: seek (or read) through an open range, jump otherwise.
+        False when the segment ends before."""
         if self._stream is not None and self.position + n <= self._range_end:
+            if n and self._stream.seekable():
+                # a seek never fails past a short object's end: its last byte must be there
+                self._stream.seek(n - 1, io.SEEK_CUR)
+                if not self._stream.read(1):
+                    return False
+                self.position += n
+                return True
             scratch = memoryview(bytearray(min(n, _DISCARD_CHUNK)))
             while n > 0:
                 got = self.readinto(scratch[:min(n, len(scratch))])

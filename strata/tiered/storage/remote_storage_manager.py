@@ -217,18 +217,47 @@ class _ChunkStream(io.RawIOBase):
         self._index = index
         self._start = start
         self._end = end
+        self._ids = ids
         self._pending = iter(ids[1:])
         self._chunk: tuple[int, memoryview] = (start, memoryview(b""))  # loaded chunk, its start
+        self._resume = start        # where reading goes on in the next chunk loaded
         self._buffer = self._slice(ids[0], first)
 
     def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
         return True
 
     def _slice(self, chunk_id: int, data: bytes) -> memoryview:
         chunk_start, chunk_stop = self._index.original_range(chunk_id)
         whole = memoryview(data)[:min(self._end, chunk_stop) - chunk_start]
         self._chunk = (chunk_start, whole)
-        return whole[max(self._start - chunk_start, 0):]
+        return whole[max(self._resume - chunk_start, 0):]
+
+    def tell(self) -> int:
+        chunk_start, whole = self._chunk
+        return chunk_start + len(whole) - len(self._buffer) - self._start
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move within the range (positions count from its start, clamped to it). A target
+        outside the loaded chunk loads its chunk only when read, so skipped chunks are never
+        fetched."""
+        if self.closed:
+            raise ValueError("I/O operation on closed stream")
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(),
+                io.SEEK_END: self._end - self._start}[whence]
+        target = min(max(self._start + base + offset, self._start), self._end)
+        chunk_start, whole = self._chunk
+        if chunk_start <= target < chunk_start + len(whole):
+            self._buffer = whole[target - chunk_start:]
+        else:
+            self._chunk = (target, memoryview(b""))
+            self._buffer = memoryview(b"")
+            self._resume = target
+            first = self._index.chunk_id(target) if target < self._end else self._ids.stop
+            self._pending = iter(range(max(first, self._ids.start), self._ids.stop))
+        return target - self._start
 
     def view(self, start: int, n: int) -> memoryview | None:
         """Bytes ``[start, start + n)`` of the range straight out of the loaded chunk (no
