@@ -38,6 +38,7 @@ from strata.spark.plan import (
     OffsetRange, ReadPiece, ReadTask, TopicPartitionKey, clamp_to_log_start, offset_ranges,
     offsets_from_json, offsets_to_json, plan_tasks, rate_limit, resolve_offsets,
     resolve_partitions)
+from strata.spark.worker_env import trim_import_caches
 
 __all__ = ["StrataDataSource", "StrataPartition", "plan_read", "read_task"]
 
@@ -53,33 +54,6 @@ class StrataPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"StrataPartition({self.task.describe()})"
-
-
-# ---- the Python workers ---------------------------------------------------------------------------
-
-def _drop_jars_from_sys_path() -> None:
-    """Take ``.jar`` files that hold no Python off this process's ``sys.path``.
-
-    Spark puts spark-core's jar (15 MB, thousands of entries) on its Python workers' path,
-    and before every task or planning call (schema, partitions) a worker runs
-    ``importlib.invalidate_caches()``, which re-reads the directory of every zip on the path:
-    about 85 ms a call for that jar alone. A jar without Python modules cannot serve an
-    import, so leaving the path does not change what imports find."""
-    import sys
-    import zipfile
-    for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
-        try:
-            with zipfile.ZipFile(entry) as jar:
-                if any(n.endswith((".py", ".pyc")) for n in jar.namelist()):
-                    continue
-        except (OSError, zipfile.BadZipFile):
-            continue
-        sys.path[:] = [e for e in sys.path if e != entry]
-        sys.path_importer_cache.pop(entry, None)
-
-
-# every Spark worker that runs this source imports this module first
-_drop_jars_from_sys_path()
 
 
 # ---- per-process clients (executors and the driver's workers) --------------------------------------
@@ -162,6 +136,7 @@ def read_task(task: ReadTask, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     (a missing remote object, offsets gone from the broker) fails the task, naming the segment
     or offsets, unless failOnDataLoss is false: then the missing part is skipped with a
     warning and the task goes on with what follows it."""
+    trim_import_caches()
     pieces = task.parts()
     for i, piece in enumerate(pieces):
         if piece.segment is not None:
@@ -359,18 +334,23 @@ class StrataDataSource(DataSource):
         return value.strip().lower() == "true"
 
     def schema(self) -> str:
+        trim_import_caches()
         return SPARK_SCHEMA_DDL_WITH_HEADERS if self._include_headers() else SPARK_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        trim_import_caches()
         return StrataBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        trim_import_caches()
         return StrataStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool):
+        trim_import_caches()
         from strata.spark.sink import StrataBatchWriter
         return StrataBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        trim_import_caches()
         from strata.spark.sink import StrataStreamWriter
         return StrataStreamWriter(self.options, schema)

@@ -1,0 +1,46 @@
+"""Keeping a PySpark worker's per-call ``importlib.invalidate_caches()`` cheap.
+
+Before every task and every planning call (``schema``, ``partitions``) a PySpark 4.0 worker
+runs ``importlib.invalidate_caches()``. Before Python 3.12 that makes every zip importer in
+``sys.path_importer_cache`` re-read its archive's whole directory, and the cache holds one
+importer per package imported out of a zip or jar:
+
+- about 15 for ``pyspark.zip`` (one per package: ``pyspark/sql``, ``pyspark/errors``, ...),
+  4-8 ms each;
+- one for spark-core's jar, which Spark puts on the worker's path (15 MB, thousands of
+  entries): 20-85 ms.
+
+Measured in a worker, that is 70-150 ms a call, and a query makes several calls one after
+another. ``trim_import_caches`` brings it to one directory read per archive on the path.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+import zipimport
+
+__all__ = ["trim_import_caches"]
+
+
+def trim_import_caches() -> None:
+    """Take ``.jar`` files that hold no Python off ``sys.path``, and drop the importers of
+    packages inside an archive from ``sys.path_importer_cache``.
+
+    Neither changes what an import finds: a jar without Python modules cannot serve one, and
+    the import system makes a package's importer again when it next searches that package,
+    from the archive directory it already holds. The importer of each archive on the path
+    stays. Cheap when there is nothing to drop; call it at each worker entry point, after
+    PySpark's own imports for the call."""
+    for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
+        try:
+            with zipfile.ZipFile(entry) as jar:
+                if any(n.endswith((".py", ".pyc")) for n in jar.namelist()):
+                    continue
+        except (OSError, zipfile.BadZipFile):
+            continue
+        sys.path[:] = [e for e in sys.path if e != entry]
+        sys.path_importer_cache.pop(entry, None)
+    for key, finder in list(sys.path_importer_cache.items()):
+        if isinstance(finder, zipimport.zipimporter) and finder.prefix:
+            sys.path_importer_cache.pop(key, None)

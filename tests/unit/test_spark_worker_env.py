@@ -1,0 +1,64 @@
+"""A Spark worker's import caches: what trim_import_caches drops and what it keeps."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import zipfile
+import zipimport
+
+import pytest
+
+from strata.spark.worker_env import trim_import_caches
+
+
+def test_a_jar_without_python_leaves_sys_path_and_one_with_python_stays(tmp_path, monkeypatch):
+    classes = tmp_path / "spark-core.jar"
+    with zipfile.ZipFile(classes, "w") as z:
+        z.writestr("org/apache/spark/SparkContext.class", b"\xca\xfe\xba\xbe")
+    packaged = tmp_path / "with-python.jar"
+    with zipfile.ZipFile(packaged, "w") as z:
+        z.writestr("strata_test_pkg_in_jar/__init__.py", "VALUE = 7\n")
+    missing = str(tmp_path / "gone.jar")
+    monkeypatch.setattr(sys, "path", [str(classes), str(packaged), missing, *sys.path])
+    importlib.invalidate_caches()
+    with pytest.raises(ImportError):              # a search of every path entry
+        importlib.import_module("strata_test_no_such_module")
+    assert str(classes) in sys.path_importer_cache
+
+    trim_import_caches()
+
+    assert str(classes) not in sys.path and str(classes) not in sys.path_importer_cache
+    assert str(packaged) in sys.path and missing in sys.path
+    assert importlib.import_module("strata_test_pkg_in_jar").VALUE == 7
+    sys.modules.pop("strata_test_pkg_in_jar", None)
+
+
+def test_importers_of_packages_inside_a_zip_are_dropped_and_imports_still_work(tmp_path,
+                                                                              monkeypatch):
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("strata_zpkg/__init__.py", "")
+        z.writestr("strata_zpkg/sub/__init__.py", "")
+        z.writestr("strata_zpkg/sub/a.py", "A = 1\n")
+        z.writestr("strata_zpkg/sub/b.py", "B = 2\n")
+    monkeypatch.setattr(sys, "path", [str(archive), *sys.path])
+    monkeypatch.setattr(sys, "path_importer_cache", dict(sys.path_importer_cache))
+    try:
+        assert importlib.import_module("strata_zpkg.sub.a").A == 1
+        inside = [k for k, f in sys.path_importer_cache.items()
+                  if isinstance(f, zipimport.zipimporter) and f.archive == str(archive)
+                  and f.prefix]
+        assert inside        # one importer per package imported from the zip
+
+        trim_import_caches()
+
+        left = {k: f for k, f in sys.path_importer_cache.items()
+                if isinstance(f, zipimport.zipimporter) and f.archive == str(archive)}
+        assert list(left) == [str(archive)]     # the archive's own importer stays
+        importlib.invalidate_caches()
+        assert importlib.import_module("strata_zpkg.sub.b").B == 2
+    finally:
+        for name in ("strata_zpkg.sub.b", "strata_zpkg.sub.a", "strata_zpkg.sub", "strata_zpkg"):
+            sys.modules.pop(name, None)
+
