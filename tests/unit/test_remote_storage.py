@@ -239,6 +239,13 @@ def test_a_seek_over_whole_chunks_never_fetches_them(segment):
     assert stream.seek(-20, io.SEEK_END) == len(segment.bytes) - 320
     assert stream.read() == segment.bytes[-20:]
     assert stream.seek(10**9) == len(segment.bytes) - 300 and stream.read() == b""
+    with pytest.raises(ValueError):
+        stream.seek(0, 7)
+    small = manager.fetch_log_segment(segment.metadata, 10, 500)     # inside one chunk
+    assert small.seek(100) == 100 and small.read(5) == segment.bytes[110:115]
+    assert small.seek(-1, io.SEEK_END) == 490 and small.read() == segment.bytes[500:501]
+    with pytest.raises(ValueError):
+        small.seek(0, 7)
 
 
 def test_fetch_of_a_segment_never_copied_raises_resource_not_found(rsm, segment):

@@ -245,8 +245,14 @@ class _ChunkStream(io.RawIOBase):
         fetched."""
         if self.closed:
             raise ValueError("I/O operation on closed stream")
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(),
-                io.SEEK_END: self._end - self._start}[whence]
+        if whence == io.SEEK_SET:
+            base = 0
+        elif whence == io.SEEK_CUR:
+            base = self.tell()
+        elif whence == io.SEEK_END:
+            base = self._end - self._start
+        else:
+            raise ValueError(f"invalid whence {whence}")
         target = min(max(self._start + base + offset, self._start), self._end)
         chunk_start, whole = self._chunk
         if chunk_start <= target < chunk_start + len(whole):
