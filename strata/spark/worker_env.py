@@ -22,6 +22,8 @@ import zipimport
 
 __all__ = ["trim_import_caches"]
 
+_kept_jars: set[str] = set()   # jars on the path that hold Python: not listed again
+
 
 def trim_import_caches() -> None:
     """Take ``.jar`` files that hold no Python off ``sys.path``, and drop the importers of
@@ -33,9 +35,12 @@ def trim_import_caches() -> None:
     stays. Cheap when there is nothing to drop; call it at each worker entry point, after
     PySpark's own imports for the call."""
     for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
+        if entry in _kept_jars:
+            continue
         try:
             with zipfile.ZipFile(entry) as jar:
                 if any(n.endswith((".py", ".pyc")) for n in jar.namelist()):
+                    _kept_jars.add(entry)
                     continue
         except (OSError, zipfile.BadZipFile):
             continue
