@@ -1,9 +1,9 @@
 """Keeping a PySpark worker's per-call ``importlib.invalidate_caches()`` cheap.
 
 Before every task and every planning call (``schema``, ``partitions``) a PySpark 4.0 worker
-runs ``importlib.invalidate_caches()``. Before Python 3.12 that makes every zip importer in
-``sys.path_importer_cache`` re-read its archive's whole directory, and the cache holds one
-importer per package imported out of a zip or jar:
+runs ``importlib.invalidate_caches()``. On Python 3.10 and 3.11 that makes every zip importer
+in ``sys.path_importer_cache`` re-read its archive's whole directory (CPython gh-103200, made
+lazy in 3.12), and the cache holds one importer per package imported out of a zip or jar:
 
 - about 15 for ``pyspark.zip`` (one per package: ``pyspark/sql``, ``pyspark/errors``, ...),
   4-8 ms each;
