@@ -1,10 +1,12 @@
 """Background work for the log layer (async flush on roll, delayed file deletion, periodic tasks).
 
 ``KafkaScheduler`` runs tasks on daemon threads; ``ImmediateScheduler`` runs them inline, for tests.
+``BackgroundThread`` is one lazily started thread for best-effort hints (prefetches).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import heapq
 import itertools
 import logging
@@ -92,3 +94,33 @@ class KafkaScheduler:
                 fn()
             except Exception:  # noqa: BLE001
                 log.exception("scheduled task %s failed at shutdown", name)
+
+
+class BackgroundThread:
+    """One worker thread, started on first use, for best-effort work such as prefetches:
+    ``submit`` never blocks and never raises, and ``close`` cancels what has not started
+    and waits for what has. A ``submit`` after ``close`` starts a new thread."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., object], *args: object) -> bool:
+        """Queue ``fn(*args)``; False when the thread was shut down meanwhile."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=self._name)
+            pool = self._pool
+        try:
+            pool.submit(fn, *args)
+        except RuntimeError:        # closed meanwhile
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

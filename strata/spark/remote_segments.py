@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import struct
 import threading
@@ -29,6 +28,7 @@ import numpy as np
 
 from strata.common.config import load_properties
 from strata.common.errors import ErrorCode
+from strata.common.scheduler import BackgroundThread
 from strata.common.types import uuid_to_kafka_str
 from strata.protocol.client import EARLIEST, LATEST
 from strata.protocol.records import (
@@ -266,17 +266,14 @@ class RemoteSegmentReader:
         self.rsm.configure(configs)
         self._indexes: OrderedDict[object, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        self._ahead: concurrent.futures.ThreadPoolExecutor | None = None
+        self._ahead = BackgroundThread("strata-segment-ahead")
 
     def __reduce__(self) -> tuple:
         raise TypeError("RemoteSegmentReader holds a RemoteStorageManager and is not picklable: "
                         "ship rsm_props and build the reader where it reads")
 
     def close(self) -> None:
-        with self._lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.shutdown(wait=True, cancel_futures=True)
+        self._ahead.close()
         self.rsm.close()
         with self._lock:
             self._indexes.clear()
@@ -369,15 +366,7 @@ class RemoteSegmentReader:
         """A hint that ``meta`` is read from ``start_offset`` next: its offset index, manifest
         and first piece load in the background meanwhile (a reader of consecutive segments
         then does not wait for each one's first GETs). Errors are left for the read."""
-        with self._lock:
-            if self._ahead is None:
-                self._ahead = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="strata-segment-ahead")
-            ahead = self._ahead
-        try:
-            ahead.submit(self._warm, meta, start_offset)
-        except RuntimeError:        # closed meanwhile
-            pass
+        self._ahead.submit(self._warm, meta, start_offset)
 
     def _warm(self, meta: RemoteLogSegmentMetadata, start_offset: int) -> None:
         try:

@@ -8,7 +8,6 @@ instead of fetching them from remote storage on every read.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, TypeVar
 
+from strata.common.scheduler import BackgroundThread
 from strata.common.tinylfu import ByteWeightedTinyLfu
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str as kafka_uuid_str
 from strata.log.indexes import (
@@ -222,7 +222,7 @@ class RemoteIndexCache:
         self._evictions = 0
         self._closed = False
         self._prefetching: set[uuid.UUID] = set()
-        self._prefetcher: concurrent.futures.ThreadPoolExecutor | None = None
+        self._prefetcher = BackgroundThread("remote-index-prefetch")
         self._set_budget(max_size_bytes)
         self._restore()
 
@@ -281,13 +281,7 @@ class RemoteIndexCache:
             if self._closed or key in self._entries or key in self._prefetching:
                 return
             self._prefetching.add(key)
-            if self._prefetcher is None:
-                self._prefetcher = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="remote-index-prefetch")
-            prefetcher = self._prefetcher
-        try:
-            prefetcher.submit(self._prefetch, meta)
-        except RuntimeError:      # shut down meanwhile
+        if not self._prefetcher.submit(self._prefetch, meta):
             with self._lock:
                 self._prefetching.discard(key)
 
@@ -346,9 +340,7 @@ class RemoteIndexCache:
             if self._closed:
                 return
             self._closed = True
-            prefetcher, self._prefetcher = self._prefetcher, None
-        if prefetcher is not None:
-            prefetcher.shutdown(wait=True, cancel_futures=True)
+        self._prefetcher.close()
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()

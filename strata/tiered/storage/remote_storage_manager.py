@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import functools
 import logging
@@ -19,6 +18,7 @@ from typing import Any, BinaryIO, Generic, TypeVar
 
 from crc32c import crc32c
 
+from strata.common.scheduler import BackgroundThread
 from strata.common.types import uuid_to_kafka_str as kafka_uuid_str
 from strata.tiered.api import (
     CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata,
@@ -446,7 +446,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self._chunk_cache = chunk_cache
         self._own_cache = chunk_cache is None       # configure() builds it from the keys
         self._prefetch_max = DEFAULT_PREFETCH_MAX_SIZE
-        self._planner: concurrent.futures.ThreadPoolExecutor | None = None
+        self._planner = BackgroundThread("rsm-prefetch-plan")
         self._key_prefix = ""
         self._chunk_size = DEFAULT_CHUNK_SIZE
         self._compression = False
@@ -761,15 +761,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if manifest is not None:
             self._prefetch_chunks(meta, manifest, chunk_range(manifest, start_position, end))
             return overflow
-        with self._lock:
-            if self._planner is None:
-                self._planner = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="rsm-prefetch-plan")
-            planner = self._planner
-        try:
-            planner.submit(self._plan_prefetch, meta, start_position, end)
-        except RuntimeError:        # closed meanwhile
-            pass
+        self._planner.submit(self._plan_prefetch, meta, start_position, end)
         return overflow
 
     def _plan_prefetch(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> None:
@@ -848,10 +840,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             invalidate(self.object_key(meta, LOG_SUFFIX))
 
     def close(self) -> None:
-        with self._lock:
-            planner, self._planner = self._planner, None
-        if planner is not None:
-            planner.shutdown(wait=True, cancel_futures=True)
+        self._planner.close()
         if self._own_cache and self._chunk_cache is not None:
             self._chunk_cache.close()
         self._manifests.clear()
