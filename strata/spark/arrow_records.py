@@ -171,6 +171,11 @@ def _varints(u8: np.ndarray, pos: np.ndarray, width: int) -> tuple[np.ndarray, n
         if not multi.any():
             z = first.astype(np.int64)
             return (z >> 1) ^ -(z & 1), np.ones(len(pos), np.int64)
+        if multi.all():         # all two bytes long, e.g. lengths of 64 B to 8 KiB: no scatter
+            second = u8[pos + 1]
+            if (second < 0x80).all():
+                z = (first & 0x7F).astype(np.int64) | (second.astype(np.int64) << 7)
+                return (z >> 1) ^ -(z & 1), np.full(len(pos), 2, np.int64)
         rows = np.flatnonzero(multi)
         second = u8[pos[rows] + 1].astype(np.int64)
         z = first.astype(np.int64)
@@ -384,10 +389,13 @@ def _record_ends(buf: bytes | memoryview, u8: np.ndarray, spans: list[tuple[int,
 
 # The walk goes by hand in blocks of _RUN_MIN records; when a block ends in two records of
 # one size, the records after it are checked with numpy for a run of that size: first
-# _RUN_MIN of them, then four times as many after each check they all pass. A check that
+# _RUN_MIN of them, then up to _RUN_GROWTH times as many as the runs found so far. A run
+# that ends at a size change after _RUN_MIN or more records (an offset or timestamp delta
+# growing a byte) goes on at the next record's size without a block by hand. A check that
 # fails early holds off checks for _RUN_MIN records, twice as many after each further early
 # failure (up to _RUN_BACKOFF_MAX): records of random sizes cost almost nothing extra.
 _RUN_MIN = 16
+_RUN_GROWTH = 16
 _RUN_BACKOFF_MAX = 1024
 
 
@@ -433,16 +441,20 @@ def _walk_batch(buf: bytes | memoryview, u8: np.ndarray, p: int, stop: int, out:
                 continue
             out[flushed:done] = ends
             ends.clear()
-            window = _RUN_MIN
+            want = min(_RUN_MIN, n - done)
+            found = 0
             while True:
-                want = min(window, n - done)
                 run = _same_size_run(u8, p, stop, size, want)
                 out[done:done + run] = p + size * np.arange(1, run + 1, dtype=np.int64)
                 done += run
                 p += size * run
-                if run < want or n - done < _RUN_MIN:
+                found += run
+                if n - done < _RUN_MIN or run < min(want, _RUN_MIN):
                     break
-                window *= 4
+                if run < want:          # a size change: the next record's size goes on
+                    length, after = slow(buf, p)
+                    size = after - p + length
+                want = min(_RUN_GROWTH * found, n - done)
             flushed = done
             if run < min(want, _RUN_MIN):
                 next_check = done + backoff[0]
@@ -518,14 +530,18 @@ def _gather_pairs(buf: bytes, a_start: np.ndarray, a_len: np.ndarray, b_start: n
         return pa.array([], a_type), pa.array([], b_type)
     segments = _segments(buf, bounds)
     picks = np.arange(0, 4 * rows, 4, dtype=np.int64)
-    first = segments.take(_indices(picks, a_len))
-    second = segments.take(_indices(picks + 2, b_len))
-    return _as(first, a_type), _as(second, b_type)
+    return _pick(segments, picks, a_len, a_type), _pick(segments, picks + 2, b_len, b_type)
 
 
-def _indices(picks: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _pick(segments: pa.Array, picks: np.ndarray, lengths: np.ndarray,
+          type_: pa.DataType) -> pa.Array:
+    """The elements ``picks`` of ``segments`` as ``type_``, null where the length is -1."""
     nulls = lengths < 0
-    return pa.array(picks, mask=nulls) if nulls.any() else pa.array(picks)
+    if not nulls.any():
+        return _as(segments.take(pa.array(picks)), type_)
+    if nulls.all():         # no keys (common): nothing to gather
+        return pa.nulls(len(picks), type_)
+    return _as(segments.take(pa.array(picks, mask=nulls)), type_)
 
 
 def _as(array: pa.Array, type_: pa.DataType) -> pa.Array:
