@@ -231,7 +231,10 @@ def same_size(i: int, size: int) -> SimpleRecord:
     [10, 11] * 60,                                  # no two neighbours alike
     [20] * 3 + [21] * 3 + [22] * 3 + [20] * 40,     # runs too short to check at once
     [20_000] * 30,                                  # 3-byte record lengths
-], ids=["one-run", "odd-one-out", "three-runs", "alternating", "short-runs", "long-records"])
+    [64] * 40 + [65] * 30 + [3, 900, 17, 4000, 0, 250] + [64] * 60,   # run, run, no run, run
+    [1024] * 3000,                                  # the offset delta grows a byte at 64
+], ids=["one-run", "odd-one-out", "three-runs", "alternating", "short-runs", "long-records",
+        "runs-then-random", "long-batch"])
 def test_runs_of_equal_size_records_decode_like_the_reference(sizes):
     data = build_batch([same_size(i, n) for i, n in enumerate(sizes)], base_offset=40)
     assert rows(data, include_headers=True) == expected(data)
