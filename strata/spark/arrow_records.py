@@ -477,10 +477,10 @@ def _same_size_run(u8: np.ndarray, p: int, stop: int, size: int, most: int) -> i
     count = min(most, (stop - p) // size)
     if count <= 0:
         return 0
-    at = p + size * np.arange(count, dtype=np.int64)
-    ok = u8[at] == varint[0]
+    last = p + size * (count - 1)       # strided views, not gathers: record starts are evenly spaced
+    ok = u8[p:last + 1:size] == varint[0]
     for j in range(1, len(varint)):
-        ok &= u8[at + j] == varint[j]
+        ok &= u8[p + j:last + j + 1:size] == varint[j]
     return count if ok.all() else int(ok.argmin())
 
 
