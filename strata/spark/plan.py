@@ -214,7 +214,9 @@ def offset_ranges(opts: SourceOptions, client: OffsetClient) -> list[OffsetRange
     """The batch read's ranges: one per topic-partition, from the starting to the ending
     offsets, empty ranges dropped. Offsets below the log start offset are data loss (an error,
     or with failOnDataLoss=false the range starts at the log start offset); an end beyond the
-    latest offset, or a start past the end, is an error, as in Spark."""
+    latest offset, or a start past the end, is an error, as in Spark. Each topic's earliest
+    and latest offsets are asked for once, so every check sees the same answer."""
+    client = _EndsOnce(client)
     partitions = resolve_partitions(opts, client)
     start = resolve_offsets(opts.starting, partitions, client, starting=True,
                             start_timestamp_strategy=opts.start_timestamp_strategy)
@@ -239,6 +241,26 @@ def offset_ranges(opts: SourceOptions, client: OffsetClient) -> list[OffsetRange
             if s < e:
                 out.append(OffsetRange(topic, p, s, e))
     return out
+
+
+class _EndsOnce:
+    """``client`` answering each (topic, partitions, earliest or latest) ListOffsets once."""
+
+    def __init__(self, client: OffsetClient) -> None:
+        self._client = client
+        self._ends: dict[tuple[str, tuple[int, ...], int], dict[int, int]] = {}
+
+    def topics(self, names: list[str] | None = None) -> Mapping[str, object]:
+        return self._client.topics(names)
+
+    def list_offsets(self, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
+        if timestamp not in (EARLIEST, LATEST):
+            return self._client.list_offsets(topic, partitions, timestamp)
+        key = (topic, tuple(sorted(partitions)), timestamp)
+        found = self._ends.get(key)
+        if found is None:
+            found = self._ends[key] = self._client.list_offsets(topic, partitions, timestamp)
+        return found
 
 
 def clamp_to_log_start(topic: str, partition: int, start: int, log_start: int,

@@ -224,6 +224,17 @@ def test_batch_ranges_run_from_start_to_end_and_drop_empty_partitions():
     assert ranges == [OffsetRange("t", 0, 0, 40), OffsetRange("u", 0, 0, 10)]
 
 
+def test_planning_asks_for_each_topics_earliest_and_latest_offsets_once():
+    c = client()
+    asked = []
+    real = c.list_offsets
+    c.list_offsets = lambda topic, parts, ts: asked.append((topic, ts)) or real(topic, parts, ts)
+    ranges = offset_ranges(opts(subscribe=("t", "u")), c)
+    assert ranges == [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 100, 500),
+                      OffsetRange("u", 0, 0, 10)]
+    assert sorted(asked) == [("t", -2), ("t", -1), ("u", -2), ("u", -1)]
+
+
 def test_offsets_below_the_log_start_fail_or_start_at_the_log_start_without_fail_on_data_loss():
     from strata.spark.broker_client import DataLossError
     c = client()
