@@ -10,7 +10,7 @@ source can yield as they are. Decoding is columnar, over chunks of up to ``max_r
 2. record boundaries: each record's position depends on the previous record's length, so
    the walk reads the length varint of record k of every batch at once (numpy), and a tight
    Python loop finishes batches left with many records when few batches remain, except runs
-   of equal-size records (fixed-size values), which one numpy check confirms at once;
+   of equal-size records (fixed-size values), which numpy checks confirm a run at a time;
 3. every other field (timestamp delta, offset delta, key and value lengths, headers) is
    decoded for all records of the chunk at once with numpy;
 4. keys and values never become Python objects: their byte ranges are the elements of a
