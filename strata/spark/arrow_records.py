@@ -477,7 +477,7 @@ def _same_size_run(u8: np.ndarray, p: int, stop: int, size: int, most: int) -> i
     count = min(most, (stop - p) // size)
     if count <= 0:
         return 0
-    last = p + size * (count - 1)       # strided views, not gathers: record starts are evenly spaced
+    last = p + size * (count - 1)   # record starts are evenly spaced: strided views, no gathers
     ok = u8[p:last + 1:size] == varint[0]
     for j in range(1, len(varint)):
         ok &= u8[p + j:last + j + 1:size] == varint[j]
