@@ -98,7 +98,8 @@ class KafkaScheduler:
 
 class BackgroundThread:
     """One worker thread, started on first use, for best-effort work such as prefetches:
-    ``submit`` never blocks and never raises, and ``close`` cancels what has not started
+    ``submit`` never blocks and never raises, work that raises is logged at debug level (a
+    hint's failure is the later read's to report), and ``close`` cancels what has not started
     and waits for what has. A ``submit`` after ``close`` starts a new thread."""
 
     def __init__(self, name: str) -> None:
@@ -114,10 +115,16 @@ class BackgroundThread:
                     1, thread_name_prefix=self._name)
             pool = self._pool
         try:
-            pool.submit(fn, *args)
+            pool.submit(self._run, fn, args)
         except RuntimeError:        # closed meanwhile
             return False
         return True
+
+    def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception as e:      # noqa: BLE001
+            log.debug("%s: %s%r failed: %s", self._name, getattr(fn, "__name__", fn), args, e)
 
     def close(self) -> None:
         with self._lock:

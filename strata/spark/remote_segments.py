@@ -369,15 +369,11 @@ class RemoteSegmentReader:
         self._ahead.submit(self._warm, meta, start_offset)
 
     def _warm(self, meta: RemoteLogSegmentMetadata, start_offset: int) -> None:
-        try:
-            first, last = self._byte_range(meta, max(start_offset, meta.start_offset),
-                                           meta.end_offset + 1)
-            ahead = min(READ_PIECE_BYTES, self.rsm.prefetch_max_size)
-            if first < last:
-                self.rsm.prefetch(meta, first, min(ahead, last - first))
-        except Exception as exc:    # noqa: BLE001 - a hint: the read reports real errors
-            log.debug("read-ahead of remote segment %s failed: %s",
-                      uuid_to_kafka_str(meta.remote_log_segment_id.id), exc)
+        first, last = self._byte_range(meta, max(start_offset, meta.start_offset),
+                                       meta.end_offset + 1)
+        ahead = min(READ_PIECE_BYTES, self.rsm.prefetch_max_size)
+        if first < last:
+            self.rsm.prefetch(meta, first, min(ahead, last - first))
 
     def _read(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> Iterator[memoryview]:
         first, last = self._byte_range(meta, start, end)

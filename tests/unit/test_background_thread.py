@@ -40,3 +40,18 @@ def test_close_cancels_what_has_not_started_and_waits_for_what_has():
     again = threading.Event()
     assert bg.submit(again.set) and again.wait(5)
     bg.close()
+
+
+def test_work_that_raises_is_logged_and_the_work_after_it_still_runs(caplog):
+    bg = BackgroundThread("test-bg")
+    done = threading.Event()
+
+    def hint(segment: str) -> None:
+        raise OSError(f"{segment} is gone")
+
+    with caplog.at_level("DEBUG", logger="strata.common.scheduler"):
+        assert bg.submit(hint, "seg-7")
+        assert bg.submit(done.set)
+        assert done.wait(5)
+        bg.close()
+    assert any("hint('seg-7',) failed: seg-7 is gone" in r.getMessage() for r in caplog.records)

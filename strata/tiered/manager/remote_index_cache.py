@@ -288,8 +288,6 @@ class RemoteIndexCache:
     def _prefetch(self, meta: RemoteLogSegmentMetadata) -> None:
         try:
             self.get_index_entry(meta)
-        except Exception as exc:  # noqa: BLE001 - a hint; the read reports real errors
-            log.debug("index prefetch of %s failed: %s", meta.remote_log_segment_id, exc)
         finally:
             with self._lock:
                 self._prefetching.discard(meta.remote_log_segment_id.id)

@@ -765,11 +765,8 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return overflow
 
     def _plan_prefetch(self, meta: RemoteLogSegmentMetadata, start: int, end: int) -> None:
-        try:
-            manifest = self._manifest(meta)
-            self._prefetch_chunks(meta, manifest, chunk_range(manifest, start, end))
-        except Exception as e:      # a hint: the read itself reports real errors
-            logger.debug("prefetch of %s failed: %s", kafka_uuid_str(meta.remote_log_segment_id.id), e)
+        manifest = self._manifest(meta)
+        self._prefetch_chunks(meta, manifest, chunk_range(manifest, start, end))
 
     def _prefetch_chunks(self, meta: RemoteLogSegmentMetadata, manifest: SegmentManifest,
                          ids: range) -> None:
