@@ -48,7 +48,9 @@ from ``format("kafka")`` to ``format("strata")`` by changing the format:
                                        is configured) or ``broker`` (everything through Fetch)
 ``kafkaConsumer.pollTimeoutMs``        broker request timeout (default 30000)
 ``fetch.max.bytes``                    bytes asked per Fetch (default 8 MiB)
-``checkCrc``                           ``true`` (default): verify each batch's CRC32C
+``checkCrc``                           ``true`` (default): verify each batch's CRC32C, except in
+                                       remote segments whose RSM vouches for them (Strata's checks
+                                       every batch at upload and every chunk read)
 remote tier                            ``rsm.config.*``, ``remote.log.storage.manager.*`` or
                                        ``strata.server.properties`` (see ``remote_segments``)
 =====================================  =============================================================

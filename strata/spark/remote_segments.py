@@ -362,6 +362,16 @@ class RemoteSegmentReader:
         except RemoteResourceNotFoundException as exc:
             raise _data_loss(meta, start, end, exc) from exc
 
+    def batches_verified(self, meta: RemoteLogSegmentMetadata) -> bool:
+        """Whether the RSM vouches for the segment's batches (``batches_verified``): they
+        passed their CRC32C checks at upload and every chunk read is checked against its
+        own, so checking each batch again would add nothing. False when it cannot tell (a
+        missing manifest is for the read to report)."""
+        try:
+            return self.rsm.batches_verified(meta)
+        except RemoteStorageException:
+            return False
+
     def prefetch(self, meta: RemoteLogSegmentMetadata, start_offset: int) -> None:
         """A hint that ``meta`` is read from ``start_offset`` next: its offset index, manifest
         and first piece load in the background meanwhile (a reader of consecutive segments

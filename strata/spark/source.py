@@ -153,16 +153,19 @@ def _read_piece(task: ReadTask, piece: ReadPiece, opts: SourceOptions) -> Iterat
     start, end = piece.start, piece.end
     while start < end:
         try:
+            check_crc = opts.check_crc
             if piece.segment is not None:
+                reader = _segment_reader(opts.rsm_props or {})
+                check_crc = check_crc and not reader.batches_verified(piece.segment)
                 # views of one reused buffer: each is decoded before the next is read
-                chunks = _segment_reader(opts.rsm_props or {}).views(piece.segment, start, end)
+                chunks = reader.views(piece.segment, start, end)
             else:
                 chunks = _client(opts).read_range(task.topic, task.partition, start, end,
                                                   max_bytes=opts.fetch_max_bytes)
             for chunk in chunks:
                 for batch in batches_to_arrow(chunk, task.topic, task.partition, start, end,
                                               include_headers=opts.include_headers,
-                                              check_crc=opts.check_crc):
+                                              check_crc=check_crc):
                     if batch.num_rows:
                         start = batch.column("offset")[-1].as_py() + 1
                         yield batch

@@ -493,6 +493,13 @@ class RemoteStorageManager(abc.ABC):
         size = remote_log_segment_metadata.segment_size_in_bytes
         return max(0, start_position + length - size)
 
+    def batches_verified(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> bool:
+        """Whether the record batches ``fetch_log_segment`` returns for the segment are known
+        intact (Strata's, not Kafka's interface): each passed its CRC32C check when the
+        segment was copied, and the plugin checks what it fetches against checksums taken
+        then. A reader may then skip checking each batch's CRC32C itself. This default: False."""
+        return False
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release resources; no other method is called afterwards."""

@@ -29,6 +29,7 @@ from strata.tiered.storage import (
     SegmentManifest, VariableSizeChunkIndex, chunk_range)
 from strata.tiered.storage.chunks import (
     decode_chunk_sizes, decode_crcs, encode_chunk_sizes, encode_crcs)
+from strata.tiered.storage.transforms import first_invalid_batch
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -593,6 +594,36 @@ def test_the_compression_heuristic_skips_segments_whose_first_batch_is_compresse
     assert make_rsm(store).fetch_log_segment(seg.metadata, 0).read() == seg.bytes
 
 
+def _two_batches() -> bytes:
+    return (build_batch([SimpleRecord(b"v" * 40, b"k")]) +
+            build_batch([SimpleRecord(b"w" * 40, None)], base_offset=1))
+
+
+def _damage(where: int, value: int | None = None, cut: int = 0) -> bytes:
+    body = bytearray(_two_batches())
+    if value is None:
+        body[where] ^= 0xFF
+    else:
+        body[where] = value
+    return bytes(body[:len(body) - cut])
+
+
+@pytest.mark.parametrize("data,bad", [
+    (b"", None),
+    (_two_batches(), None),
+    (_two_batches()[:-1], "second"),                  # truncated
+    (_two_batches() + b"\0" * 20, "end"),              # trailing bytes, no whole header
+    (_damage(-1), "second"),                          # a record byte: CRC mismatch
+    (_damage(21), "first"),                           # attributes are CRC-covered
+    (_damage(16, value=1), "first"),                  # magic 1
+    (_damage(11, value=10), "first"),                 # batchLength 10: impossible
+])
+def test_first_invalid_batch_finds_the_first_batch_that_is_cut_foreign_or_fails_its_crc(data, bad):
+    second = len(build_batch([SimpleRecord(b"v" * 40, b"k")]))
+    expected = {None: None, "first": 0, "second": second, "end": len(_two_batches())}[bad]
+    assert first_invalid_batch(data) == expected
+
+
 def test_compression_shrinks_a_compressible_segment(tmp_path):
     seg = Segment(tmp_path / "logs")
     store = MemoryObjectStore()
@@ -664,8 +695,10 @@ def test_version_2_manifest_json_round_trips_with_variable_index_and_encryption(
     manager.copy_log_segment_data(big.metadata, big.data)
     raw = store.get(manager.object_key(big.metadata, "rsm-manifest"))
     doc = json.loads(raw)
-    assert list(doc) == ["version", "segmentSize", "chunkIndex", "chunkCrc32c", "segmentIndexes",
-                         "compression", "encryption", "remoteLogSegmentMetadata"]
+    assert list(doc) == ["version", "segmentSize", "chunkIndex", "chunkCrc32c",
+                         "batchCrc32cChecked", "segmentIndexes", "compression", "encryption",
+                         "remoteLogSegmentMetadata"]
+    assert doc["batchCrc32cChecked"] is False      # batches, then bytes that are none
     assert doc["chunkIndex"]["originalChunkSize"] == MIB
     manifest = SegmentManifest.from_json(raw)
     assert isinstance(manifest.chunk_index, VariableSizeChunkIndex)

@@ -4,6 +4,7 @@ segment files, commit order, cleanup on failure, idempotency, fault injection.""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -20,7 +21,7 @@ from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.indexes import AbortedTxn
 from strata.log.log_config import LogConfig
 from strata.log.unified_log import UnifiedLog
-from strata.protocol.records import SimpleRecord, build_batch
+from strata.protocol.records import SimpleRecord, build_batch, iter_headers
 from strata.tiered.api import (
     IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException, RemoteStorageException, RetriableRemoteStorageException)
@@ -329,6 +330,55 @@ def test_manifest_holds_version_size_chunk_index_crcs_and_index_positions(segmen
         position += len(expected)
     assert len(blob) == position
     assert SegmentManifest.from_json(raw).segment_size == size
+
+
+def damaged_copy(segment: Segment, directory: Path, position: int) -> Segment:
+    """``segment`` with one byte of its .log flipped at ``position`` (a copy on disk)."""
+    body = bytearray(segment.bytes)
+    body[position] ^= 0xFF
+    path = directory / "damaged.log"
+    path.write_bytes(bytes(body))
+    segment.data = dataclasses.replace(segment.data, log_segment=path)
+    segment.bytes = bytes(body)
+    return segment
+
+
+def test_a_segment_whose_batches_all_pass_their_crcs_is_copied_as_vouched_for(segment):
+    manager, recorder = recording_rsm()
+    manager.copy_log_segment_data(segment.metadata, segment.data)
+    raw = recorder.inner.get(manager.object_key(segment.metadata, "rsm-manifest"))
+    assert json.loads(raw)["batchCrc32cChecked"] is True
+    assert SegmentManifest.from_json(raw).batch_crcs_checked
+    assert manager.batches_verified(segment.metadata)
+
+
+def test_a_segment_with_a_corrupt_batch_is_copied_unchanged_but_not_vouched_for(tmp_path, caplog):
+    seg = Segment(tmp_path / "logs")
+    third = list(iter_headers(seg.bytes))[2]
+    damaged_copy(seg, tmp_path, third.position + third.size - 1)      # its last record byte
+    manager, recorder = recording_rsm()
+    manager.copy_log_segment_data(seg.metadata, seg.data)
+    raw = recorder.inner.get(manager.object_key(seg.metadata, "rsm-manifest"))
+    assert json.loads(raw)["batchCrc32cChecked"] is False
+    assert not manager.batches_verified(seg.metadata)
+    assert f"the batch at byte {third.position} is malformed or fails its CRC32C" in caplog.text
+    with manager.fetch_log_segment(seg.metadata, 0) as stream:
+        assert stream.read() == seg.bytes
+
+
+def test_manifests_without_the_batch_check_flag_are_not_vouched_for(segment):
+    manager, recorder = recording_rsm()
+    manager.copy_log_segment_data(segment.metadata, segment.data)
+    key = manager.object_key(segment.metadata, "rsm-manifest")
+    doc = json.loads(recorder.inner.get(key))
+    del doc["batchCrc32cChecked"]                # as Strata wrote manifests before the flag
+    other = ObjectStoreRemoteStorageManager(recorder.inner)
+    other.configure({})
+    recorder.inner.put(key, json.dumps(doc).encode())
+    assert not other.batches_verified(segment.metadata)
+    doc["batchCrc32cChecked"] = "yes"
+    with pytest.raises(ValueError, match="batchCrc32cChecked"):
+        SegmentManifest.from_json(json.dumps(doc))
 
 
 def test_manifest_of_a_segment_without_transaction_index_has_none(tmp_path):

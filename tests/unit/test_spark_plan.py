@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strata.common.types import TopicIdPartition, TopicPartition
+from strata.protocol.records import CRC_OFFSET
 from strata.spark.options import (
     DEFAULT_MAX_BYTES_PER_PARTITION, OffsetSpec, SourceOptions, StrataOptionError,
     parse_sink_options, parse_source_options)
@@ -440,11 +441,17 @@ def test_read_tasks_pickle_with_their_pieces():
 
 class FakeSegmentReader:
     """Serves each segment's records (one batch per segment) as views of one buffer, and
-    records the calls; segments in ``lost`` are data loss."""
+    records the calls; segments in ``lost`` are data loss, those in ``damaged`` have a bad
+    batch CRC, and the RSM vouches for the batches of those in ``vouched``."""
 
-    def __init__(self, lost=()):
+    def __init__(self, lost=(), damaged=(), vouched=()):
         self.calls = []
         self.lost = set(lost)
+        self.damaged = set(damaged)
+        self.vouched = set(vouched)
+
+    def batches_verified(self, meta):
+        return meta.start_offset in self.vouched
 
     def prefetch(self, meta, start):
         self.calls.append(("prefetch", meta.start_offset, start))
@@ -459,6 +466,8 @@ class FakeSegmentReader:
         count = meta.end_offset + 1 - meta.start_offset
         buf = bytearray(build_batch([SimpleRecord(b"v%d" % i, None, (), 0) for i in range(count)],
                                     base_offset=meta.start_offset))
+        if meta.start_offset in self.damaged:
+            buf[CRC_OFFSET] ^= 0xFF
         yield memoryview(buf)
         buf[:] = bytes(len(buf))            # reused: must not show in what was returned
 
@@ -491,6 +500,18 @@ def test_a_lost_segment_fails_the_task_or_only_its_piece_is_skipped(monkeypatch)
         read_all(task, monkeypatch, FakeSegmentReader(lost={10}))
     got = read_all(task, monkeypatch, FakeSegmentReader(lost={10}), fail_on_data_loss=False)
     assert [r["offset"] for r in got] == list(range(10)) + list(range(20, 30))
+
+
+def test_batch_crcs_are_checked_unless_the_rsm_vouches_for_the_segments_batches(monkeypatch):
+    from strata.common.errors import CorruptRecordError
+    task = ReadTask("t", 0, 0, 20, (ReadPiece(0, 10, seg(0, 9)), ReadPiece(10, 20, seg(10, 19))))
+    with pytest.raises(CorruptRecordError, match="base offset 10"):
+        read_all(task, monkeypatch, FakeSegmentReader(damaged={10}, vouched={0}))
+    # vouched for: the RSM checked every batch at upload and checks every chunk it reads
+    got = read_all(task, monkeypatch, FakeSegmentReader(damaged={10}, vouched={0, 10}))
+    assert [r["offset"] for r in got] == list(range(20))
+    with pytest.raises(CorruptRecordError, match="base offset 0"):
+        read_all(task, monkeypatch, FakeSegmentReader(damaged={0}, vouched={10}))
 
 
 # ---- streaming offsets ----------------------------------------------------------------------------

@@ -66,3 +66,16 @@ def test_a_batch_with_an_impossible_length_is_an_error_at_its_position(tmp_path,
         _, meta = uploaded(tmp_path, r, bytes(whole))
         with pytest.raises(RemoteStorageException, match=f"at position {bad.position}$"):
             list(r.views(meta, 0, 10 ** 6))
+
+
+def test_the_reader_trusts_batches_only_of_segments_its_rsm_vouches_for(tmp_path):
+    whole = bytearray(Segment(tmp_path / "whole", batches=30, with_txn_index=False).bytes)
+    with reader(tmp_path, 500) as r:
+        _, intact = uploaded(tmp_path / "a", r)
+        assert r.batches_verified(intact)
+        whole[-1] ^= 0xFF                               # the last batch fails its CRC
+        _, damaged = uploaded(tmp_path / "b", r, bytes(whole))
+        assert not r.batches_verified(damaged)
+        r.rsm.delete_log_segment_data(intact)
+    with reader(tmp_path, 500) as fresh:                # no manifest cached
+        assert not fresh.batches_verified(intact)      # the read reports the loss

@@ -8,6 +8,7 @@ import functools
 import logging
 import io
 import json
+import mmap
 import os
 import tempfile
 import threading
@@ -30,7 +31,7 @@ from strata.tiered.storage.chunks import (
 from strata.tiered.storage.chunk_cache import ChunkCache
 from strata.tiered.storage.object_store import ObjectStore, object_store_from_config
 from strata.tiered.storage.transforms import (
-    ChunkTransform, KeyRing, SegmentEncryption, first_batch_is_compressed, new_data_key)
+    ChunkTransform, KeyRing, SegmentEncryption, first_batch_is_compressed, first_invalid_batch, new_data_key)
 
 __all__ = [
     "FixedSizeChunkIndex",
@@ -97,8 +98,9 @@ class SegmentManifest:
     """The ``.rsm-manifest`` of one segment (JSON with Aiven's field names).
 
     Version 2: ``chunkIndex`` (``fixed`` when untransformed, else ``variable``),
-    ``chunkCrc32c`` (base64 of one big-endian uint32 CRC32C per stored chunk), ``compression``
-    (zstd applied), ``encryption`` (absent, or the wrapped data key and AAD). Each index in
+    ``chunkCrc32c`` (base64 of one big-endian uint32 CRC32C per stored chunk),
+    ``batchCrc32cChecked`` (every record batch of the segment passed its own CRC32C check when
+    it was copied; absent in older manifests: false), ``compression`` (zstd applied), ``encryption`` (absent, or the wrapped data key and AAD). Each index in
     ``segmentIndexes`` is transformed alone, as one chunk, and its entry gives its stored
     position, size and CRC32C. Version 1 (read only): one untransformed chunk, no CRCs; it
     is parsed as a ``fixed`` index of ``V1_READ_CHUNK_SIZE`` chunks, which stores the same bytes.
@@ -115,6 +117,7 @@ class SegmentManifest:
     encryption: SegmentEncryption | None = None
     chunk_crcs: tuple[int, ...] | None = None
     version: str = MANIFEST_VERSION
+    batch_crcs_checked: bool = False
 
     def to_json(self) -> bytes:
         indexes: dict[str, Any] = {}
@@ -128,6 +131,7 @@ class SegmentManifest:
         }
         if self.chunk_crcs is not None:
             obj["chunkCrc32c"] = encode_crcs(self.chunk_crcs)
+            obj["batchCrc32cChecked"] = self.batch_crcs_checked
         obj["segmentIndexes"] = indexes
         obj["compression"] = self.compression
         if self.encryption is not None:
@@ -160,6 +164,7 @@ class SegmentManifest:
                     raise ValueError(f"manifest lacks the {_INDEX_NAMES[t]} index")
             encryption = None
             crcs = None
+            batches_checked = False
             if version == "1":
                 if compression or obj.get("encryption") or not isinstance(
                         chunk_index, FixedSizeChunkIndex):
@@ -171,14 +176,35 @@ class SegmentManifest:
                 crcs = decode_crcs(obj["chunkCrc32c"])
                 if len(crcs) != chunk_index.chunk_count:
                     raise ValueError(f"{len(crcs)} chunk CRCs for {chunk_index.chunk_count} chunks")
+                batches_checked = obj.get("batchCrc32cChecked", False)
+                if not isinstance(batches_checked, bool):
+                    raise ValueError(f"batchCrc32cChecked must be a boolean, "
+                                     f"got {batches_checked!r}")
             return cls(size, chunk_index, indexes, compression,
-                       obj.get("remoteLogSegmentMetadata"), encryption, crcs, version)
+                       obj.get("remoteLogSegmentMetadata"), encryption, crcs, version,
+                       batches_checked)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
             raise ValueError(f"malformed segment manifest: {e!r}") from e
 
     @property
     def transformed(self) -> bool:
         return self.compression or self.encryption is not None
+
+
+def _batches_intact(path: str | os.PathLike[str], meta: RemoteLogSegmentMetadata) -> bool:
+    """Whether every record batch of the segment file passes its CRC32C check. A segment
+    that fails is copied as it is (as Kafka copies it); its readers then check each batch."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return True
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            bad = first_invalid_batch(mapped)
+    if bad is None:
+        return True
+    logger.warning("segment %s of %s: the batch at byte %d is malformed or fails its CRC32C; "
+                   "copied as it is, marked for readers to check every batch",
+                   kafka_uuid_str(meta.remote_log_segment_id.id), meta.topic_id_partition, bad)
+    return False
 
 
 def _metadata_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
@@ -559,12 +585,14 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     self._encryption_key_pair,
                     self._key_ring.wrap(self._encryption_key_pair, data_key), aad)
                 transform = ChunkTransform(compression, data_key, aad)
+            batches_checked = _batches_intact(data.log_segment, meta)
             segment_size, chunk_index, crcs = self._upload_log(
                 self.object_key(meta, LOG_SUFFIX), data.log_segment, transform)
             blob, entries = self._index_blob(data, transform)
             store.put(self.object_key(meta, INDEXES_SUFFIX), blob)
             manifest = SegmentManifest(segment_size, chunk_index, entries, compression,
-                                       _metadata_json(meta), encryption, tuple(crcs))
+                                       _metadata_json(meta), encryption, tuple(crcs),
+                                       batch_crcs_checked=batches_checked)
             store.put(self.object_key(meta, MANIFEST_SUFFIX), manifest.to_json())
         except BaseException as e:
             self._delete_quietly(meta)
@@ -604,6 +632,13 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 self._check_unchanged(path, segment_size)
                 self.store.put_file(key, staged.name)
         return segment_size, VariableSizeChunkIndex(chunk_size, segment_size, tuple(sizes)), crcs
+
+    def batches_verified(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> bool:
+        """True when every batch of the segment passed its CRC32C check when it was copied
+        (the manifest's ``batchCrc32cChecked``): every chunk read is checked against its
+        stored CRC32C, so what ``fetch_log_segment`` returns is those batches unchanged."""
+        manifest = self._manifest(remote_log_segment_metadata)
+        return manifest.batch_crcs_checked and manifest.chunk_crcs is not None
 
     @staticmethod
     def _check_unchanged(path: str | os.PathLike[str], size: int) -> None:

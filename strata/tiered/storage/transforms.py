@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import cramjam
+from crc32c import crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
@@ -29,6 +30,7 @@ __all__ = [
     "KeyRing",
     "SegmentEncryption",
     "first_batch_is_compressed",
+    "first_invalid_batch",
     "new_data_key",
 ]
 
@@ -202,9 +204,12 @@ def new_data_key() -> tuple[bytes, bytes]:
     return os.urandom(DATA_KEY_SIZE), os.urandom(AAD_SIZE)
 
 
-# --------------------------------------------------------------------------- heuristic
+# --------------------------------------------------------------------------- segment files
 
 _BATCH_PREFIX = struct.Struct(">qiibIh")   # baseOffset, batchLength, leaderEpoch, magic, crc, attributes
+_LOG_OVERHEAD = 12                         # baseOffset and batchLength
+_CRC_FROM = 21                             # a batch's CRC32C covers its bytes from attributes on
+_MIN_BATCH_SIZE = 61                       # the v2 batch header
 
 
 def first_batch_is_compressed(path: str | os.PathLike[str]) -> bool:
@@ -216,3 +221,23 @@ def first_batch_is_compressed(path: str | os.PathLike[str]) -> bool:
         return False
     _, _, _, magic, _, attributes = _BATCH_PREFIX.unpack(head)
     return magic == 2 and attributes & 0x07 != 0
+
+
+def first_invalid_batch(data) -> int | None:
+    """The position of the first record batch of ``data`` (a segment's bytes: format-v2
+    batches back to back) that is truncated, of another format or fails its CRC32C; None when
+    every batch is intact."""
+    unpack = _BATCH_PREFIX.unpack_from
+    end = len(data)
+    position = 0
+    with memoryview(data) as view:
+        while position < end:
+            if end - position < _MIN_BATCH_SIZE:
+                return position
+            _, length, _, magic, crc, _ = unpack(view, position)
+            size = length + _LOG_OVERHEAD
+            if size < _MIN_BATCH_SIZE or position + size > end or magic != 2 or \
+                    crc32c(view[position + _CRC_FROM:position + size]) != crc:
+                return position
+            position += size
+    return None
