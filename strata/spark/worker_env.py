@@ -11,7 +11,9 @@ lazy in 3.12), and the cache holds one importer per package imported out of a zi
   entries): 20-85 ms.
 
 Measured in a worker, that is 70-150 ms a call, and a query makes several calls one after
-another. ``trim_import_caches`` brings it to one directory read per archive on the path.
+another. ``trim_import_caches`` brings the next call's re-reads to none: it drops every zip
+importer, and each archive's cached directory with it, so an archive is read again only when an
+import next searches it (what Python 3.12 does).
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ _kept_jars: set[str] = set()   # jars on the path that hold Python: not listed a
 
 
 def trim_import_caches() -> None:
-    """Take ``.jar`` files that hold no Python off ``sys.path``, and drop the importers of
-    packages inside an archive from ``sys.path_importer_cache``.
+    """Take ``.jar`` files that hold no Python off ``sys.path``, and drop every zip importer
+    from ``sys.path_importer_cache``, with its archive's directory in ``zipimport``'s cache.
 
     Neither changes what an import finds: a jar without Python modules cannot serve one, and
-    the import system makes a package's importer again when it next searches that package,
-    from the archive directory it already holds. The importer of each archive on the path
-    stays. Cheap when there is nothing to drop; call it at each worker entry point, after
-    PySpark's own imports for the call."""
+    the import system makes an importer again when it next searches that path, reading the
+    archive afresh then (so a changed archive is seen, as ``invalidate_caches`` promises).
+    Modules already imported keep their loaders. Cheap when there is nothing to drop; call
+    it at each worker entry point, after PySpark's own imports for the call."""
     for entry in [e for e in sys.path if isinstance(e, str) and e.endswith(".jar")]:
         if entry in _kept_jars:
             continue
@@ -46,6 +48,8 @@ def trim_import_caches() -> None:
             continue
         sys.path[:] = [e for e in sys.path if e != entry]
         sys.path_importer_cache.pop(entry, None)
+    directories = getattr(zipimport, "_zip_directory_cache", {})
     for key, finder in list(sys.path_importer_cache.items()):
-        if isinstance(finder, zipimport.zipimporter) and finder.prefix:
+        if isinstance(finder, zipimport.zipimporter):
             sys.path_importer_cache.pop(key, None)
+            directories.pop(finder.archive, None)
