@@ -8,7 +8,6 @@ import functools
 import logging
 import io
 import json
-import mmap
 import os
 import tempfile
 import threading
@@ -31,7 +30,8 @@ from strata.tiered.storage.chunks import (
 from strata.tiered.storage.chunk_cache import ChunkCache
 from strata.tiered.storage.object_store import ObjectStore, object_store_from_config
 from strata.tiered.storage.transforms import (
-    ChunkTransform, KeyRing, SegmentEncryption, first_batch_is_compressed, first_invalid_batch, new_data_key)
+    BatchCheck, ChunkTransform, KeyRing, SegmentEncryption, first_batch_is_compressed,
+    new_data_key)
 
 __all__ = [
     "FixedSizeChunkIndex",
@@ -100,7 +100,8 @@ class SegmentManifest:
     Version 2: ``chunkIndex`` (``fixed`` when untransformed, else ``variable``),
     ``chunkCrc32c`` (base64 of one big-endian uint32 CRC32C per stored chunk),
     ``batchCrc32cChecked`` (every record batch of the segment passed its own CRC32C check when
-    it was copied; absent in older manifests: false), ``compression`` (zstd applied), ``encryption`` (absent, or the wrapped data key and AAD). Each index in
+    it was copied; absent in older manifests: false), ``compression`` (zstd applied),
+    ``encryption`` (absent, or the wrapped data key and AAD). Each index in
     ``segmentIndexes`` is transformed alone, as one chunk, and its entry gives its stored
     position, size and CRC32C. Version 1 (read only): one untransformed chunk, no CRCs; it
     is parsed as a ``fixed`` index of ``V1_READ_CHUNK_SIZE`` chunks, which stores the same bytes.
@@ -191,14 +192,10 @@ class SegmentManifest:
         return self.compression or self.encryption is not None
 
 
-def _batches_intact(path: str | os.PathLike[str], meta: RemoteLogSegmentMetadata) -> bool:
-    """Whether every record batch of the segment file passes its CRC32C check. A segment
-    that fails is copied as it is (as Kafka copies it); its readers then check each batch."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return True
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            bad = first_invalid_batch(mapped)
+def _batches_intact(check: BatchCheck, meta: RemoteLogSegmentMetadata) -> bool:
+    """Whether every record batch of the copied segment passed its CRC32C check. A segment
+    that failed is copied as it is (as Kafka copies it); its readers then check each batch."""
+    bad = check.close()
     if bad is None:
         return True
     logger.warning("segment %s of %s: the batch at byte %d is malformed or fails its CRC32C; "
@@ -585,9 +582,10 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     self._encryption_key_pair,
                     self._key_ring.wrap(self._encryption_key_pair, data_key), aad)
                 transform = ChunkTransform(compression, data_key, aad)
-            batches_checked = _batches_intact(data.log_segment, meta)
+            check = BatchCheck()
             segment_size, chunk_index, crcs = self._upload_log(
-                self.object_key(meta, LOG_SUFFIX), data.log_segment, transform)
+                self.object_key(meta, LOG_SUFFIX), data.log_segment, transform, check)
+            batches_checked = _batches_intact(check, meta)
             blob, entries = self._index_blob(data, transform)
             store.put(self.object_key(meta, INDEXES_SUFFIX), blob)
             manifest = SegmentManifest(segment_size, chunk_index, entries, compression,
@@ -605,10 +603,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self._manifests.put(segment_id, manifest)
         return None
 
-    def _upload_log(self, key: str, path: str | os.PathLike[str], transform: ChunkTransform
-                    ) -> tuple[int, ChunkIndex, list[int]]:
+    def _upload_log(self, key: str, path: str | os.PathLike[str], transform: ChunkTransform,
+                    check: BatchCheck) -> tuple[int, ChunkIndex, list[int]]:
         """Upload the segment file as chunks; ``(size, chunk index, CRC32C per stored chunk)``.
-        Transformed chunks are staged in a temporary file, so memory holds one chunk."""
+        Each chunk read is fed to ``check`` too. Transformed chunks are staged in a temporary
+        file, so memory holds one chunk."""
         chunk_size = self._chunk_size
         crcs: list[int] = []
         sizes: list[int] = []
@@ -616,6 +615,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         with open(path, "rb") as source:
             if transform.identity:
                 while chunk := source.read(chunk_size):
+                    check.feed(chunk)
                     crcs.append(crc32c(chunk))
                     segment_size += len(chunk)
                 self._check_unchanged(path, segment_size)
@@ -623,6 +623,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 return segment_size, FixedSizeChunkIndex.untransformed(segment_size, chunk_size), crcs
             with tempfile.NamedTemporaryFile(prefix="strata-rsm-", suffix=".log") as staged:
                 while chunk := source.read(chunk_size):
+                    check.feed(chunk)
                     stored = transform.transform(chunk, log_part(len(sizes)))
                     staged.write(stored)
                     crcs.append(crc32c(stored))

@@ -30,6 +30,7 @@ __all__ = [
     "KeyRing",
     "SegmentEncryption",
     "first_batch_is_compressed",
+    "BatchCheck",
     "first_invalid_batch",
     "new_data_key",
 ]
@@ -225,19 +226,79 @@ def first_batch_is_compressed(path: str | os.PathLike[str]) -> bool:
 
 def first_invalid_batch(data) -> int | None:
     """The position of the first record batch of ``data`` (a segment's bytes: format-v2
-    batches back to back) that is truncated, of another format or fails its CRC32C; None when
+    batches back to back) that is cut short, of another format or fails its CRC32C; None when
     every batch is intact."""
+    check = BatchCheck()
+    check.feed(data)
+    return check.close()
+
+
+class BatchCheck:
+    """``first_invalid_batch`` over a stream fed in pieces of any size (a segment read chunk by
+    chunk): only a batch that a piece's end cuts is copied, to be checked whole."""
+
+    def __init__(self) -> None:
+        self.first_invalid: int | None = None
+        self._fed = 0                   # stream bytes fed so far
+        self._carry = bytearray()       # the start of a batch the last piece ended inside
+
+    def feed(self, piece) -> None:
+        if self.first_invalid is not None:
+            return
+        with memoryview(piece) as view:
+            used = self._complete_carry(view) if self._carry else 0
+            if self.first_invalid is None:
+                bad, whole = _walk_batches(view, used)
+                if bad is not None:
+                    self.first_invalid = self._fed + bad
+                else:
+                    self._carry += view[whole:]
+            self._fed += len(view)
+
+    def close(self) -> int | None:
+        """The position of the first invalid batch (a batch left cut at the end is one)."""
+        if self.first_invalid is None and self._carry:
+            self.first_invalid = self._fed - len(self._carry)
+        return self.first_invalid
+
+    def _complete_carry(self, view: memoryview) -> int:
+        """Add to the carried batch what ``view`` holds of it, check it once whole; the bytes
+        of ``view`` taken."""
+        carry = self._carry
+        start = self._fed - len(carry)
+        taken = min(max(_MIN_BATCH_SIZE - len(carry), 0), len(view))
+        carry += view[:taken]
+        if len(carry) < _MIN_BATCH_SIZE:
+            return taken
+        _, length, _, magic, _, _ = _BATCH_PREFIX.unpack_from(carry)
+        size = length + _LOG_OVERHEAD
+        if size < _MIN_BATCH_SIZE or magic != 2:
+            self.first_invalid = start
+            return taken
+        more = min(size - len(carry), len(view) - taken)
+        carry += view[taken:taken + more]
+        taken += more
+        if len(carry) == size:
+            if _walk_batches(carry, 0)[0] is not None:
+                self.first_invalid = start
+            carry.clear()
+        return taken
+
+
+def _walk_batches(data, position: int) -> tuple[int | None, int]:
+    """Check the whole batches of ``data`` from ``position``: (the position of the first
+    invalid one or None, where the batch the data ends inside starts)."""
     unpack = _BATCH_PREFIX.unpack_from
     end = len(data)
-    position = 0
     with memoryview(data) as view:
-        while position < end:
-            if end - position < _MIN_BATCH_SIZE:
-                return position
+        while end - position >= _MIN_BATCH_SIZE:
             _, length, _, magic, crc, _ = unpack(view, position)
             size = length + _LOG_OVERHEAD
-            if size < _MIN_BATCH_SIZE or position + size > end or magic != 2 or \
-                    crc32c(view[position + _CRC_FROM:position + size]) != crc:
-                return position
+            if size < _MIN_BATCH_SIZE or magic != 2:
+                return position, position
+            if position + size > end:
+                break
+            if crc32c(view[position + _CRC_FROM:position + size]) != crc:
+                return position, position
             position += size
-    return None
+    return None, position
