@@ -629,6 +629,16 @@ def test_first_invalid_batch_finds_the_first_batch_that_is_cut_foreign_or_fails_
         assert check.close() == expected, size
 
 
+def test_the_batch_check_gives_up_on_a_stream_of_small_batches():
+    small = build_batch([SimpleRecord(b"v" * 1000, None)])
+    data = small * ((1 << 20) // len(small) + 10)          # just over 1 MiB of ~1 KiB batches
+    for min_average, checked in ((16 * KIB, False), (512, True)):
+        check = BatchCheck(min_average)
+        for at in range(0, len(data), 64 * KIB):
+            check.feed(data[at:at + 64 * KIB])
+        assert check.close() is None and check.checked is checked
+
+
 def test_compression_shrinks_a_compressible_segment(tmp_path):
     seg = Segment(tmp_path / "logs")
     store = MemoryObjectStore()

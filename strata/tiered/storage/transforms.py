@@ -235,29 +235,40 @@ def first_invalid_batch(data) -> int | None:
 
 class BatchCheck:
     """``first_invalid_batch`` over a stream fed in pieces of any size (a segment read chunk by
-    chunk): only a batch that a piece's end cuts is copied, to be checked whole."""
+    chunk): only a batch that a piece's end cuts is copied, to be checked whole.
 
-    def __init__(self) -> None:
+    With ``min_average`` set, a stream whose batches average fewer bytes than that (checked
+    from its first MiB on) is given up: each batch costs a Python step, which small batches
+    make dear. ``checked`` then turns False."""
+
+    def __init__(self, min_average: int = 0) -> None:
         self.first_invalid: int | None = None
+        self.checked = True
+        self._min_average = min_average
         self._fed = 0                   # stream bytes fed so far
+        self._batches = 0               # whole batches walked so far
         self._carry = bytearray()       # the start of a batch the last piece ended inside
 
     def feed(self, piece) -> None:
-        if self.first_invalid is not None:
+        if self.first_invalid is not None or not self.checked:
             return
         with memoryview(piece) as view:
             used = self._complete_carry(view) if self._carry else 0
             if self.first_invalid is None:
-                bad, whole = _walk_batches(view, used)
+                bad, whole, count = _walk_batches(view, used)
+                self._batches += count
                 if bad is not None:
                     self.first_invalid = self._fed + bad
                 else:
                     self._carry += view[whole:]
             self._fed += len(view)
+        if self._fed >= 1 << 20 and self._batches * self._min_average > self._fed:
+            self.checked = False
+            self._carry = bytearray()
 
     def close(self) -> int | None:
         """The position of the first invalid batch (a batch left cut at the end is one)."""
-        if self.first_invalid is None and self._carry:
+        if self.first_invalid is None and self._carry and self.checked:
             self.first_invalid = self._fed - len(self._carry)
         return self.first_invalid
 
@@ -279,26 +290,29 @@ class BatchCheck:
         carry += view[taken:taken + more]
         taken += more
         if len(carry) == size:
+            self._batches += 1
             if _walk_batches(carry, 0)[0] is not None:
                 self.first_invalid = start
             carry.clear()
         return taken
 
 
-def _walk_batches(data, position: int) -> tuple[int | None, int]:
+def _walk_batches(data, position: int) -> tuple[int | None, int, int]:
     """Check the whole batches of ``data`` from ``position``: (the position of the first
-    invalid one or None, where the batch the data ends inside starts)."""
+    invalid one or None, where the batch the data ends inside starts, batches passed)."""
     unpack = _BATCH_PREFIX.unpack_from
     end = len(data)
+    count = 0
     with memoryview(data) as view:
         while end - position >= _MIN_BATCH_SIZE:
             _, length, _, magic, crc, _ = unpack(view, position)
             size = length + _LOG_OVERHEAD
             if size < _MIN_BATCH_SIZE or magic != 2:
-                return position, position
+                return position, position, count
             if position + size > end:
                 break
             if crc32c(view[position + _CRC_FROM:position + size]) != crc:
-                return position, position
+                return position, position, count
             position += size
-    return None, position
+            count += 1
+    return None, position, count
