@@ -31,7 +31,6 @@ __all__ = [
     "SegmentEncryption",
     "first_batch_is_compressed",
     "BatchCheck",
-    "first_invalid_batch",
     "new_data_key",
 ]
 
@@ -224,18 +223,12 @@ def first_batch_is_compressed(path: str | os.PathLike[str]) -> bool:
     return magic == 2 and attributes & 0x07 != 0
 
 
-def first_invalid_batch(data) -> int | None:
-    """The position of the first record batch of ``data`` (a segment's bytes: format-v2
-    batches back to back) that is cut short, of another format or fails its CRC32C; None when
-    every batch is intact."""
-    check = BatchCheck()
-    check.feed(data)
-    return check.close()
-
-
 class BatchCheck:
-    """``first_invalid_batch`` over a stream fed in pieces of any size (a segment read chunk by
-    chunk): only a batch that a piece's end cuts is copied, to be checked whole.
+    """Checks the record batches of a stream (a segment's bytes: format-v2 batches back to
+    back) fed in pieces of any size, as a segment is read chunk by chunk: ``close()`` gives
+    the position of the first batch that is cut short, of another format or fails its
+    CRC32C, or None when every batch is intact. Only a batch that a piece's end cuts is
+    copied, to be checked whole.
 
     With ``min_average`` set, a stream whose batches average fewer bytes than that (checked
     from its first MiB on) is given up: each batch costs a Python step, which small batches
