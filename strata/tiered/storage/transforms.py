@@ -26,11 +26,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from strata.tiered.api import RemoteStorageException
 
 __all__ = [
+    "BatchCheck",
     "ChunkTransform",
     "KeyRing",
     "SegmentEncryption",
     "first_batch_is_compressed",
-    "BatchCheck",
     "new_data_key",
 ]
 
