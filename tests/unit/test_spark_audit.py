@@ -207,3 +207,33 @@ def test_the_report_serialises_to_json_and_prints_a_table(env):
     table = report.format_table()
     assert "1 problem(s)" in table and "MISSING OBJECTS (1)" in table
     assert env.rsm.object_key(seg, "indexes") in table
+
+
+def rewrite_manifest(env, seg, **changes) -> None:
+    """Change fields of ``seg``'s manifest JSON (None deletes one)."""
+    key = env.rsm.object_key(seg, "rsm-manifest")
+    doc = json.loads(env.store.get(key))
+    for name, value in changes.items():
+        if value is None:
+            doc.pop(name, None)
+        else:
+            doc[name] = value
+    env.store.put(key, json.dumps(doc).encode())
+
+
+def test_segments_without_chunk_crcs_and_segments_batch_checked_at_the_copy_are_counted(env):
+    segs = segments(env)
+    report = run(env)
+    assert (report.segments_without_crcs, report.segments_batch_checked) == (0, len(segs))
+    old, unchecked = segs[:2]
+    rewrite_manifest(env, old, version="1", chunkCrc32c=None, batchCrc32cChecked=None)
+    rewrite_manifest(env, unchecked, batchCrc32cChecked=False)
+    report = run(env)
+    assert report.ok
+    assert (report.segments_without_crcs, report.segments_batch_checked) == (1, len(segs) - 2)
+    assert report.chunks_verified == sum(-(-m.segment_size_in_bytes // 700) for m in segs[1:])
+    assert (f"chunks verified (1 segment(s) without chunk CRCs), 0 problem(s); record batches "
+            f"CRC-checked at the copy in {len(segs) - 2} of {len(segs)} segments"
+            in report.format_table())
+    doc = json.loads(report.to_json())
+    assert (doc["segments_without_crcs"], doc["segments_batch_checked"]) == (1, len(segs) - 2)

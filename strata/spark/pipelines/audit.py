@@ -17,7 +17,9 @@ really there. This job lists the store under the audited topics' prefixes, repla
   size, and each object's listed size against what the manifest says it stores;
 - **corrupt chunks**: with ``verify_crc``, every stored chunk of every finished segment's
   ``.log`` and every index in its ``.indexes`` is read and checked against the CRC32C of its
-  manifest (version 2); an unparseable manifest is reported here too.
+  manifest (version 2); an unparseable manifest is reported here too. Segments whose
+  manifest has no chunk CRCs (version 1) cannot be verified; the report counts them, and the
+  segments whose record batches all passed their CRC32C at the copy (``batchCrc32cChecked``).
 
 Races with the broker's copier and expirer are closed by order: the store is listed first and
 the metadata read after (a copier publishes COPY_SEGMENT_STARTED before it writes an object, so
@@ -133,6 +135,8 @@ class AuditReport:
     segments: int = 0                 # finished segments audited
     objects: int = 0                  # objects listed
     chunks_verified: int = 0
+    segments_without_crcs: int = 0    # manifest version 1: no chunk CRCs to verify against
+    segments_batch_checked: int = 0   # every record batch passed its CRC32C at the copy
     missing: list[MissingObject] = dataclasses.field(default_factory=list)
     orphans: list[OrphanObject] = dataclasses.field(default_factory=list)
     size_mismatches: list[SizeMismatch] = dataclasses.field(default_factory=list)
@@ -157,9 +161,12 @@ class AuditReport:
 
     def format_table(self) -> str:
         """A readable report: a summary line, then one section per kind of finding."""
+        unverifiable = (f" ({self.segments_without_crcs} segment(s) without chunk CRCs)"
+                        if self.segments_without_crcs else "")
         lines = [f"audit of {', '.join(self.topics) or '(no topics)'}: {self.segments} segments, "
-                 f"{self.objects} objects, {self.chunks_verified} chunks verified, "
-                 f"{self.problems} problem(s)"]
+                 f"{self.objects} objects, {self.chunks_verified} chunks verified{unverifiable}, "
+                 f"{self.problems} problem(s); record batches CRC-checked at the copy in "
+                 f"{self.segments_batch_checked} of {self.segments} segments"]
         sections: list[tuple[str, list[str], list[list[str]]]] = [
             ("MISSING OBJECTS", ["TOPIC", "PARTITION", "SEGMENT", "OFFSETS", "KEY"],
              [[m.topic, str(m.partition), m.segment_id, f"{m.start_offset}-{m.end_offset}", m.key]
@@ -433,6 +440,8 @@ def audit_store(rsm: ObjectStoreRemoteStorageManager, listing: Iterable[tuple[st
                                    default=0), sizes.get(keys[INDEXES_SUFFIX]),
                                keys[INDEXES_SUFFIX]),
         }
+        report.segments_without_crcs += manifest.chunk_crcs is None
+        report.segments_batch_checked += manifest.batch_crcs_checked
         wrong = {what for what, (want, got, key) in expected.items()
                  if got is not None and got != want}
         report.size_mismatches += [SizeMismatch(tip.topic, tip.partition, sid, key, what, want, got)
