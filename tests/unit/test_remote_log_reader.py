@@ -167,6 +167,8 @@ def test_a_truncated_last_batch_raises_rather_than_returning_part_of_it(remote, 
         read_remote_segment(rsm, cache, meta, meta.start_offset, 1 << 20)
     with pytest.raises(CorruptRecordError):
         list(iter_batch_headers(rsm, meta))
+    with pytest.raises(CorruptRecordError):  # a timestamp lookup that reads the truncated batch
+        find_offset_by_timestamp(rsm, cache, meta, last.max_timestamp, last.base_offset)
     first = next(seg._headers_from(0))  # a read that stops before the tail is fine
     assert read_remote_segment(rsm, cache, meta, meta.start_offset, first.size).records == \
         seg.read_bytes(0, first.size)

@@ -140,11 +140,11 @@ class _SegmentStream:
         view = getattr(raw, "view", None)
         return view(start, n) if view is not None else None
 
-    def read(self, n: int) -> bytes:
+    def read(self, n: int) -> bytearray:
         """``n`` bytes, or fewer when the segment ends first."""
         buf = bytearray(n)
         got = self.readinto(memoryview(buf))
-        return bytes(buf) if got == n else bytes(buf[:got])
+        return buf if got == n else buf[:got]
 
     def skip(self, n: int) -> bool:
         """Move ``n`` bytes forward: seek (or read) through an open range, jump otherwise.
@@ -187,7 +187,7 @@ def _check_header(meta: RemoteLogSegmentMetadata, buf, offset: int, position: in
 
 
 def _next_header(stream: _SegmentStream,
-                 meta: RemoteLogSegmentMetadata) -> tuple[BatchHeader, bytes] | None:
+                 meta: RemoteLogSegmentMetadata) -> tuple[BatchHeader, bytearray] | None:
     """The next batch header and its bytes, or None at the end of the segment."""
     position = stream.position
     head = stream.read(HEADER_SIZE)
@@ -205,11 +205,13 @@ def _skip_batch(stream: _SegmentStream, meta: RemoteLogSegmentMetadata,
 
 
 def _read_batch(stream: _SegmentStream, meta: RemoteLogSegmentMetadata, header: BatchHeader,
-                head: bytes) -> bytes:
-    body = stream.read(header.size - HEADER_SIZE)
-    if len(body) < header.size - HEADER_SIZE:
+                head: bytes) -> bytearray:
+    """The whole batch ``head`` begins, read into one buffer after it."""
+    batch = bytearray(header.size)
+    batch[:HEADER_SIZE] = head
+    if stream.readinto(memoryview(batch)[HEADER_SIZE:]) < header.size - HEADER_SIZE:
         raise _corrupt(meta, header.position, f"truncated batch ({header.size} bytes expected)")
-    return head + body
+    return batch
 
 
 def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache,
