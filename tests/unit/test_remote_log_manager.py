@@ -5,6 +5,7 @@ expirer deletes and why, how the log's offsets move, retries with backoff, remot
 from __future__ import annotations
 
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 from strata.common.errors import ErrorCode, KafkaStorageError
 from strata.log.unified_log import FetchIsolation
 from strata.protocol.records import iter_records
-from strata.tiered.api import RemoteLogSegmentState, RemoteStorageException
+from strata.log.producer_state import decode_snapshot
+from strata.tiered.api import IndexType, RemoteLogSegmentState, RemoteStorageException
 from strata.tiered.manager import copier, expirer
 from strata.log.log_config import LogConfig
 from strata.tiered.manager.remote_log_manager import PartitionTiering
@@ -76,6 +78,35 @@ def test_copier_tiers_every_inactive_segment_in_order_and_local_retention_follow
     assert env.log.local_log_start_offset == remote[-1].end_offset + 1
     assert env.log.log_start_offset == 0
     assert env.read_all(0) == list(range(100))
+
+
+def test_a_segment_without_a_producer_snapshot_is_copied_with_an_empty_one(env, tmp_path,
+                                                                         monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    env.produce(100)
+    first, second, third = env.log.local_log.segments[:3]
+    lost = env.log.producer_state.fetch_snapshot(second.base_offset)
+    lost.unlink()                       # as after a recovery that rebuilt the segment
+    kept = env.log.producer_state.fetch_snapshot(third.base_offset).read_bytes()
+    copy_data = env.rsm.copy_log_segment_data
+    in_flight = []                      # what a crash in the middle of each copy would leave
+
+    def copy_and_look(meta, data):
+        in_flight.append(len(list(scratch.iterdir())))
+        return copy_data(meta, data)
+
+    monkeypatch.setattr(env.rsm, "copy_log_segment_data", copy_and_look)
+    env.copy()
+    remote = env.remote()
+    assert remote[0].start_offset == first.base_offset
+    with env.rsm.fetch_index(remote[0], IndexType.PRODUCER_SNAPSHOT) as stream:
+        assert decode_snapshot(stream.read()) == []
+    with env.rsm.fetch_index(remote[1], IndexType.PRODUCER_SNAPSHOT) as stream:
+        assert stream.read() == kept
+    assert in_flight[:3] == [1, 0, 0]   # only the missing snapshot needs a scratch dir
+    assert list(scratch.iterdir()) == []
 
 
 def test_copier_stops_at_the_last_stable_offset(env):

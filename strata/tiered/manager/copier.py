@@ -15,6 +15,7 @@ expirer deletes. Either way the segment is copied again, under a new segment id.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from pathlib import Path
@@ -101,10 +102,11 @@ def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegmen
         seg.largest_timestamp, ctx.broker_id, ctx.clock.milliseconds(), seg.size,
         segment_leader_epochs=epochs, txn_idx_empty=not has_txn)
     epoch_checkpoint = encode_epoch_entries(ulog.leader_epoch_cache.entries_up_to(next_base))
-    with tempfile.TemporaryDirectory(prefix="strata-copy-") as tmp:
+    with contextlib.ExitStack() as scratch:
         snapshot = ulog.producer_state.fetch_snapshot(next_base)
         if snapshot is None or not snapshot.exists():
             # No snapshot at the boundary (a segment rebuilt by recovery): upload an empty one.
+            tmp = scratch.enter_context(tempfile.TemporaryDirectory(prefix="strata-copy-"))
             snapshot = Path(tmp) / f"{next_base:020d}.snapshot"
             snapshot.write_bytes(encode_snapshot([]))
             log.warning("%s: no producer snapshot at %d; copying an empty one", part.tip, next_base)
