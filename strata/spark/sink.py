@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, StringType, StructType, TimestampNTZType, TimestampType)
 
 from strata.spark.options import SinkOptions, StrataOptionError, parse_sink_options
-from strata.spark.worker_env import trim_import_caches
+from strata.spark.worker_env import prepare_worker
 
 __all__ = ["SinkColumns", "StrataBatchWriter", "StrataCommitMessage", "StrataStreamWriter",
            "check_sink_schema", "produce_arrow"]
@@ -180,7 +180,7 @@ class _Writer:
         self.columns = check_sink_schema(schema, self.sink.topic)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataCommitMessage:
-        trim_import_caches()
+        prepare_worker()
         return StrataCommitMessage(produce_arrow(iterator, self.sink, self.columns))
 
 

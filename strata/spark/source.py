@@ -38,7 +38,7 @@ from strata.spark.plan import (
     OffsetRange, ReadPiece, ReadTask, TopicPartitionKey, clamp_to_log_start, offset_ranges,
     offsets_from_json, offsets_to_json, plan_tasks, rate_limit, resolve_offsets,
     resolve_partitions)
-from strata.spark.worker_env import trim_import_caches
+from strata.spark.worker_env import prepare_worker
 
 __all__ = ["StrataDataSource", "StrataPartition", "plan_read", "read_task"]
 
@@ -136,7 +136,7 @@ def read_task(task: ReadTask, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
     (a missing remote object, offsets gone from the broker) fails the task, naming the segment
     or offsets, unless failOnDataLoss is false: then the missing part is skipped with a
     warning and the task goes on with what follows it."""
-    trim_import_caches()
+    prepare_worker()
     pieces = task.parts()
     for i, piece in enumerate(pieces):
         if piece.segment is not None:
@@ -337,23 +337,23 @@ class StrataDataSource(DataSource):
         return value.strip().lower() == "true"
 
     def schema(self) -> str:
-        trim_import_caches()
+        prepare_worker()
         return SPARK_SCHEMA_DDL_WITH_HEADERS if self._include_headers() else SPARK_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        trim_import_caches()
+        prepare_worker()
         return StrataBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        trim_import_caches()
+        prepare_worker()
         return StrataStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool):
-        trim_import_caches()
+        prepare_worker()
         from strata.spark.sink import StrataBatchWriter
         return StrataBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        trim_import_caches()
+        prepare_worker()
         from strata.spark.sink import StrataStreamWriter
         return StrataStreamWriter(self.options, schema)

@@ -1,4 +1,6 @@
-"""Keeping a PySpark worker's per-call ``importlib.invalidate_caches()`` cheap.
+"""What Strata's entry points do first in a PySpark worker (``prepare_worker``): keep the
+worker's per-call ``importlib.invalidate_caches()`` cheap, and its ``gc.collect()`` after
+each task short.
 
 Before every task and every planning call (``schema``, ``partitions``) a PySpark 4.0 worker
 runs ``importlib.invalidate_caches()``. On Python 3.10 and 3.11 that makes every zip importer
@@ -18,13 +20,42 @@ import next searches it (what Python 3.12 does).
 
 from __future__ import annotations
 
+import gc
 import sys
 import zipfile
 import zipimport
 
-__all__ = ["trim_import_caches"]
+__all__ = ["prepare_worker", "trim_import_caches"]
 
 _kept_jars: set[str] = set()   # jars on the path that hold Python: not listed again
+_modules_frozen = 0             # len(sys.modules) at the last gc.freeze()
+
+
+def prepare_worker() -> None:
+    """Call first at every entry point that runs in a Spark worker: ``trim_import_caches``,
+    and in a PySpark worker process, ``gc.freeze()`` whenever modules were imported since
+    the last freeze.
+
+    A reused PySpark worker runs a full ``gc.collect()`` after every task, and every
+    planning call is a task of such a worker. With PySpark, pyarrow, numpy and Strata's
+    reading code imported that walks 50,000-110,000 objects: 30-60 ms of CPU a call, about
+    0.2 s for a ``direct`` query, while the other task or the next stage wants the core.
+    Freezing takes what exists out of those collections. It happens when ``sys.modules`` has
+    grown: at the first entry, and at the next after a task that imported more (the read
+    path imports most of what it uses on first use); by then the collection after that task
+    has left only live objects, and imports create objects that live as long as the process.
+    Once a worker imports nothing new it freezes no more, so what later tasks make stays
+    collectable. A driver or any other process keeps its GC as it is."""
+    global _modules_frozen
+    trim_import_caches()
+    if len(sys.modules) != _modules_frozen and _in_pyspark_worker():
+        _modules_frozen = len(sys.modules)
+        gc.freeze()
+
+
+def _in_pyspark_worker() -> bool:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", "").startswith("pyspark.")
 
 
 def trim_import_caches() -> None:

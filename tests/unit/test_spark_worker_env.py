@@ -1,8 +1,10 @@
-"""A Spark worker's import caches: what trim_import_caches drops and what it keeps."""
+"""A Spark worker's import caches: what trim_import_caches drops and what it keeps; what
+prepare_worker freezes for the GC, and where."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import zipfile
 import zipimport
@@ -65,3 +67,37 @@ def test_zip_importers_are_dropped_and_an_import_after_reads_the_archive_afresh(
         for name in ("strata_zpkg.sub.c", "strata_zpkg.sub.b", "strata_zpkg.sub.a",
                      "strata_zpkg.sub", "strata_zpkg"):
             sys.modules.pop(name, None)
+
+
+_FREEZE_PROBE = """
+import gc, importlib.machinery, sys
+if sys.argv[1] == "worker":     # as under python -m pyspark.daemon
+    sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec("pyspark.daemon", None)
+from strata.spark.worker_env import prepare_worker
+counts = [gc.get_freeze_count()]
+prepare_worker()
+counts.append(gc.get_freeze_count())
+made_by_a_task = [[i] for i in range(1000)]
+prepare_worker()
+counts.append(gc.get_freeze_count())
+assert "colorsys" not in sys.modules
+import colorsys                 # a task that imports
+prepare_worker()
+counts.append(gc.get_freeze_count())
+print(*counts)
+"""
+
+
+@pytest.mark.parametrize("process", ["worker", "driver"])
+def test_a_pyspark_worker_freezes_what_exists_when_it_has_imported_more_and_a_driver_never(
+        process):
+    out = subprocess.run([sys.executable, "-c", _FREEZE_PROBE, process], capture_output=True,
+                         text=True, check=True).stdout.split()
+    before, first, after_task, after_import = map(int, out)
+    assert before == 0
+    if process == "worker":
+        assert first > 1000                 # the imports' objects: gc.collect skips them
+        assert after_task == first          # nothing imported: what tasks make stays collectable
+        assert after_import > after_task    # the new module's objects, and what lived with them
+    else:
+        assert first == after_task == after_import == 0
