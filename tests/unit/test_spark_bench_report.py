@@ -9,7 +9,7 @@ import json
 import pytest
 
 from strata.bench.spark_scan import (
-    MODE_LABELS, Params, Scan, Topic, render, report_json, speedup)
+    MODE_LABELS, Params, Scan, Topic, render, report_json, round_speedups, speedup)
 
 DATE = datetime.date(2026, 1, 2)
 TOPIC = Topic("bench-spark-scan-x", rows=1_048_576, value_bytes=1_048_576 * 1024,
@@ -63,10 +63,10 @@ def test_the_report_names_the_run_the_setup_and_the_direct_to_connector_ratio():
     assert "- PySpark 4.0.0" in lines
     assert any("1,048,576 records of 1024 B in 2 partitions" in x and "64 MiB segments" in x
                and "16 remote" in x for x in lines)
-    # medians: connector 18 s, direct 5 s
-    assert lines[-1] == ("`direct` / connector (median rows/s): **3.60×** (goal ≥ 3×); "
-                         "remote-data Fetch reads the broker served during `direct` scans: "
-                         "**0** (goal 0).")
+    # medians: connector 18 s, direct 5 s; per round 20/4, 16/5, 18/8
+    assert lines[-1] == ("`direct` / connector (median rows/s): **3.60×** (goal ≥ 3×; "
+                         "per round: 5.00×, 3.20×, 2.25×); remote-data Fetch reads the broker "
+                         "served during `direct` scans: **0** (goal 0).")
 
 
 def test_a_single_round_shows_plain_figures_and_no_ratio_without_the_connector():
@@ -96,3 +96,10 @@ def test_json_has_every_scan_with_its_rates_and_the_ratio():
     assert first["rows/s"] == TOPIC.rows / 4.0
     assert first["MB/s"] == TOPIC.value_bytes / 4.0 / 1e6
     assert doc["direct/connector"] == speedup(scans, "direct", "connector") == pytest.approx(3.6)
+    assert doc["direct/connector per round"] == pytest.approx([5.0, 3.2, 2.25])
+
+
+def test_per_round_ratios_pair_the_scans_of_each_round_and_skip_unpaired_rounds():
+    scans = [scan("direct", 2, 5.0), scan("connector", 1, 10.0), scan("direct", 1, 2.0),
+             scan("connector", 2, 20.0), scan("direct", 3, 1.0)]
+    assert round_speedups(scans, "direct", "connector") == pytest.approx([5.0, 4.0])
