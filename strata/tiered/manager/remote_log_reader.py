@@ -205,7 +205,7 @@ def _skip_batch(stream: _SegmentStream, meta: RemoteLogSegmentMetadata,
 
 
 def _read_batch(stream: _SegmentStream, meta: RemoteLogSegmentMetadata, header: BatchHeader,
-                head: bytes) -> bytearray:
+                head: bytearray) -> bytearray:
     """The whole batch ``head`` begins, read into one buffer after it."""
     batch = bytearray(header.size)
     batch[:HEADER_SIZE] = head
