@@ -15,6 +15,7 @@ from pathlib import Path
 
 from strata.common.config import load_properties
 from strata.common.errors import KafkaError
+from strata.common.files import raise_descriptor_limit
 from strata.common.scheduler import KafkaScheduler
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.log_manager import LogManager
@@ -177,6 +178,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
     log_dirs[0].mkdir(parents=True, exist_ok=True)
     host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
     metadata = ClusterMetadata(log_dirs[0], node_id, props)
     scheduler = KafkaScheduler(threads=2)
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from strata.common.config import ConfigType, load_properties
 from strata.common.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
-from strata.common.files import atomic_write
+from strata.common.files import atomic_write, descriptor_limit
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.tiered.config import (
@@ -94,6 +94,23 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 
 LONG_MAX = 2**63 - 1
+
+# Kafka's controller refuses an operation that would write more records than this (its
+# MAX_RECORDS_PER_USER_OP): a topic, each of its partitions and each config override is one.
+MAX_RECORDS_PER_USER_OP = 10_000
+EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
+# Partitions this broker may host (the name KIP-578 proposed; Apache Kafka has no such bound).
+# Unset, it follows the open-file limit: a partition at rest holds DESCRIPTORS_PER_PARTITION
+# (its active segment's log and two index maps), one more is kept per partition for older
+# segments, and DESCRIPTORS_RESERVED stay for connections and the remote tier.
+MAX_BROKER_PARTITIONS_PROP = "max.broker.partitions"
+DESCRIPTORS_PER_PARTITION = 3
+DESCRIPTORS_RESERVED = 4096
+
+
+def default_max_broker_partitions(open_file_limit: int) -> int:
+    """``max.broker.partitions`` when unset: what ``open_file_limit`` descriptors can hold."""
+    return max(100, (open_file_limit - DESCRIPTORS_RESERVED) // (DESCRIPTORS_PER_PARTITION + 1))
 
 # Broker configs that AlterConfigs / IncrementalAlterConfigs may change at runtime, for this
 # node or as the cluster-wide default (Kafka's DynamicRemoteLogConfig keys Strata applies live:
@@ -163,6 +180,13 @@ def validate_topic_name(name: str) -> None:
     reason = invalid_topic_reason(name)
     if reason is not None:
         raise KafkaError(f"Topic name is invalid: {reason}", code=ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
+def check_records_per_operation(records: int) -> None:
+    """POLICY_VIOLATION, as Kafka's controller answers, for an operation of more records than
+    ``MAX_RECORDS_PER_USER_OP``; nothing of it is written."""
+    if records > MAX_RECORDS_PER_USER_OP:
+        raise KafkaError(EXCESSIVE_BATCH_MESSAGE, code=ErrorCode.POLICY_VIOLATION)
 
 
 def unify_collision_chars(name: str) -> str:
@@ -375,6 +399,10 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                             "config remote.storage.enable for new topics that "
                                             "are neither compacted nor internal. Requires "
                                             "remote.log.storage.system.enable=true."),
+    MAX_BROKER_PARTITIONS_PROP: _BrokerKey(_T.INT, None, "Strata (KIP-578's name): the most "
+                                           "partitions this broker hosts; CreateTopics and "
+                                           "CreatePartitions beyond it get POLICY_VIOLATION. "
+                                           "Unset: derived from the open-file limit."),
     "min.insync.replicas": _BrokerKey(_T.INT, "1", "The minimum number of in-sync replicas "
                                       "for acks=all."),
     "compression.type": _BrokerKey(_T.STRING, "producer",
@@ -450,6 +478,8 @@ class ClusterMetadata:
         self._num_partitions = self._int_prop("num.partitions", 1)
         self._default_replication_factor = self._int_prop("default.replication.factor", 1)
         self._delete_enabled = self.broker_props.get("delete.topic.enable", "true").strip().lower() != "false"
+        self.max_broker_partitions = self._int_prop(
+            MAX_BROKER_PARTITIONS_PROP, default_max_broker_partitions(descriptor_limit()))
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id, self.directory_id = self._load_or_write_meta_properties()
@@ -714,7 +744,9 @@ class ClusterMetadata:
                                  code=ErrorCode.INVALID_PARTITIONS)
             partitions = self._num_partitions if num_partitions == -1 else num_partitions
             rf = self._default_replication_factor if replication_factor == -1 else replication_factor
+            check_records_per_operation(1 + partitions + len(overrides))
             self._check_placement(partitions, rf)
+            self._check_broker_partitions(partitions)
             info = TopicInfo(name, random_kafka_uuid(), partitions, overrides)
             if validate_only:
                 return info
@@ -724,6 +756,19 @@ class ClusterMetadata:
                      f" and configs {overrides}" if overrides else "")
             self._notify("on_topic_created", info)
             return info
+
+    def partition_count(self) -> int:
+        """Partitions of every topic this broker hosts."""
+        return sum(t.partitions for t in self._image.topics.values())
+
+    def _check_broker_partitions(self, added: int) -> None:
+        """POLICY_VIOLATION if ``added`` more partitions would pass ``max.broker.partitions``."""
+        hosted = self.partition_count()
+        if hosted + added > self.max_broker_partitions:
+            raise KafkaError(
+                f"Adding {added} partition(s) to the {hosted} this broker hosts would exceed "
+                f"{MAX_BROKER_PARTITIONS_PROP}={self.max_broker_partitions}.",
+                code=ErrorCode.POLICY_VIOLATION)
 
     def _check_placement(self, partitions: int, replication_factor: int) -> None:
         """Kafka's StripedReplicaPlacer checks, for a cluster of this one broker."""
@@ -861,6 +906,8 @@ class ClusterMetadata:
                                      f"{len(assignments)} assignment(s) were specified.",
                                      code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
                 self._check_assignments(assignments, 1)
+            check_records_per_operation(new_total - info.partitions)
+            self._check_broker_partitions(new_total - info.partitions)
             updated = replace(info, partitions=new_total)
             if validate_only:
                 return updated

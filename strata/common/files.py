@@ -45,3 +45,25 @@ def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
         raise
     if sync:
         fsync_dir(path.parent)
+
+
+def descriptor_limit() -> int:
+    """This process's soft open-file limit (2**20 when unlimited)."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft open-file limit to its hard limit; the soft limit now in force.
+
+    A broker holds descriptors for its segments and index maps; the soft limit a shell hands
+    down (often 1024) can be far below what the hard limit allows."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    return descriptor_limit()

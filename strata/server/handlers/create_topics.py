@@ -1,8 +1,15 @@
 """CreateTopics v2-7: one result per topic; v5+ also returns the partitions, replication
-factor and configs of each created (or, with validate_only, validated) topic."""
+factor and configs of each created (or, with validate_only, validated) topic.
+
+The topics are created on a worker thread (each partition opens its log files), so the event
+loop keeps serving other connections meanwhile. A request whose topics would add more than
+Kafka's ``MAX_RECORDS_PER_USER_OP`` records is refused whole before anything is written."""
 
 from __future__ import annotations
 
+import asyncio
+
+from strata.cluster.metadata import check_records_per_operation
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.admin_common import attempt, duplicates
@@ -17,18 +24,37 @@ def _create(ctx, t, validate_only: bool):
                                      validate_only=validate_only, assignments=assignments or None)
 
 
+def _records(ctx, t) -> int:
+    """The controller records creating ``t`` writes: the topic, its partitions, its configs."""
+    if ctx.metadata.topic(t.name) is not None:
+        return 0
+    partitions = len(t.assignments) if t.assignments else max(t.num_partitions, 1)
+    return 1 + partitions + len(t.configs)
+
+
+def _results(ctx, body) -> list[tuple]:
+    """(topic, info, code, message) per requested topic, in request order."""
+    dups = duplicates(t.name for t in body.topics)
+    _, code, message = attempt(lambda: check_records_per_operation(
+        sum(_records(ctx, t) for t in body.topics if t.name not in dups)))
+    if code != ErrorCode.NONE:
+        return [(t, None, code, message) for t in body.topics]
+    out = []
+    for t in body.topics:
+        if t.name in dups:
+            out.append((t, None, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+        elif len({c.name for c in t.configs}) != len(t.configs):
+            out.append((t, None, ErrorCode.INVALID_REQUEST, "Duplicate config names."))
+        else:
+            out.append((t, *attempt(lambda: _create(ctx, t, body.validate_only))))
+    return out
+
+
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
-    dups = duplicates(t.name for t in body.topics)
     results = []
-    for t in body.topics:
-        if t.name in dups:
-            info, code, message = None, ErrorCode.INVALID_REQUEST, "Duplicate topic name."
-        elif len({c.name for c in t.configs}) != len(t.configs):
-            info, code, message = None, ErrorCode.INVALID_REQUEST, "Duplicate config names."
-        else:
-            info, code, message = attempt(lambda: _create(ctx, t, body.validate_only))
+    for t, info, code, message in await asyncio.to_thread(_results, ctx, body):
         if info is None:
             results.append(make(rc, "topics", name=t.name, error_code=kio_error_code(code),
                                 error_message=message, num_partitions=-1,

@@ -1,0 +1,94 @@
+"""What one request may make the broker do is bounded: a CreateTopics or CreatePartitions that
+would write more than Kafka's 10,000 controller records, or pass ``max.broker.partitions``, is
+refused whole (POLICY_VIOLATION) before anything is written, and the broker serves other
+connections while a large request is being carried out."""
+
+from __future__ import annotations
+
+import datetime
+import select
+
+import pytest
+
+from broker_process import BrokerProcess
+from strata.protocol.client import Connection, client_frame, framed
+from strata.protocol.codec import ApiKey, request_class, response_class
+
+POLICY_VIOLATION = 44
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with BrokerProcess(tmp_path, overrides={"max.broker.partitions": "5000",
+                                            "num.partitions": "1"}) as b:
+        yield b
+
+
+def _partition_dirs(broker, topic: str) -> list:
+    return sorted((broker.data_dir / "kafka-logs").glob(f"{topic}-*"))
+
+
+def _create_topics_body(topics: list[tuple[str, int]], version: int = 7):
+    cls = request_class(ApiKey.CREATE_TOPICS, version)
+    topic_cls = cls.__dataclass_fields__["topics"].type.__args__[0]
+    return cls(topics=tuple(topic_cls(name=name, num_partitions=n, replication_factor=1,
+                                      assignments=(), configs=()) for name, n in topics),
+               timeout=datetime.timedelta(seconds=30), validate_only=False)
+
+
+def test_create_topics_of_sixteen_million_partitions_is_refused_and_creates_nothing(broker):
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import NewTopic
+    from kafka.errors import PolicyViolationError
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        with pytest.raises(PolicyViolationError, match="excessively large batch"):
+            admin.create_topics([NewTopic("huge", 16_777_220, 1)])
+        assert "huge" not in admin.list_topics()
+    finally:
+        admin.close()
+    assert _partition_dirs(broker, "huge") == []
+
+
+def test_a_request_whose_topics_together_pass_ten_thousand_records_is_refused_whole(broker):
+    # 3 topics of 3,500 partitions: each alone fits, together they do not
+    with Connection(broker.bootstrap) as conn:
+        resp = conn.request(_create_topics_body([(f"part{i}", 3500) for i in range(3)]),
+                            response_class(ApiKey.CREATE_TOPICS, 7))
+    assert [(t.name, int(t.error_code)) for t in resp.topics] == \
+        [(f"part{i}", POLICY_VIOLATION) for i in range(3)]
+    assert all(_partition_dirs(broker, f"part{i}") == [] for i in range(3))
+
+
+def test_partitions_beyond_max_broker_partitions_are_refused_before_anything_is_written(broker):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("fits", 4000, 1)], operation_timeout=60)["fits"].result(60)
+    with pytest.raises(KafkaException) as refused:
+        admin.create_topics([NewTopic("over", 2000, 1)])["over"].result(60)
+    assert refused.value.args[0].code() == POLICY_VIOLATION
+    assert "max.broker.partitions=5000" in refused.value.args[0].str()
+    with pytest.raises(KafkaException) as grown:
+        admin.create_partitions([NewPartitions("fits", 6000)])["fits"].result(60)
+    assert grown.value.args[0].code() == POLICY_VIOLATION
+    topics = admin.list_topics(timeout=30).topics
+    assert "over" not in topics and len(topics["fits"].partitions) == 4000
+    assert _partition_dirs(broker, "over") == []
+
+
+def test_other_connections_are_served_while_a_large_create_topics_runs(broker):
+    """3,000 partitions take the broker seconds to open; a Metadata request sent after the
+    CreateTopics, on another connection, is answered before it."""
+    with Connection(broker.bootstrap, timeout=60) as creating, \
+            Connection(broker.bootstrap, timeout=60) as other:
+        creating.sock.sendall(framed(client_frame(_create_topics_body([("wide", 3000)]), 1)))
+        metadata = request_class(ApiKey.METADATA, 12)(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        answer = other.request(metadata, response_class(ApiKey.METADATA, 12))
+        readable, _, _ = select.select([creating.sock], [], [], 0)
+        assert not readable, "the CreateTopics answer came before the other connection's"
+        assert answer.brokers
+        creating.sock.settimeout(120)
+        assert creating.sock.recv(4)  # the CreateTopics answer does come
+    assert len(_partition_dirs(broker, "wide")) == 3000
