@@ -195,7 +195,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
-                        producer_ids=ProducerIdManager(log_dirs[0]))
+                        producer_ids=ProducerIdManager(log_dirs[0]),
+                        fetch_max_bytes=_int(props, "fetch.max.bytes", 57_671_680))
     offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
     group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
                                        offsets_topic_num_partitions=offsets_log.ensure_topic())

@@ -342,6 +342,8 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
     "auto.create.topics.enable": _BrokerKey(_T.BOOLEAN, "true",
                                             "Enable auto creation of topics on the server."),
     "delete.topic.enable": _BrokerKey(_T.BOOLEAN, "true", "Enables topic deletion."),
+    "fetch.max.bytes": _BrokerKey(_T.INT, "57671680", "The maximum number of bytes returned "
+                                  "for a fetch request."),
     "message.max.bytes": _BrokerKey(_T.INT, "1048588",
                                     "The largest record batch size allowed by Kafka."),
     "socket.request.max.bytes": _BrokerKey(_T.INT, "104857600",

@@ -21,4 +21,5 @@ class BrokerContext:
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
+    fetch_max_bytes: int = 57_671_680    # fetch.max.bytes: caps a Fetch request's max_bytes
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher

@@ -92,3 +92,21 @@ def test_other_connections_are_served_while_a_large_create_topics_runs(broker):
         creating.sock.settimeout(120)
         assert creating.sock.recv(4)  # the CreateTopics answer does come
     assert len(_partition_dirs(broker, "wide")) == 3000
+
+
+def test_a_fetch_asking_for_two_gibibytes_gets_at_most_the_brokers_fetch_max_bytes(tmp_path):
+    import dataclasses
+    from confluent_kafka import Producer
+    from kio.schema.fetch.v12.response import FetchResponse
+    from strata.protocol.client import fetch_request
+    with BrokerProcess(tmp_path, overrides={"fetch.max.bytes": "100000"}) as b:
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.size": 20_000})
+        for i in range(100):
+            p.produce("wide-fetch", value=bytes(10_000), partition=0)
+        assert p.flush(30) == 0
+        req = dataclasses.replace(fetch_request("wide-fetch", 0, 0, partition_max_bytes=2**31 - 1),
+                                  max_bytes=2**31 - 1)
+        with Connection(b.bootstrap) as conn:
+            resp = conn.request(req, FetchResponse)
+    records = resp.responses[0].partitions[0].records
+    assert 0 < len(records) <= 100_000

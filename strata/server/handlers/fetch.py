@@ -40,7 +40,7 @@ def _read_all(ctx, request, isolation):
     """Local reads for every partition; the partitions whose offsets live in the remote tier
     are returned as remote reads to run, each with the byte budget it was given."""
     body = request.body
-    remaining = body.max_bytes
+    remaining = min(body.max_bytes, ctx.fetch_max_bytes)  # as Kafka: the broker's cap wins
     min_one = True
     results = []
     remote = []
