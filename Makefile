@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench bench-smoke bench-log bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run test test-fast fuzz bench bench-smoke bench-log bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ test: venv system-deps kafka-dist spark-kafka-dist
 
 test-fast: venv
 	$(VENV)/bin/pytest -q -m "not slow"
+
+# The bad-input tests for long: mutated real client requests for STRATA_FUZZ_SECONDS (900 here,
+# 20 in `make test`) and 5,000 hypothesis examples per property (200 in `make test`).
+fuzz: venv
+	STRATA_FUZZ_SECONDS=$${STRATA_FUZZ_SECONDS:-900} STRATA_FUZZ_SEED=$${STRATA_FUZZ_SEED:-random} \
+	STRATA_BAD_INPUT_EXAMPLES=$${STRATA_BAD_INPUT_EXAMPLES:-5000} \
+		$(VENV)/bin/pytest -q -s tests/integration/test_mutated_requests.py tests/integration/test_bad_input.py
 
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
