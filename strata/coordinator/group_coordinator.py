@@ -28,6 +28,13 @@ Persistence: committed offsets and group metadata are records of ``__consumer_of
 Kafka's format (``offsets_records``), appended through ``OffsetsLog.append`` to the partition
 ``partition_for(group_id)``. ``load(partitions)`` replays those partitions to rebuild the
 groups (Stable with their members, or Empty) and their offsets before serving them.
+
+Deleted topics: an offset record names its topic, not the topic's id, so an offset must never
+outlive its topic or a new topic of the same name would inherit it. ``on_topic_deleted`` (a
+cluster-metadata listener) drops the topic's offsets from every group at once, before the
+deletion is answered, and then appends their tombstones. If the broker stops before the
+tombstones are durable, ``load`` drops (and tombstones) every offset of a topic that does not
+exist (the ``topic_exists`` port), so a later topic of that name starts without offsets.
 """
 
 from __future__ import annotations
@@ -637,8 +644,12 @@ class GroupCoordinator:
 
     def __init__(self, offsets_log: OffsetsLog, config: GroupCoordinatorConfig | None = None, *,
                  clock: Clock = SYSTEM_CLOCK, timers: Timers | None = None,
-                 member_id_factory: Callable[[str], str] = _default_member_id):
+                 member_id_factory: Callable[[str], str] = _default_member_id,
+                 topic_exists: Callable[[str], bool] | None = None):
         self.config = config or GroupCoordinatorConfig()
+        # None: no topic list to check offsets against when loading (every topic exists)
+        self._topic_exists = topic_exists
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._log = offsets_log
         self._clock = clock
         self._timers: Timers = timers if timers is not None else LoopTimers()
@@ -1455,19 +1466,27 @@ class GroupCoordinator:
             group.pending_offset_commits[(topic, partition)] = (
                 group.pending_offset_commits.get((topic, partition), 0) + 1)
 
-        error = await self._append(self.partition_for(group.group_id), records)
+        partition = self.partition_for(group.group_id)
+        error = await self._append(partition, records)
         alive = group.state != GroupState.DEAD
+        undone = []
         for tp, c in valid.items():
             pending = group.pending_offset_commits.get(tp)
-            if alive and error == ErrorCode.NONE and pending is not None:
+            if pending is None:
+                # its offset (topic, group) was deleted during the append: delete it again
+                if error == ErrorCode.NONE:
+                    undone.append(offset_commit_record(group.group_id, tp[0], tp[1], None))
+                continue
+            if alive and error == ErrorCode.NONE:
                 current = group.offsets.get(tp)
                 if current is None or current.seq < c.seq:
                     group.offsets[tp] = c
-            if pending is not None:
-                if pending <= 1:
-                    del group.pending_offset_commits[tp]
-                else:
-                    group.pending_offset_commits[tp] = pending - 1
+            if pending <= 1:
+                del group.pending_offset_commits[tp]
+            else:
+                group.pending_offset_commits[tp] = pending - 1
+        if undone:
+            await self._append_tombstones({partition: undone})
         code = _OFFSET_STORE_ERRORS.get(error, error)
         for tp in valid:
             result[tp] = code
@@ -1570,10 +1589,12 @@ class GroupCoordinator:
 
     async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        """OffsetDelete: allowed for an Empty group, or for topics a consumer group is not
-        subscribed to (GROUP_SUBSCRIBED_TO_TOPIC otherwise)."""
+        """OffsetDelete, as Kafka answers it: a group error (INVALID_GROUP_ID for "",
+        GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for a non-consumer group with members) and no
+        partitions; else a code per requested partition: GROUP_SUBSCRIBED_TO_TOPIC for a topic
+        the members consume, NONE for the rest (with or without an offset to delete)."""
         wanted = [(t, p) for t, p in partitions]
-        error = self._status_error(group_id, allow_empty_id=True)
+        error = self._status_error(group_id, allow_empty_id=False)
         if error is not None:
             return error, {}
         group = self._groups.get(group_id)
@@ -1590,14 +1611,20 @@ class GroupCoordinator:
         else:
             return ErrorCode.NON_EMPTY_GROUP, {}
         if eligible:
-            await self._cleanup_groups([group], lambda g: self._remove_offsets(g, eligible))
+            # as in Kafka 4, an Empty group left without offsets waits for the expiry pass
+            await self._cleanup_groups([group], lambda g: self._remove_offsets(g, eligible),
+                                       drop_empty=False)
             for tp in eligible:
                 partition_errors[tp] = ErrorCode.NONE
         return ErrorCode.NONE, partition_errors
 
     @staticmethod
     def _remove_offsets(group: _Group, tps: Iterable[TopicPartition] | None) -> list[TopicPartition]:
-        keys = list(group.offsets) if tps is None else list(tps)
+        """Remove the offsets of ``tps`` (None: all, commits in flight included); those that
+        were stored. A commit in flight loses its pending entry, so that its completion
+        tombstones it instead of storing it."""
+        keys = (list(itertools.chain(group.offsets, group.pending_offset_commits)) if tps is None
+                else list(tps))
         removed = []
         for tp in keys:
             group.pending_offset_commits.pop(tp, None)
@@ -1606,14 +1633,26 @@ class GroupCoordinator:
         return removed
 
     async def _cleanup_groups(self, groups: Iterable[_Group],
-                              selector: Callable[[_Group], list[TopicPartition]]) -> int:
+                              selector: Callable[[_Group], list[TopicPartition]], *,
+                              drop_empty: bool = True) -> int:
         """Kafka's cleanupGroupMetadata: remove offsets chosen by ``selector``; an Empty group
-        left without offsets dies; tombstone what went."""
+        left without offsets dies (with ``drop_empty``) as a Dead one does; tombstone what
+        went."""
+        removed_count, by_partition = self._remove_from_groups(groups, selector, drop_empty)
+        await self._append_tombstones(by_partition)
+        return removed_count
+
+    def _remove_from_groups(self, groups: Iterable[_Group],
+                            selector: Callable[[_Group], list[TopicPartition]],
+                            drop_empty: bool = True
+                            ) -> tuple[int, dict[int, list[tuple[bytes, bytes | None]]]]:
+        """The in-memory half of ``_cleanup_groups``: the number of offsets removed and the
+        tombstones to append, by ``__consumer_offsets`` partition."""
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
         removed_count = 0
         for group in groups:
             removed = selector(group)
-            if group.state == GroupState.EMPTY and not group.has_offsets():
+            if drop_empty and group.state == GroupState.EMPTY and not group.has_offsets():
                 log.info("group %s transitioned to Dead in generation %d", group.group_id,
                          group.generation_id)
                 group.transition(GroupState.DEAD, self._now())
@@ -1626,12 +1665,45 @@ class GroupCoordinator:
             removed_count += len(removed)
             if records:
                 by_partition.setdefault(self.partition_for(group.group_id), []).extend(records)
+        return removed_count, by_partition
+
+    async def _append_tombstones(self, by_partition: Mapping[int, list[tuple[bytes, bytes | None]]]
+                                 ) -> None:
         for partition, records in by_partition.items():
             error = await self._append(partition, records)
             if error != ErrorCode.NONE:
                 log.warning("failed to append %d tombstones to __consumer_offsets-%d: %s",
                             len(records), partition, error.name)
-        return removed_count
+
+    # ================================================================== deleted topics
+    def on_topic_deleted(self, info: Any) -> None:
+        """Cluster-metadata listener (any thread): ``info.name`` is gone, and so are its
+        committed offsets in every group, as Kafka's onPartitionsDeleted does. On the loop's
+        thread the offsets leave memory before this returns (so before DeleteTopics is
+        answered); their tombstones are appended right after."""
+        loop = self._loop
+        if loop is None or not self._active:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._delete_topic_offsets(info.name)
+        else:
+            loop.call_soon_threadsafe(self._delete_topic_offsets, info.name)
+
+    def _delete_topic_offsets(self, topic: str) -> None:
+        def of_topic(group: _Group) -> list[TopicPartition]:
+            return self._remove_offsets(group, [
+                tp for tp in itertools.chain(group.offsets, group.pending_offset_commits)
+                if tp[0] == topic])
+
+        removed, by_partition = self._remove_from_groups(list(self._groups.values()), of_topic,
+                                                         drop_empty=False)
+        if by_partition:
+            log.info("removed %d offsets of deleted topic %s", removed, topic)
+            self._spawn(self._append_tombstones(by_partition), f"tombstones of topic {topic}")
 
     def _drop_group(self, group: _Group) -> None:
         self._cancel_group_timers(group)
@@ -1718,6 +1790,10 @@ class GroupCoordinator:
         (members from their last metadata record, whose sessions start now) or Empty."""
         parts = (range(self.config.offsets_topic_num_partitions) if partitions is None
                  else list(partitions))
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
         for partition in parts:
             if partition in self._owned:
                 continue
@@ -1755,6 +1831,19 @@ class GroupCoordinator:
             else:
                 log.debug("ignoring record with key version %d in __consumer_offsets-%d",
                           key.version, partition)
+
+        orphans = [k for k in offsets
+                   if self._topic_exists is not None and not self._topic_exists(k[1])]
+        if orphans:
+            # their topic was deleted before the tombstones were durable
+            log.info("dropping %d offsets of deleted topics %s from __consumer_offsets-%d",
+                     len(orphans), sorted({t for _, t, _ in orphans}), partition)
+            for k in orphans:
+                del offsets[k]
+            if self._loop is not None:
+                self._spawn(self._append_tombstones(
+                    {partition: [offset_commit_record(g, t, p, None) for g, t, p in orphans]}),
+                    f"tombstones of deleted topics in __consumer_offsets-{partition}")
 
         now = self._now()
         loaded: dict[str, _Group] = {}

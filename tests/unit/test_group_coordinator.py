@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import defaultdict
+from types import SimpleNamespace
 
 import pytest
 
@@ -91,7 +92,7 @@ async def settle() -> None:
 
 class Harness:
     def __init__(self, log: MemoryOffsetsLog | None = None, clock: MockClock | None = None,
-                 **config):
+                 topic_exists=None, **config):
         self.clock = clock or MockClock()
         self.timers = ManualTimers(self.clock)
         self.log = log or MemoryOffsetsLog()
@@ -100,7 +101,8 @@ class Harness:
         self.config = GroupCoordinatorConfig(**config)
         ids = iter(range(1, 1000))
         self.coord = GroupCoordinator(self.log, self.config, clock=self.clock, timers=self.timers,
-                                      member_id_factory=lambda prefix: f"{prefix}-{next(ids)}")
+                                      member_id_factory=lambda prefix: f"{prefix}-{next(ids)}",
+                                      topic_exists=topic_exists)
         self.coord.load()
 
     @property
@@ -741,6 +743,70 @@ def test_delete_offsets_of_topics_a_consumer_group_does_not_subscribe_to():
         assert list(h.coord.fetch_offsets(GROUP).offsets) == [("t1", 0)]
         assert (await h.coord.delete_offsets("missing", [("t", 0)]))[0] == \
             ErrorCode.GROUP_ID_NOT_FOUND
+    run(main())
+
+
+def test_a_deleted_topics_offsets_leave_every_group_and_stay_gone_after_a_restart():
+    async def main():
+        h = Harness()
+        joins = await h.stable_group("a", protocols=[("range", subscription("t", "u"))])
+        ma = joins["a"].member_id
+        await h.coord.commit_offsets(GROUP, ma, 1, [("t", 0, 50), ("t", 1, 40), ("u", 0, 7)])
+        await h.coord.commit_offsets("simple", "", -1, [("t", 0, 50)])
+        h.coord.on_topic_deleted(SimpleNamespace(name="t"))
+        # gone at once, before any tombstone is appended
+        assert list(h.coord.fetch_offsets(GROUP).offsets) == [("u", 0)]
+        await settle()
+        assert h.log.decoded(h.partition)[-2:] == [(OffsetCommitKey(GROUP, "t", 0), None),
+                                                   (OffsetCommitKey(GROUP, "t", 1), None)]
+        assert h.log.decoded(partition_for("simple"))[-1] == \
+            (OffsetCommitKey("simple", "t", 0), None)
+        # as in Kafka 4, a group left Empty without offsets goes at the next expiry pass
+        assert h.coord.group_state("simple") == GroupState.EMPTY
+        await h.coord.expire_offsets()
+        assert h.coord.group_state("simple") is None
+        h.coord.shutdown()
+        # "t" is created again: a restarted coordinator gives it no offsets
+        c = Harness(h.log, clock=h.clock, topic_exists=lambda topic: True).coord
+        assert list(c.fetch_offsets(GROUP).offsets) == [("u", 0)]
+        assert c.fetch_offsets("simple", [("t", 0)]).offsets[("t", 0)].offset == -1
+    run(main())
+
+
+def test_offsets_of_a_topic_deleted_before_its_tombstones_were_written_are_dropped_at_load():
+    async def main():
+        log = MemoryOffsetsLog()
+        p = partition_for("g")
+        log.partitions[p] += [offset_commit_record("g", "t", 0, OffsetCommitValue(50, "", 1)),
+                              offset_commit_record("g", "u", 0, OffsetCommitValue(7, "", 1))]
+        # the broker stopped after "t" was deleted, before its tombstones were appended
+        h = Harness(log, topic_exists=lambda topic: topic != "t")
+        assert list(h.coord.fetch_offsets("g").offsets) == [("u", 0)]
+        await settle()
+        assert log.decoded(p)[-1] == (OffsetCommitKey("g", "t", 0), None)
+        h.coord.shutdown()
+        # a new "t" created later does not inherit the old offset
+        c = Harness(log, topic_exists=lambda topic: True).coord
+        assert list(c.fetch_offsets("g").offsets) == [("u", 0)]
+    run(main())
+
+
+def test_a_commit_in_flight_when_its_topic_is_deleted_is_never_applied():
+    async def main():
+        h = Harness()
+        h.log.gate = asyncio.Event()
+        commit = asyncio.get_running_loop().create_task(
+            h.coord.commit_offsets("g", "", -1, [("t", 0, 50)]))
+        await settle()                                # its append is under way
+        h.coord.on_topic_deleted(SimpleNamespace(name="t"))
+        h.log.gate.set()
+        assert await commit == {("t", 0): ErrorCode.NONE}
+        await settle()
+        assert h.coord.fetch_offsets("g").offsets == {}
+        # the commit's record is followed by its tombstone
+        assert [v for _, v in h.log.decoded(partition_for("g"))][-1] is None
+        h.coord.shutdown()
+        assert Harness(h.log, topic_exists=lambda topic: True).coord.fetch_offsets("g").offsets == {}
     run(main())
 
 
