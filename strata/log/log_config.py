@@ -68,14 +68,23 @@ class LogConfig(AbstractConfig):
 
     @property
     def local_retention_ms(self) -> int:
-        """``local.retention.ms`` with −2 resolved to ``retention.ms``."""
-        v = self.values["local.retention.ms"]
-        return self.values["retention.ms"] if v == -2 else v
+        """The effective ``local.retention.ms``: never longer than ``retention.ms``."""
+        return effective_local_retention(self.values["local.retention.ms"],
+                                         self.values["retention.ms"])
 
     @property
     def local_retention_bytes(self) -> int:
-        v = self.values["local.retention.bytes"]
-        return self.values["retention.bytes"] if v == -2 else v
+        """The effective ``local.retention.bytes``: never more than ``retention.bytes``."""
+        return effective_local_retention(self.values["local.retention.bytes"],
+                                         self.values["retention.bytes"])
+
+
+def effective_local_retention(local: int, total: int) -> int:
+    """A local retention (−2: the same as ``total``, −1: unbounded) capped at the total
+    retention ``total`` (negative: unbounded), in the unit they share: min(local, total)."""
+    if local == -2 or (total >= 0 and (local < 0 or local > total)):
+        return total
+    return local
 
 
 # Broker-level synonyms of each topic config, highest priority first (Kafka's LogConfig synonyms).

@@ -12,7 +12,9 @@ On-disk and on-wire layout, big-endian (61-byte header):
 
 from __future__ import annotations
 
+import mmap
 import struct
+import threading
 import time
 from enum import IntEnum
 from typing import Iterable, Iterator, NamedTuple
@@ -54,6 +56,21 @@ MIN_RECORD_LENGTH = 6
 
 def crc32c(data) -> int:
     return _crc32c.crc32c(data)
+
+
+class RecordValidationError(InvalidRecordError):
+    """Kafka's ``RecordValidationException``: records of one batch refused one by one.
+
+    ``record_errors`` holds (index of the record in its batch, message) pairs, what the
+    produce response's ``record_errors`` carries; the message is Kafka's summary of them."""
+
+    def __init__(self, record_errors: list[tuple[int, str]]):
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')"
+                          for i, m in record_errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(record_errors)} "
+                         "record errors in total, and only showing the first three errors at "
+                         f"most: [{shown}]")
+        self.record_errors = record_errors
 
 
 class BatchHeader(NamedTuple):
@@ -211,11 +228,14 @@ def validate_batches(
     timestamp_before_max_ms: int = _INT64_MAX,
     timestamp_after_max_ms: int = _INT64_MAX,
     log_append_time: bool = False,
+    compacted_topic_partition: object = None,
 ) -> list[BatchHeader]:
     """Check the record data sent for one partition and return its batch headers.
 
     Looks only at the headers and the CRC (C speed); records are never decoded here. Raises the
-    ``KafkaError`` whose code Kafka's broker would answer with.
+    ``KafkaError`` whose code Kafka's broker would answer with. ``compacted_topic_partition``
+    (the partition, when its topic is compacted) makes every record need a key: a batch with
+    keyless records raises ``RecordValidationError`` naming each, as Kafka's LogValidator does.
     """
     end = len(buf)
     if end == 0:
@@ -254,65 +274,77 @@ def validate_batches(
         if timestamp_before_max_ms < _INT64_MAX:
             earliest = now_ms - timestamp_before_max_ms
 
-    with memoryview(buf) as view:
-        for h in headers:
-            pos = h.position
-            codec = h.attributes & COMPRESSION_MASK
-            if codec > Compression.ZSTD:
-                raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
-            if codec == Compression.ZSTD and produce_version is not None and produce_version < 7:
-                raise UnsupportedCompressionTypeError(
-                    f"zstd needs produce v7 or later, got v{produce_version}")
-            if from_client and h.base_offset != 0:
-                raise InvalidRecordError(f"batch base offset is {h.base_offset}, must be 0")
-            size = h.batch_length + LOG_OVERHEAD
-            if size > max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
-            if crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size]) != h.crc:
-                raise CorruptRecordError(f"CRC mismatch in batch at position {pos}")
-            if h.record_count <= 0 or h.record_count != h.last_offset_delta + 1:
-                raise InvalidRecordError(
-                    f"record count {h.record_count} does not match last offset delta "
-                    f"{h.last_offset_delta}")
-            records = view[pos + HEADER_SIZE:pos + size]
-            if codec != Compression.NONE:
-                records = _decompress(codec, records)
-            if not _records_fill(records, h.record_count):
-                raise InvalidRecordError(
-                    f"the records of the batch at position {pos} do not frame: "
-                    f"{h.record_count} declared")
-            if from_client:
-                if h.attributes & CONTROL_MASK:
-                    raise InvalidRecordError("clients may not write control batches")
-                if h.producer_id >= 0 and h.base_sequence < 0:
+    try:
+        with memoryview(buf) as view:
+            for h in headers:
+                pos = h.position
+                codec = h.attributes & COMPRESSION_MASK
+                if codec > Compression.ZSTD:
+                    raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
+                if (codec == Compression.ZSTD and produce_version is not None
+                        and produce_version < 7):
+                    raise UnsupportedCompressionTypeError(
+                        f"zstd needs produce v7 or later, got v{produce_version}")
+                if from_client and h.base_offset != 0:
+                    raise InvalidRecordError(f"batch base offset is {h.base_offset}, must be 0")
+                size = h.batch_length + LOG_OVERHEAD
+                if size > max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
+                if crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size]) != h.crc:
+                    raise CorruptRecordError(f"CRC mismatch in batch at position {pos}")
+                if h.record_count <= 0 or h.record_count != h.last_offset_delta + 1:
                     raise InvalidRecordError(
-                        f"producer id {h.producer_id} with invalid base sequence {h.base_sequence}")
-                # Only brokers set LogAppendTime; Kafka refuses it from producers on LogAppendTime
-                # topics, and on CreateTime topics when the record timestamp is missing.
-                if h.attributes & TIMESTAMP_TYPE_MASK and (
-                        log_append_time or h.max_timestamp == NO_TIMESTAMP):
-                    raise InvalidTimestampError("producers may not set the LogAppendTime type")
-            # Kafka checks every record's timestamp; from the header we can only bound the batch
-            # by its max timestamp and its first record's (base) timestamp.
-            if latest is not None and h.max_timestamp > latest:
-                raise InvalidTimestampError(
-                    f"max timestamp {h.max_timestamp} is more than {timestamp_after_max_ms} ms "
-                    f"after now ({now_ms})")
-            if (earliest is not None and h.base_timestamp != NO_TIMESTAMP
-                    and h.base_timestamp < earliest):
-                raise InvalidTimestampError(
-                    f"base timestamp {h.base_timestamp} is more than {timestamp_before_max_ms} "
-                    f"ms before now ({now_ms})")
+                        f"record count {h.record_count} does not match last offset delta "
+                        f"{h.last_offset_delta}")
+                records = view[pos + HEADER_SIZE:pos + size]
+                if codec != Compression.NONE:
+                    records = _inflate_bounded(codec, records)
+                keyless: list[int] | None = None if compacted_topic_partition is None else []
+                if not _records_fill(records, h.record_count, keyless):
+                    raise InvalidRecordError(
+                        f"the records of the batch at position {pos} do not frame: "
+                        f"{h.record_count} declared")
+                if keyless:
+                    raise RecordValidationError([
+                        (i, "Compacted topic cannot accept message without key in topic partition "
+                            f"{compacted_topic_partition}") for i in keyless])
+                if from_client:
+                    if h.attributes & CONTROL_MASK:
+                        raise InvalidRecordError("clients may not write control batches")
+                    if h.producer_id >= 0 and h.base_sequence < 0:
+                        raise InvalidRecordError(f"producer id {h.producer_id} with invalid "
+                                                 f"base sequence {h.base_sequence}")
+                    # Only brokers set LogAppendTime; Kafka refuses it from producers on
+                    # LogAppendTime topics, and on CreateTime topics when the record timestamp
+                    # is missing.
+                    if h.attributes & TIMESTAMP_TYPE_MASK and (
+                            log_append_time or h.max_timestamp == NO_TIMESTAMP):
+                        raise InvalidTimestampError("producers may not set the LogAppendTime type")
+                # Kafka checks every record's timestamp; from the header we can only bound the batch
+                # by its max timestamp and its first record's (base) timestamp.
+                if latest is not None and h.max_timestamp > latest:
+                    raise InvalidTimestampError(
+                        f"max timestamp {h.max_timestamp} is more than {timestamp_after_max_ms} ms "
+                        f"after now ({now_ms})")
+                if (earliest is not None and h.base_timestamp != NO_TIMESTAMP
+                        and h.base_timestamp < earliest):
+                    raise InvalidTimestampError(
+                        f"base timestamp {h.base_timestamp} is more than {timestamp_before_max_ms} "
+                        f"ms before now ({now_ms})")
+    finally:
+        _release_inflated()
     return headers
 
 
-def _records_fill(data, count: int) -> bool:
+def _records_fill(data, count: int, keyless: list[int] | None = None) -> bool:
     """Whether exactly ``count`` length-prefixed records fill ``data``.
 
     The one per-record step on produce: each record's length varint is read and skipped (about
     0.5 us a record), so a batch whose CRC matches but whose records are cut short, miscounted
-    or padded is refused, as Kafka's LogValidator refuses it, instead of stalling consumers."""
+    or padded is refused, as Kafka's LogValidator refuses it, instead of stalling consumers.
+    With ``keyless`` (compacted topics) the walk also reaches each record's key length and
+    appends the index of every record without a key."""
     end = len(data)
     pos = 0
     n = 0
@@ -330,6 +362,18 @@ def _records_fill(data, count: int) -> bool:
                 length, pos = read_varint(data, pos)
             if length < MIN_RECORD_LENGTH:
                 return False
+            if keyless is not None:
+                p = pos + 1                 # past attributes
+                while data[p] & 0x80:       # timestamp delta
+                    p += 1
+                p += 1
+                while data[p] & 0x80:       # offset delta
+                    p += 1
+                p += 1
+                if p >= pos + length:
+                    return False
+                if data[p] & 1:             # zig-zag sign bit: key length < 0, no key
+                    keyless.append(n)
             pos += length
             n += 1
     except (IndexError, ValueError):
@@ -425,6 +469,61 @@ def _xerial_decode(data: bytes) -> bytes:
         parts.append(bytes(decompress(data[pos:pos + n])))
         pos += n
     return b"".join(parts)
+
+
+# A produced batch may inflate to at most this many bytes; a batch beyond it (a compression
+# bomb: 6 KiB of zstd make 200 MB) is refused with RECORD_TOO_LARGE, which producers answer
+# by splitting the batch.
+MAX_INFLATED_BATCH_BYTES = 256 << 20
+_inflate_buffers = threading.local()
+
+
+def _inflate_bounded(codec: int, data, limit: int = MAX_INFLATED_BATCH_BYTES) -> memoryview:
+    """``data`` decompressed into this thread's reused buffer, a view valid until the thread's
+    next call or ``_release_inflated``. Only the pages the output touches are committed."""
+    buf = getattr(_inflate_buffers, "buf", None)
+    if buf is None:
+        buf = _inflate_buffers.buf = mmap.mmap(-1, MAX_INFLATED_BATCH_BYTES)
+        _inflate_buffers.high = 0
+    if codec == Compression.SNAPPY and bytes(data[:8]) == _XERIAL_MAGIC:
+        out = _xerial_decode(data)  # blocks of raw snappy: at most ~32x each, bounded already
+        n = len(out)
+        if n > limit:
+            raise RecordTooLargeError(f"batch inflates to {n} bytes, more than {limit}")
+        buf[:n] = out
+    else:
+        into = _DECOMPRESS_INTO.get(codec)
+        if into is None:
+            raise CorruptRecordError(f"unknown compression codec {codec}")
+        try:
+            with memoryview(buf)[:limit] as room:
+                n = into(data, room)
+        except cramjam.DecompressionError as e:
+            if any(m in str(e) for m in _OUT_OF_ROOM):
+                raise RecordTooLargeError(f"batch inflates to more than {limit} bytes") from e
+            raise CorruptRecordError(
+                f"cannot decompress {Compression(codec).name} records: {e}") from e
+    _inflate_buffers.high = max(_inflate_buffers.high, n)
+    return memoryview(buf)[:n]
+
+
+def _release_inflated() -> None:
+    """Hand this thread's inflate buffer pages back to the kernel after a large batch."""
+    high = getattr(_inflate_buffers, "high", 0)
+    if high > _KEEP_COMMITTED_BYTES:
+        _inflate_buffers.buf.madvise(mmap.MADV_DONTNEED, 0, high + (-high) % mmap.PAGESIZE)
+        _inflate_buffers.high = 0
+
+
+_KEEP_COMMITTED_BYTES = 16 << 20
+# How cramjam says that the output buffer was too small (io's WriteZero; snappy's own words).
+_OUT_OF_ROOM = ("failed to write whole buffer", "smaller than required")
+_DECOMPRESS_INTO = {
+    Compression.GZIP: cramjam.gzip.decompress_into,
+    Compression.SNAPPY: cramjam.snappy.decompress_raw_into,
+    Compression.LZ4: cramjam.lz4.decompress_into,
+    Compression.ZSTD: cramjam.zstd.decompress_into,
+}
 
 
 def _decompress(codec: int, data: bytes) -> bytes:

@@ -30,6 +30,7 @@ class AppendResult(NamedTuple):
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()   # (index in batch, message)
 
 
 class ReadResult(NamedTuple):
@@ -72,13 +73,22 @@ class ReplicaManager:
             return None
         return self.log_manager.get_log(tp) or self.log_manager.get_or_create_log(tp)
 
+    def _hosted(self, tp: TopicPartition) -> tuple[UnifiedLog | None, ErrorCode]:
+        """The partition's log, or None and why: UNKNOWN_TOPIC_OR_PARTITION, or the
+        KAFKA_STORAGE_ERROR of a log that cannot be created on a failing disk."""
+        try:
+            ulog = self.get_log(tp)
+        except KafkaError as exc:
+            return None, ErrorCode(exc.code)
+        return ulog, ErrorCode.NONE if ulog is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     # ---- produce ----------------------------------------------------------------------------
 
     def append(self, tp: TopicPartition, records: bytes | None, *, produce_version: int | None,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
-        ulog = self.get_log(tp)
+        ulog, error = self._hosted(tp)
         if ulog is None:
-            return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return AppendResult(error)
         if not records:
             return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
         try:
@@ -87,7 +97,9 @@ class ReplicaManager:
             if not info.duplicate:
                 ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
         except Exception as exc:  # noqa: BLE001 - every failure is a Kafka error code for the client
-            return AppendResult(_code(exc), log_start_offset=ulog.log_start_offset, message=str(exc))
+            return AppendResult(_code(exc), log_start_offset=ulog.log_start_offset,
+                                message=str(exc),
+                                record_errors=tuple(getattr(exc, "record_errors", ())))
         self._on_append(tp)
         return AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time,
                             info.log_start_offset)
@@ -96,9 +108,9 @@ class ReplicaManager:
 
     def read(self, tp: TopicPartition, fetch_offset: int, max_bytes: int,
              isolation: FetchIsolation, min_one_message: bool) -> ReadResult:
-        ulog = self.get_log(tp)
+        ulog, error = self._hosted(tp)
         if ulog is None:
-            return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return ReadResult(error)
         remote = self._remote_read(ulog, fetch_offset, isolation)
         if remote is not None:
             return remote
@@ -130,9 +142,9 @@ class ReplicaManager:
 
     def list_offset(self, tp: TopicPartition, timestamp: int, isolation: FetchIsolation,
                     from_consumer: bool = True) -> OffsetResult:
-        ulog = self.get_log(tp)
+        ulog, error = self._hosted(tp)
         if ulog is None:
-            return OffsetResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return OffsetResult(error)
         try:
             if from_consumer:
                 last_fetchable = ulog.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED \
@@ -158,16 +170,20 @@ class ReplicaManager:
     # ---- delete records ---------------------------------------------------------------------
 
     def delete_records(self, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
-        """DeleteRecords: move the log start offset (-1 means the high watermark)."""
-        ulog = self.get_log(tp)
+        """DeleteRecords: move the log start offset (-1 means the high watermark); the low
+        watermark is the log start offset this leaves, as in Kafka. The segments below it go
+        in the retention task (``log.retention.check.interval.ms``), never in the request,
+        so time or size retention cannot move the answer past the requested offset."""
+        ulog, error = self._hosted(tp)
         if ulog is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+            return error, -1
         try:
+            if "delete" not in ulog.config.get("cleanup.policy"):
+                return ErrorCode.POLICY_VIOLATION, -1  # Kafka: only with cleanup.policy delete
             target = ulog.high_watermark if offset == -1 else offset
             if target < 0:
                 return ErrorCode.OFFSET_OUT_OF_RANGE, -1
             ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
-            ulog.delete_old_segments()
         except Exception as exc:  # noqa: BLE001
             return _code(exc), -1
         return ErrorCode.NONE, ulog.log_start_offset

@@ -649,14 +649,44 @@ def remote_retention_time_error(config: Any) -> str | None:
     return None
 
 
+def inherited_local_retention_caps(config: Any, overrides: Mapping[str, Any]) -> dict[str, int]:
+    """Strata's rule for a local retention the topic inherits from the broker
+    (``log.local.retention.*``): capped at the topic's own retention, so the effective value
+    is min(inherited, retention) for time and bytes alike, and a short ``retention.ms`` or
+    ``retention.bytes`` is never refused because of a broker default. Values set on the
+    topic itself are not capped: Kafka's rule (rules 4 and 5 below) judges them.
+
+    ``config`` is the topic's LogConfig before capping; returns the keys to override and
+    their capped values (empty when the inherited values fit)."""
+    caps = {}
+    for key, effective in (("local.retention.ms", config.local_retention_ms),
+                           ("local.retention.bytes", config.local_retention_bytes)):
+        inherited = config.get(key)
+        if key not in overrides and inherited != -2 and inherited != effective:
+            caps[key] = effective
+    return caps
+
+
+def inherited_tiering_remote_data_message(topic: str, reason: str) -> str:
+    """Why a topic tiered only by ``log.remote.storage.enable`` cannot stop being tiered."""
+    return (f"Topic {topic} is tiered by the broker default {LOG_REMOTE_STORAGE_ENABLE_PROP}=true "
+            f"and {reason}: it cannot stop being tiered (compacted topics are not tiered) "
+            "while that data is there. To delete the remote data and stop tiering, set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true` with this change; "
+            "to keep the data, keep the topic tiered (cleanup.policy=delete).")
+
+
 def validate_topic_remote_storage(config: Any, old: Any | None, *, system_enabled: bool,
-                                  topic: str = "", internal: bool = False) -> None:
+                                  topic: str = "", internal: bool = False,
+                                  tiering_inherited: bool = False) -> None:
     """Kafka's remote-storage rules for a topic's full effective config (overrides merged
     over the broker's defaults), in Kafka's order; raises ``InvalidConfigError``.
 
     ``config`` and ``old`` (the config before this change; None on create) are LogConfigs or
     anything with ``get(name)`` returning typed values. ``internal`` marks a broker-managed
     topic (``__consumer_offsets``, ``__remote_log_metadata``, ...), which is never tiered.
+    ``tiering_inherited``: ``old`` was tiered by Strata's ``log.remote.storage.enable``
+    default, not by ``remote.storage.enable`` set on the topic.
 
     With ``remote.storage.enable=true``:
       1. the broker's ``remote.log.storage.system.enable`` must be true;
@@ -667,7 +697,9 @@ def validate_topic_remote_storage(config: Any, old: Any | None, *, system_enable
       6. with ``remote.log.copy.disable=true``: each local retention −2 or equal to the total
          (bytes checked before ms).
     With ``remote.storage.enable=false`` on a topic that had it true:
-      7. ``remote.log.delete.on.disable=true`` is required.
+      7. ``remote.log.delete.on.disable=true`` is required -- unless the tiering was inherited
+         (Strata): then the change passes here and the tiered layer's hook
+         (``ClusterMetadata.config_validator``) refuses it while the topic has remote data.
     """
     if config.get("remote.storage.enable"):
         if not system_enabled:
@@ -691,7 +723,8 @@ def validate_topic_remote_storage(config: Any, old: Any | None, *, system_enable
                 raise InvalidConfigError(COPY_DISABLED_MS_MESSAGE)
     else:
         was_enabled = old is not None and bool(old.get("remote.storage.enable"))
-        if was_enabled and not config.get("remote.log.delete.on.disable"):
+        if was_enabled and not config.get("remote.log.delete.on.disable") \
+                and not tiering_inherited:
             raise InvalidConfigError(DISABLE_WITHOUT_DELETE_MESSAGE)
 
 

@@ -750,7 +750,7 @@ TestLocalLogMatchesModel = LocalLogMatchesModel.TestCase
 
 
 def _one_record_batch(value: bytes, clock: MockClock) -> bytes:
-    return rec.build_batch([rec.SimpleRecord(value, timestamp=clock.milliseconds())])
+    return rec.build_batch([rec.SimpleRecord(value, b"k", timestamp=clock.milliseconds())])
 
 
 @pytest.mark.parametrize("how", ["torn write", "truncation inside a batch"])

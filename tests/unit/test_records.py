@@ -386,6 +386,37 @@ def test_validate_rejects_log_append_time_type_set_by_client_as_kafka_does():
     assert validate_batches(batch, max_message_bytes=MB, log_append_time=True, from_client=False)
 
 
+KEYLESS = ("Compacted topic cannot accept message without key in topic partition "
+           "compacted-3")
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_validate_refuses_keyless_records_on_compacted_topics_naming_each(codec):
+    records = [SimpleRecord(b"v%d" % i, None if i in (1, 4, 5, 6) else b"k%d" % i, (), T0 + i)
+               for i in range(8)]
+    batch = build_batch(records, compression=codec)
+    validate_batches(batch, max_message_bytes=MB)   # not compacted: no key needed
+    with pytest.raises(KafkaError) as info:
+        validate_batches(batch, max_message_bytes=MB, compacted_topic_partition="compacted-3")
+    err = info.value
+    assert err.code == ErrorCode.INVALID_RECORD
+    assert err.record_errors == [(i, KEYLESS) for i in (1, 4, 5, 6)]
+    assert str(err) == (
+        "One or more records have been rejected due to 4 record errors in total, and only "
+        "showing the first three errors at most: ["
+        f"RecordError(batchIndex=1, message='{KEYLESS}'), "
+        f"RecordError(batchIndex=4, message='{KEYLESS}'), "
+        f"RecordError(batchIndex=5, message='{KEYLESS}')]")
+
+
+@pytest.mark.parametrize("key", [b"", b"k", b"k" * 300])
+def test_validate_accepts_keyed_records_on_compacted_topics_even_empty_keys(key):
+    # long timestamp and offset deltas make multi-byte varints before the key length
+    records = [SimpleRecord(b"v" * 200, key, (), T0 + i * 10**9) for i in range(200)]
+    validate_batches(build_batch(records), max_message_bytes=MB,
+                     compacted_topic_partition="compacted-3")
+
+
 def test_validate_ignores_missing_base_timestamp_for_past_bound():
     batch = build_batch([SimpleRecord(b"a", timestamp=-1)])
     assert validate_batches(batch, max_message_bytes=MB, now_ms=T0, timestamp_before_max_ms=1)
@@ -711,3 +742,34 @@ def test_batches_whose_records_do_not_frame_are_refused_though_their_crc_matches
     assert validate_batches(_reseal(plain, bytes(plain[61:]) if codec == Compression.NONE
                                     else bytes(cramjam.lz4.compress(bytes(plain[61:]))), 5),
                             max_message_bytes=1 << 20)
+
+
+# ---------------------------------------------------------------------------------------------
+# compression bombs: a produced batch inflates to at most MAX_INFLATED_BATCH_BYTES
+
+
+def test_a_zstd_batch_inflating_past_the_bound_is_refused_as_too_large_before_its_records():
+    from strata.common.errors import RecordTooLargeError
+    from strata.protocol.records import MAX_INFLATED_BATCH_BYTES
+    bomb = bytes(cramjam.zstd.compress(bytes(MAX_INFLATED_BATCH_BYTES + MB)))
+    batch = with_payload(build_batch([SimpleRecord(b"v", timestamp=T0)]), bomb, Compression.ZSTD)
+    assert len(batch) < 64 * 1024
+    with pytest.raises(RecordTooLargeError, match="inflates"):
+        validate_batches(batch, produce_version=9, max_message_bytes=MB)
+
+
+_RAW_COMPRESS = {Compression.GZIP: cramjam.gzip.compress, Compression.SNAPPY: cramjam.snappy.compress_raw,
+                 Compression.LZ4: cramjam.lz4.compress, Compression.ZSTD: cramjam.zstd.compress}
+
+
+@pytest.mark.parametrize("codec", list(_RAW_COMPRESS), ids=lambda c: c.name)
+def test_inflating_tells_a_batch_too_large_for_the_bound_from_a_damaged_one(codec):
+    from strata.common.errors import RecordTooLargeError
+    from strata.protocol.records import _inflate_bounded
+    data = bytes(range(256)) * 400
+    packed = bytes(_RAW_COMPRESS[codec](data))
+    assert bytes(_inflate_bounded(codec, packed, limit=len(data))) == data
+    with pytest.raises(RecordTooLargeError):
+        _inflate_bounded(codec, packed, limit=len(data) - 1)
+    with pytest.raises(CorruptRecordError):
+        _inflate_bounded(codec, packed[:len(packed) // 2] + bytes(7), limit=len(data))

@@ -468,10 +468,71 @@ def test_broker_retention_defaults_take_part_in_topic_checks(tmp_path):
     assert invalid_config(md.create_topic, "t", configs={**TIERED, "local.retention.ms": "5000"}) \
         == ("Invalid value 5000 for configuration local.retention.ms: Value must not be more "
             "than retention.ms property value: 1000")
-    assert invalid_config(md.create_topic, "t", configs={**TIERED, "retention.bytes": "100"}) \
-        == ("Invalid value 500 for configuration local.retention.bytes: Value must not be more "
-            "than retention.bytes property value: 100")
+    # an inherited log.local.retention.bytes above the topic's retention.bytes is capped
+    md.create_topic("s", configs={**TIERED, "retention.bytes": "100"})
+    assert md.log_config("s").get("local.retention.bytes") == 100
     md.create_topic("t", configs=TIERED)
+
+
+SHIPPED = {**SYSTEM_ON, "log.remote.storage.enable": "true", "log.local.retention.ms": "86400000",
+           "log.local.retention.bytes": "10000"}
+
+
+def test_inherited_local_retention_is_capped_at_a_shorter_topic_retention(tmp_path):
+    md = open_md(tmp_path, SHIPPED)
+    md.create_topic("short", configs={"retention.ms": "3600000", "retention.bytes": "5000"})
+    config = md.log_config("short")
+    assert config.get("local.retention.ms") == 3600000
+    assert config.get("local.retention.bytes") == 5000
+    md.create_topic("plain")
+    assert md.log_config("plain").get("local.retention.ms") == 86400000
+    # IncrementalAlterConfigs and legacy AlterConfigs of retention move the cap both ways
+    md.incremental_alter_topic_configs("plain", [("retention.ms", OP_SET, "1000")])
+    assert md.log_config("plain").get("local.retention.ms") == 1000
+    md.alter_topic_configs("plain", {"retention.ms": "-1"})
+    assert md.log_config("plain").get("local.retention.ms") == 86400000
+    md.alter_topic_configs("plain", {"retention.bytes": "100"})
+    assert md.log_config("plain").get("local.retention.bytes") == 100
+    assert md.topic("plain").configs == {"retention.bytes": "100"}  # the cap is not an override
+    # a value set on the topic itself is judged by Kafka's rule, not capped
+    assert invalid_config(md.create_topic, "own", configs={
+        "retention.ms": "3600000", "local.retention.ms": "86400000"}) == (
+        "Invalid value 86400000 for configuration local.retention.ms: Value must not be more "
+        "than retention.ms property value: 3600000")
+    again = open_md(tmp_path, SHIPPED)
+    assert again.log_config("short").get("local.retention.ms") == 3600000
+
+
+def test_an_unbounded_inherited_local_retention_is_capped_too(tmp_path):
+    md = open_md(tmp_path, {**SYSTEM_ON, "log.retention.ms": "-1", "log.local.retention.ms": "-1"})
+    md.create_topic("t", configs={**TIERED, "retention.ms": "60000"})
+    assert md.log_config("t").get("local.retention.ms") == 60000
+    md.create_topic("u", configs=TIERED)
+    assert md.log_config("u").get("local.retention.ms") == -1
+
+
+def test_a_capped_local_retention_is_described_with_its_broker_source(tmp_path):
+    md = open_md(tmp_path, SHIPPED)
+    md.create_topic("short", configs={"retention.ms": "3600000"})
+    [entry] = md.describe_topic_configs("short", ["local.retention.ms"], include_synonyms=True)
+    assert (entry.value, entry.source) == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert entry.synonyms == [
+        ("log.local.retention.ms", "86400000", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.local.retention.ms", "-2", ConfigSource.DEFAULT_CONFIG)]
+
+
+def test_effective_local_retention_never_exceeds_the_total():
+    from strata.log.log_config import LogConfig, effective_local_retention
+    assert effective_local_retention(-2, 500) == 500
+    assert effective_local_retention(-2, -1) == -1
+    assert effective_local_retention(-1, 500) == 500
+    assert effective_local_retention(-1, -1) == -1
+    assert effective_local_retention(900, 500) == 500
+    assert effective_local_retention(100, 500) == 100
+    assert effective_local_retention(100, -1) == 100
+    config = LogConfig({"local.retention.ms": "86400000", "retention.ms": "3600000",
+                        "local.retention.bytes": "-1", "retention.bytes": "1000"})
+    assert (config.local_retention_ms, config.local_retention_bytes) == (3600000, 1000)
 
 
 def test_copy_disabled_needs_local_retention_equal_to_total_or_minus_two(tmp_path):
@@ -592,10 +653,54 @@ def test_broker_default_with_a_compacting_broker_cleanup_policy_tiers_nothing(tm
 def test_compacting_a_topic_tiered_by_the_broker_default_turns_tiering_off(tmp_path):
     md = open_md(tmp_path, {**SYSTEM_ON, "log.remote.storage.enable": "true"})
     md.create_topic("t")
+    assert md.log_config("t").get("remote.storage.enable") is True
+    md.incremental_alter_topic_configs("t", [("cleanup.policy", OP_SET, "compact")])
+    assert md.topic("t").configs == {"cleanup.policy": "compact"}
+    assert md.log_config("t").get("remote.storage.enable") is False
+    # legacy AlterConfigs, and an explicit false, pass the same way
+    md.create_topic("u")
+    md.alter_topic_configs("u", {"cleanup.policy": "compact,delete"})
+    assert md.log_config("u").get("remote.storage.enable") is False
+    md.create_topic("v")
+    md.incremental_alter_topic_configs("v", [("remote.storage.enable", OP_SET, "false")])
+    assert md.log_config("v").get("remote.storage.enable") is False
+
+
+def test_untiering_an_inherited_topic_asks_the_tiered_layer_which_may_refuse(tmp_path):
+    md = open_md(tmp_path, {**SYSTEM_ON, "log.remote.storage.enable": "true"})
+    md.create_topic("t")
+    calls = []
+
+    def refuse(name, config, old):
+        calls.append((name, config.get("remote.storage.enable"), old.get("remote.storage.enable")))
+        raise InvalidConfigError(tc.inherited_tiering_remote_data_message(
+            name, "partition t-0 has data in remote storage"))
+    md.config_validator = refuse
+    message = invalid_config(md.incremental_alter_topic_configs, "t",
+                             [("cleanup.policy", OP_SET, "compact")])
+    assert calls == [("t", False, True)]
+    assert message.startswith("Topic t is tiered by the broker default "
+                              "log.remote.storage.enable=true and partition t-0 has data in "
+                              "remote storage")
+    assert "`remote.storage.enable=false,remote.log.delete.on.disable=true`" in message
+    assert md.topic("t").configs == {}
+    assert md.log_config("t").get("remote.storage.enable") is True
+
+
+def test_a_topic_that_asked_for_tiering_keeps_kafkas_rules(tmp_path):
+    md = open_md(tmp_path, {**SYSTEM_ON, "log.remote.storage.enable": "true"})
+    md.create_topic("t", configs=TIERED)
     assert invalid_config(md.incremental_alter_topic_configs, "t",
-                          [("cleanup.policy", OP_SET, "compact")]) == TURN_OFF
-    md.incremental_alter_topic_configs("t", [("cleanup.policy", OP_SET, "compact"),
-                                             ("remote.log.delete.on.disable", OP_SET, "true")])
+                          [("cleanup.policy", OP_SET, "compact")]) == CLEANUP
+    assert invalid_config(md.incremental_alter_topic_configs, "t",
+                          [("remote.storage.enable", OP_SET, "false")]) == TURN_OFF
+    # dropping the topic's own setting while compacting is still turning its tiering off
+    assert invalid_config(md.incremental_alter_topic_configs, "t",
+                          [("remote.storage.enable", OP_DELETE, None),
+                           ("cleanup.policy", OP_SET, "compact")]) == TURN_OFF
+    md.incremental_alter_topic_configs("t", [("remote.storage.enable", OP_SET, "false"),
+                                             ("remote.log.delete.on.disable", OP_SET, "true"),
+                                             ("cleanup.policy", OP_SET, "compact")])
     assert md.log_config("t").get("remote.storage.enable") is False
 
 

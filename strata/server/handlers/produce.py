@@ -15,6 +15,14 @@ def _append_time(ms: int):
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 
+def _record_errors(rc, errors, version: int) -> tuple:
+    """The refused records of a batch (Produce v8+; older versions have no such field)."""
+    if version < 8:
+        return ()
+    return tuple(make(rc, "responses.partition_responses.record_errors", batch_index=i,
+                      batch_index_error_message=m) for i, m in errors)
+
+
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
@@ -34,7 +42,8 @@ async def handle(ctx, request):
                 rc, "responses.partition_responses", index=p.index,
                 error_code=kio_error_code(r.error), base_offset=r.base_offset,
                 log_append_time=_append_time(r.log_append_time),
-                log_start_offset=r.log_start_offset, record_errors=(),
+                log_start_offset=r.log_start_offset,
+                record_errors=_record_errors(rc, r.record_errors, request.api_version),
                 error_message=r.message if r.error != ErrorCode.NONE else None))
         topics.append(make(rc, "responses", name=t.name, partition_responses=tuple(partitions)))
     if acks == 0:
