@@ -62,6 +62,11 @@ CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 BROKER_API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand"
+KAFKA_ACLS = "org.apache.kafka.tools.AclCommand"
+KAFKA_FEATURES = "org.apache.kafka.tools.FeatureCommand"
+LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+KAFKA_TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 LOCAL_TIERED_STORAGE = "org.apache.kafka.server.log.remote.storage.LocalTieredStorage"
 
 

@@ -1,4 +1,5 @@
-"""Authorized-operation bit fields, as Kafka reports them with no authorizer configured.
+"""Authorized-operation bit fields, and the ACL APIs' messages, as Kafka reports them with no
+authorizer configured.
 
 Without an authorizer Kafka answers every operation a resource type supports
 (AclEntry.supportedOperations), one bit per AclOperation code."""
@@ -37,3 +38,9 @@ CLUSTER = _bits(A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS,
 
 def operations(supported: int, include: bool) -> int:
     return supported if include else OMITTED
+
+
+# The ACL APIs' answers with no authorizer configured (SECURITY_DISABLED), in Kafka's words:
+# DescribeAcls has its own sentence, CreateAcls and DeleteAcls share the other.
+NO_AUTHORIZER_ON_BROKER = "No Authorizer is configured on the broker"
+NO_AUTHORIZER = "No Authorizer is configured."

@@ -1,9 +1,55 @@
-"""ApiVersions: the APIs this broker serves, with their version ranges."""
+"""ApiVersions: the APIs this broker serves, with their version ranges, and its features.
+
+Features (KIP-584) are reported as Kafka 4.x reports them, at the levels Strata really has:
+metadata.version at its lowest Kafka 4 level, 3.3-IV3 (7), and every other feature at level 0,
+since Strata has no KIP-848 consumer groups (group.version), no transactions
+(transaction.version), no ELR, share or streams groups, and no KRaft quorum (kraft.version).
+A feature at level 0 is supported but not finalized, so only metadata.version is finalized.
+Before v4 a client cannot read a supported range starting at 0: those are left out, as Kafka
+leaves them out.
+"""
 
 from __future__ import annotations
 
-from strata.protocol.codec import api_versions_response
+import dataclasses
+
+from strata.protocol.codec import api_versions_response, make, response_class
+
+METADATA_VERSION = "metadata.version"
+METADATA_VERSION_3_3_IV3 = 7
+
+# feature -> (supported min, supported max); the finalized level is the max.
+FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION: (METADATA_VERSION_3_3_IV3, METADATA_VERSION_3_3_IV3),
+    "kraft.version": (0, 0),
+    "group.version": (0, 0),
+    "transaction.version": (0, 0),
+    "eligible.leader.replicas.version": (0, 0),
+    "share.version": (0, 0),
+    "streams.version": (0, 0),
+}
+FINALIZED_FEATURES_EPOCH = 0  # the levels never change
+FIRST_VERSION_WITH_FEATURES = 3
+FIRST_VERSION_WITH_ZERO_MIN_FEATURES = 4
+
+
+def with_features(response, api_version: int):
+    """``response`` (an ApiVersions body of ``api_version``) with this broker's features."""
+    if api_version < FIRST_VERSION_WITH_FEATURES:
+        return response
+    rc = response_class(type(response).__api_key__, api_version)
+    supported = tuple(
+        make(rc, "supported_features", name=name, min_version=lo, max_version=hi)
+        for name, (lo, hi) in FEATURES.items()
+        if lo > 0 or api_version >= FIRST_VERSION_WITH_ZERO_MIN_FEATURES)
+    finalized = tuple(
+        make(rc, "finalized_features", name=name, min_version_level=hi, max_version_level=hi)
+        for name, (_, hi) in FEATURES.items() if hi > 0)
+    return dataclasses.replace(response, supported_features=supported,
+                               finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+                               finalized_features=finalized)
 
 
 async def handle(ctx, request):
-    return api_versions_response(request.api_version, apis=ctx.api_versions)
+    return with_features(api_versions_response(request.api_version, apis=ctx.api_versions),
+                         request.api_version)

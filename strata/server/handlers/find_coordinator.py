@@ -1,6 +1,15 @@
-"""FindCoordinator v0-3: this node coordinates every group; no transaction coordinator yet."""
+"""FindCoordinator v0-6: this node coordinates every group; transactions are not supported yet.
+
+From v4 a request names several keys and each key gets its own answer (v0-3: one key, one
+answer). A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client
+treats as fatal, so a transactional producer fails at once instead of retrying
+COORDINATOR_NOT_AVAILABLE until its own timeout. Share groups (key type 2) are not served:
+INVALID_REQUEST, as Kafka answers without a share coordinator.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
@@ -8,30 +17,57 @@ from strata.protocol.codec import kio_error_code, make, response_class
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+FIRST_BATCHED_VERSION = 4
+
+COORDINATOR_NOT_AVAILABLE_MESSAGE = "The coordinator is not available."
 
 
-def _coordinator_for(ctx, key_type: int, key: str) -> ErrorCode:
-    """NONE when this node coordinates ``key``, else the error (COORDINATOR_NOT_AVAILABLE)."""
+def transactions_not_supported(transactional_id: str) -> str:
+    return (f"Transactions are not supported yet by this broker: transactional.id "
+            f"'{transactional_id}' cannot be used (use an idempotent producer without a "
+            f"transactional.id)")
+
+
+class Lookup(NamedTuple):
+    error: ErrorCode
+    message: str | None = None
+
+
+def _coordinator_for(ctx, key_type: int, key: str) -> Lookup:
+    """NONE when this node coordinates ``key``, else the error and its message."""
     if key_type == KEY_TYPE_GROUP:
         gc = ctx.group_coordinator
         if (gc is None or ctx.metadata.topic(OFFSETS_TOPIC) is None
                 or gc.partition_for(key) not in gc.owned_partitions):  # e.g. shutting down
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+            return Lookup(ErrorCode.COORDINATOR_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE_MESSAGE)
+        return Lookup(ErrorCode.NONE)
     if key_type == KEY_TYPE_TRANSACTION:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return Lookup(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                      transactions_not_supported(key))
+    if key_type == KEY_TYPE_SHARE:
+        return Lookup(ErrorCode.INVALID_REQUEST)
     # Kafka: CoordinatorType.forId throws InvalidRequestException, failing the whole request
     raise KafkaError(f"Unknown coordinator type received: {key_type}",
                      code=ErrorCode.INVALID_REQUEST)
 
 
+def _node(ctx, found: Lookup, no_message: str | None) -> dict:
+    """The answer's fields; ``no_message`` where there is no message (v4+: "", as Kafka)."""
+    if found.error != ErrorCode.NONE:
+        return dict(error_code=kio_error_code(found.error), node_id=-1, host="", port=-1,
+                    error_message=found.message if found.message is not None else no_message)
+    return dict(error_message=no_message, node_id=ctx.node_id, host=ctx.advertised_host,
+                port=ctx.advertised_port)
+
+
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
-    error = _coordinator_for(ctx, getattr(body, "key_type", KEY_TYPE_GROUP), body.key)
-    if error != ErrorCode.NONE:
-        return make(rc, error_code=kio_error_code(error),
-                    error_message="The coordinator is not available.", node_id=-1, host="",
-                    port=-1)
-    return make(rc, error_message=None, node_id=ctx.node_id, host=ctx.advertised_host,
-                port=ctx.advertised_port)
+    key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
+    if request.api_version >= FIRST_BATCHED_VERSION:
+        return make(rc, coordinators=tuple(
+            make(rc, "coordinators", key=key,
+                 **_node(ctx, _coordinator_for(ctx, key_type, key), ""))
+            for key in body.coordinator_keys))
+    return make(rc, **_node(ctx, _coordinator_for(ctx, key_type, body.key), None))

@@ -53,6 +53,17 @@ def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
         return ErrorCode(exc.code)
 
 
+def partition_entries(ctx, rc, path: str, first: int, end: int) -> tuple:
+    """Partitions ``first`` to ``end - 1`` as Metadata and DescribeTopicPartitions describe them:
+    this node is the leader and the only replica (no ELR; fields a version lacks are dropped)."""
+    node = (ctx.node_id,)
+    return tuple(
+        make(rc, path, partition_index=p, leader_id=ctx.node_id, leader_epoch=LEADER_EPOCH,
+             replica_nodes=node, isr_nodes=node, offline_replicas=(),
+             eligible_leader_replicas=(), last_known_elr=())
+        for p in range(first, end))
+
+
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
@@ -65,11 +76,7 @@ async def handle(ctx, request):
         info = ctx.metadata.topic(name) if error is None else None
         partitions = ()
         if info is not None:
-            partitions = tuple(
-                make(rc, "topics.partitions", partition_index=p, leader_id=ctx.node_id,
-                     leader_epoch=LEADER_EPOCH, replica_nodes=(ctx.node_id,),
-                     isr_nodes=(ctx.node_id,), offline_replicas=())
-                for p in range(info.partitions))
+            partitions = partition_entries(ctx, rc, "topics.partitions", 0, info.partitions)
         topics.append(make(
             rc, "topics", error_code=kio_error_code(error or ErrorCode.NONE), name=name,
             topic_id=info.topic_id if info else topic_id, is_internal=name is not None and is_internal_topic(name),
