@@ -5,6 +5,8 @@
   is the sum of the live windows divided by the time since the oldest live window began (at
   least one window). A window older than ``samples × window_ms`` is dropped. This is what
   Kafka's quota sensors measure (KIP-956's remote copy/fetch quotas among them).
+- ``Rate``: Kafka's ``Rate``, as the client quota sensors measure: the same windows, with
+  the not yet elapsed ones of the first ``samples − 1`` counted as elapsed.
 - ``SampledAvgMax``: Kafka's ``Avg`` and ``Max`` over the same kind of windows (default 2 of
   30 s, Kafka's default ``MetricConfig``); NaN when nothing was recorded in the live windows.
 - ``throttle_time_ms``: Kafka's ``QuotaUtils.throttleTime``: how long, at the bound, the
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["SampledAvgMax", "SampledRate", "TokenBucket", "throttle_time_ms"]
+__all__ = ["Rate", "SampledAvgMax", "SampledRate", "TokenBucket", "throttle_time_ms"]
 
 
 class _Sample:
@@ -91,12 +93,15 @@ class SampledRate(_SampledStat):
     def _update(self, sample: _Sample, value: float) -> None:
         sample.value += value
 
+    def _window(self, now_ms: int) -> int:
+        """Since the oldest live window began, at least one window (``SimpleRate``; lock held)."""
+        return max(now_ms - self._oldest_start(now_ms), self.window_ms)
+
     def window_size_ms(self, now_ms: int) -> int:
-        """The time the rate divides by: since the oldest live window began, at least one
-        window (``SimpleRate.windowSize``)."""
+        """The time the rate divides by (purging expired windows first)."""
         with self._lock:
             self._purge(now_ms)
-            return max(now_ms - self._oldest_start(now_ms), self.window_ms)
+            return self._window(now_ms)
 
     def total(self, now_ms: int) -> float:
         """The sum of the live windows."""
@@ -109,8 +114,21 @@ class SampledRate(_SampledStat):
         with self._lock:
             self._purge(now_ms)
             total = sum(s.value for s in self._ring)
-            window = max(now_ms - self._oldest_start(now_ms), self.window_ms)
+            window = self._window(now_ms)
         return total / (window / 1000.0)
+
+
+class Rate(SampledRate):
+    """Kafka's ``Rate`` (what client quota sensors measure): as ``SampledRate``, but until
+    ``samples − 1`` full windows have passed the missing ones count as elapsed, so a new
+    sensor divides by about ``(samples − 1) × window`` and admits that much burst."""
+
+    def _window(self, now_ms: int) -> int:
+        elapsed = now_ms - self._oldest_start(now_ms)
+        full = elapsed // self.window_ms
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return max(elapsed, 1)
 
 
 class SampledAvgMax:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.cluster.client_quotas import ClientQuotaStore
 from strata.replication.replica_manager import ReplicaManager
 from strata.server.purgatory import PartitionWatchers
 
@@ -20,6 +21,8 @@ class BrokerContext:
     auto_create_topics: bool = True
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
+    client_quotas: ClientQuotaStore = field(default_factory=ClientQuotaStore)  # in memory by default
+    quotas: Any = None                 # strata.server.quotas.ClientQuotaManager; None: not enforced
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     fetch_max_bytes: int = 57_671_680    # fetch.max.bytes: caps a Fetch request's max_bytes
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher

@@ -38,13 +38,17 @@ Handler = Callable[[DecodedRequest, "ConnectionInfo"], Awaitable[object | None]]
 
 
 class ConnectionInfo:
-    """What a handler may know about the peer."""
+    """What a handler may know about the peer, and the request being handled: its size in
+    bytes, and ``throttle_ms``, which the handler sets to have the connection muted that long
+    once the response has left (KIP-219)."""
 
-    __slots__ = ("peer", "connection_id")
+    __slots__ = ("peer", "connection_id", "request_size", "throttle_ms")
 
     def __init__(self, peer: str, connection_id: int):
         self.peer = peer
         self.connection_id = connection_id
+        self.request_size = 0
+        self.throttle_ms = 0
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -56,6 +60,7 @@ class KafkaConnection(asyncio.Protocol):
         self._wakeup = asyncio.Event()
         self._transport: asyncio.Transport | None = None
         self._paused_reading = False
+        self._muted = False
         self._closed = False
         self._drained = asyncio.Event()
         self._drained.set()
@@ -104,11 +109,11 @@ class KafkaConnection(asyncio.Protocol):
             del buf[:start]
         if self._frames:
             self._wakeup.set()
-        full = room <= 0
-        if full and not self._paused_reading:
+        pause = room <= 0 or self._muted
+        if pause and not self._paused_reading:
             self._paused_reading = True
             self._transport.pause_reading()
-        elif not full and self._paused_reading:
+        elif not pause and self._paused_reading:
             self._paused_reading = False
             self._transport.resume_reading()
 
@@ -167,13 +172,20 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._server.requests_in_flight += 1
         self._handling = True
+        self.info.request_size = len(frame)
         try:
             body = await self._server.handler(request, self.info)
         finally:
             self._handling = False
             self._server.requests_in_flight -= 1
-        if body is None or self._closed:
-            return
+        try:
+            if body is not None and not self._closed:
+                self._respond(request, body)
+        finally:
+            if self.info.throttle_ms > 0:
+                await self._mute(self.info.throttle_ms)
+
+    def _respond(self, request: DecodedRequest, body: object) -> None:
         try:
             parts = encode_response_parts(request, body)
         except Exception:  # noqa: BLE001 - a handler built a body its schema cannot carry
@@ -183,6 +195,26 @@ class KafkaConnection(asyncio.Protocol):
                           request.api_key.name, request.api_version, self.info.peer)
             parts = encode_response_parts(request, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
         self._write(parts)
+
+    async def _mute(self, ms: int) -> None:
+        """Read and handle nothing from this client for ``ms`` (a quota's throttle time); the
+        response already queued leaves meanwhile. Ends early when the connection closes."""
+        self.info.throttle_ms = 0
+        self._muted = True
+        self._parse_frames()   # pauses reading
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ms / 1000
+        try:
+            while not self._closed and (left := deadline - loop.time()) > 0:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), left)
+                except TimeoutError:
+                    break
+        finally:
+            self._muted = False
+            if not self._closed:
+                self._parse_frames()   # resumes reading
 
     def _write(self, parts: list) -> None:
         """Queue a response; it leaves with the others of this loop turn (or at once if large)."""

@@ -11,6 +11,7 @@ from strata.cluster.metadata import check_records_per_operation
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.admin_common import attempt, duplicates
+from strata.server.quotas import mutation_quota
 
 
 def _added(ctx, t) -> int:
@@ -30,8 +31,11 @@ def _results(ctx, body) -> list[tuple[str, ErrorCode, str | None]]:
             out.append((t.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
             continue
         assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-        _, code, message = attempt(lambda: ctx.metadata.create_partitions(
-            t.name, t.count, validate_only=body.validate_only, assignments=assignments))
+        added = _added(ctx, t)
+        _, code, message = attempt(lambda: mutation_quota().apply(
+            lambda: ctx.metadata.create_partitions(
+                t.name, t.count, validate_only=body.validate_only, assignments=assignments),
+            lambda _info: added))
         out.append((t.name, code, message))
     return out
 

@@ -13,6 +13,7 @@ from strata.cluster.metadata import check_records_per_operation
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.admin_common import attempt, duplicates
+from strata.server.quotas import mutation_quota
 
 FIRST_VERSION_WITH_CONFIGS = 5
 
@@ -20,8 +21,11 @@ FIRST_VERSION_WITH_CONFIGS = 5
 def _create(ctx, t, validate_only: bool):
     configs = {c.name: c.value for c in t.configs}
     assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
-    return ctx.metadata.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
-                                     validate_only=validate_only, assignments=assignments or None)
+    return mutation_quota().apply(
+        lambda: ctx.metadata.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                          validate_only=validate_only,
+                                          assignments=assignments or None),
+        lambda info: info.partitions)
 
 
 def _records(ctx, t) -> int:

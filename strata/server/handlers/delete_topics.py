@@ -6,8 +6,13 @@ from strata.cluster.metadata import ZERO_UUID
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.admin_common import attempt, duplicates
+from strata.server.quotas import mutation_quota
 
 FIRST_VERSION_WITH_DELETION_DISABLED_ERROR = 3
+
+
+def _partitions(info) -> int:
+    return info.partitions
 
 
 def _requested(body) -> list[tuple[str | None, object]]:
@@ -21,6 +26,7 @@ async def handle(ctx, request):
     requested = _requested(request.body)
     dup_names = duplicates(n for n, _ in requested if n is not None)
     dup_ids = duplicates(i for _, i in requested if i is not None)
+    quota = mutation_quota()
     results = []
     for name, topic_id in requested:
         if name is not None and topic_id is not None:
@@ -31,9 +37,11 @@ async def handle(ctx, request):
         elif topic_id in dup_ids:
             info, code, message = None, ErrorCode.INVALID_REQUEST, "Duplicate topic id."
         elif topic_id is not None:
-            info, code, message = attempt(lambda: ctx.metadata.delete_topic_by_id(topic_id))
+            info, code, message = attempt(lambda: quota.apply(
+                lambda: ctx.metadata.delete_topic_by_id(topic_id), _partitions))
         else:
-            info, code, message = attempt(lambda: ctx.metadata.delete_topic(name or ""))
+            info, code, message = attempt(lambda: quota.apply(
+                lambda: ctx.metadata.delete_topic(name or ""), _partitions))
         if code == ErrorCode.TOPIC_DELETION_DISABLED and \
                 request.api_version < FIRST_VERSION_WITH_DELETION_DISABLED_ERROR:
             code = ErrorCode.INVALID_REQUEST
