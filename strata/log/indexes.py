@@ -10,7 +10,10 @@ files (big-endian, fixed-size entries, offsets stored relative to the segment's 
 
 The offset and time indexes are memory-mapped and preallocated to ``max_index_size`` while the
 segment is active; they are trimmed to their valid entries on roll and close, so a file that is
-opened again has exactly ``length / entry_size`` entries. The transaction index is an
+opened again has exactly ``length / entry_size`` entries. The preallocated file is sparse:
+``reserve`` allocates its blocks ahead of the entries written through the map, because a
+write to an unallocated page of a full file system kills the process (SIGBUS) where a
+``write`` would fail with ENOSPC. The transaction index is an
 append-only file that is only created when the first aborted transaction is appended.
 
 The caller names the files (``%020d`` base offset plus suffix); this module receives paths.
@@ -49,6 +52,7 @@ _INT32_MAX = 2**31 - 1
 # Kafka keeps binary searches inside the last 8 KiB of an index ("warm" section) whenever the target
 # lies there, so in-sync lookups touch the same few pages. Results are identical to a plain search.
 _WARM_SECTION_BYTES = 8192
+_RESERVE_BYTES = 16384      # blocks allocated ahead of an index's entries at a time
 
 
 class CorruptIndexError(Exception):
@@ -127,6 +131,7 @@ class AbstractIndex:
         self._length = 0
         self._max_entries = 0
         self._entries = 0
+        self._reserved = 0      # bytes from the start whose blocks are allocated
         self._open_and_map()
         self._reload_last_entry()
 
@@ -158,6 +163,7 @@ class AbstractIndex:
             self._max_entries = length // entry_size
             # A new index starts empty; an existing one is assumed to be trimmed to its entries.
             self._entries = 0 if newly_created else length // entry_size
+            self._reserved = self._entries * entry_size
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -277,7 +283,25 @@ class AbstractIndex:
                 os.close(fd)
             self._length = rounded
             self._max_entries = rounded // self.ENTRY_SIZE
+            self._reserved = min(self._reserved, rounded)
             return True
+
+    def reserve(self, entries: int) -> None:
+        """Allocate the file's blocks for the next ``entries`` entries (at most up to its
+        end) before they are written through the map: a full disk raises OSError (ENOSPC)
+        here instead of killing the process with SIGBUS on the write."""
+        with self._lock:
+            end = min(self._length, (self._entries + entries) * self.ENTRY_SIZE)
+            if end <= self._reserved:
+                return
+            start = self._reserved
+            end = min(self._length, max(end, start + _RESERVE_BYTES))
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, start, end - start)
+            finally:
+                os.close(fd)
+            self._reserved = end
 
     def trim_to_valid_size(self) -> None:
         """Shrink the file to exactly ``entries * entry_size`` bytes."""

@@ -25,6 +25,7 @@ from strata.common.scheduler import ImmediateScheduler, Scheduler
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import OffsetCheckpointFile
 from strata.log.log_config import LogConfig
+from strata.log.log_dir_failure import LogDirFailureChannel
 from strata.log.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,11 @@ class LogManager:
     def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig, *,
                  topic_config: Callable[[str], LogConfig] | None = None,
                  clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
-                 producer_id_expiration_ms: int = 86_400_000):
+                 producer_id_expiration_ms: int = 86_400_000,
+                 dir_failures: LogDirFailureChannel | None = None):
         self.log_dirs = [Path(d) for d in log_dirs]
+        # the log dirs failing writes now (their logs share it)
+        self.dir_failures = dir_failures or LogDirFailureChannel()
         self.default_config = default_config
         self._topic_config = topic_config or (lambda topic: default_config)
         self._clock = clock
@@ -84,7 +88,8 @@ class LogManager:
                               log_start_offset=start_offsets.get(tp, 0),
                               had_clean_shutdown=clean, clock=self._clock,
                               scheduler=self._scheduler, topic_partition=tp,
-                              producer_id_expiration_ms=self._pid_expiration_ms)
+                              producer_id_expiration_ms=self._pid_expiration_ms,
+                              dir_failures=self.dir_failures)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
         loaded = sum(1 for d in self._log_dir_of.values() if d == log_dir)
@@ -112,11 +117,13 @@ class LogManager:
             if existing is not None:
                 return existing
             log_dir = self._next_log_dir()
-            ulog = UnifiedLog(log_dir / f"{tp.topic}-{tp.partition}",
-                              config or self._topic_config(tp.topic), clock=self._clock,
-                              scheduler=self._scheduler, topic_partition=tp,
-                              producer_id_expiration_ms=self._pid_expiration_ms)
-            fsync_dir(log_dir)
+            with self.dir_failures.guard(log_dir, f"creating log for {tp}"):
+                ulog = UnifiedLog(log_dir / f"{tp.topic}-{tp.partition}",
+                                  config or self._topic_config(tp.topic), clock=self._clock,
+                                  scheduler=self._scheduler, topic_partition=tp,
+                                  producer_id_expiration_ms=self._pid_expiration_ms,
+                                  dir_failures=self.dir_failures)
+                fsync_dir(log_dir)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
             return ulog

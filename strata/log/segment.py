@@ -11,6 +11,7 @@ Not thread-safe: the owning log serialises every call under its lock.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -160,9 +161,12 @@ class LogSegment:
         position = self._size
         if position == 0:
             self._rolling_based_timestamp = largest_timestamp
+        if self._bytes_since_last_index_entry + len(data) > self.index_interval_bytes:
+            self._reserve_index_entries(len(headers))   # a full disk fails here, unwritten
         written = os.pwrite(self._fd, data, position)
-        if written != len(data):  # pwrite on a regular file writes fully or raises
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)}")
+        if written != len(data):  # a regular file is written short only when it is full
+            raise OSError(errno.ENOSPC, f"short write to {self.log_path}: {written} of "
+                          f"{len(data)} bytes")
         self._size += written
         self._dirty = True
         interval = self.index_interval_bytes
@@ -178,6 +182,12 @@ class LogSegment:
                 since = 0
             since += h.batch_length + LOG_OVERHEAD
         self._bytes_since_last_index_entry = since
+
+    def _reserve_index_entries(self, n: int) -> None:
+        """Allocate room for ``n`` more entries in both indexes, and for the time index's
+        final entry (see ``AbstractIndex.reserve``)."""
+        self.offset_index.reserve(n)
+        self.time_index.reserve(n + 1)
 
     def _indexes_have_room(self) -> bool:
         """Whether a sparse index entry can be added now (by append and, alike, recovery).
@@ -293,6 +303,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Seal the segment on roll: final time index entry, indexes trimmed to their entries."""
+        self.time_index.reserve(1)
         self.time_index.maybe_append(self.max_timestamp_so_far,
                                      self.offset_of_max_timestamp_so_far, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
@@ -367,6 +378,7 @@ class LogSegment:
                     self.offset_of_max_timestamp_so_far = h.last_offset
                 if position - last_index_entry > self.index_interval_bytes and \
                         self._indexes_have_room():
+                    self._reserve_index_entries(1)
                     self.offset_index.append(h.last_offset, position)
                     self.time_index.maybe_append(self.max_timestamp_so_far,
                                                  self.offset_of_max_timestamp_so_far)
@@ -381,6 +393,7 @@ class LogSegment:
             log.warning("truncating %s from %d to %d bytes", self.log_path, self._size, valid)
             self._truncate_file(valid)
         self._bytes_since_last_index_entry = valid - last_index_entry
+        self.time_index.reserve(1)
         self.time_index.maybe_append(self.max_timestamp_so_far,
                                      self.offset_of_max_timestamp_so_far, skip_full_check=True)
         return truncated
@@ -454,6 +467,7 @@ class LogSegment:
     def close(self) -> None:
         if self.max_timestamp_so_far >= 0 and self._fd >= 0:
             try:
+                self.time_index.reserve(1)
                 self.time_index.maybe_append(self.max_timestamp_so_far,
                                              self.offset_of_max_timestamp_so_far,
                                              skip_full_check=True)

@@ -500,6 +500,12 @@ class RemoteStorageManager(abc.ABC):
         then. A reader may then skip checking each batch's CRC32C itself. This default: False."""
         return False
 
+    def abort_incomplete_uploads(self) -> int:
+        """Remove what interrupted uploads left in the store (Strata's, not Kafka's
+        interface): uploads older than the plugin's bound, never one in progress in this
+        process. How many were removed. This default removes nothing."""
+        return 0
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release resources; no other method is called afterwards."""

@@ -3,6 +3,8 @@ round trips, idempotency, cleanup on failure, deletes, and an S3 outage through 
 
 from __future__ import annotations
 
+import io
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +20,8 @@ from strata.tiered.api import (
 from strata.tiered.storage import (
     FaultInjectingObjectStore, ObjectStore, ObjectStoreRemoteStorageManager, ObstoreObjectStore,
     object_store_from_config)
-from strata.tiered.storage.object_store import find_layer
+from strata.tiered.storage import object_store as object_store_module
+from strata.tiered.storage.object_store import MeteredObjectStore, find_layer
 
 from unit.test_remote_storage import Segment  # real segment files (tests/ is on sys.path)
 
@@ -202,3 +205,64 @@ def test_an_s3_outage_raises_retriable_errors_quickly_then_recovers(s3, rsm, seg
     rsm.copy_log_segment_data(other.metadata, other.data)
     assert rsm.fetch_index(other.metadata, IndexType.TIMESTAMP).read() == \
         Path(other.data.time_index).read_bytes()
+
+
+def _boto(s3: S3Server):
+    import boto3
+    return boto3.client("s3", endpoint_url=s3.direct_endpoint, region_name=s3.region,
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+class _HeldSource(io.BytesIO):
+    """A seekable upload source whose reads past ``hold_at`` wait for ``release``."""
+
+    def __init__(self, data: bytes, hold_at: int) -> None:
+        super().__init__(data)
+        self.hold_at = hold_at
+        self.release = threading.Event()
+
+    def read(self, size: int = -1) -> bytes:
+        if self.tell() >= self.hold_at:
+            assert self.release.wait(60), "the upload was never released"
+        elif size < 0 or self.tell() + size > self.hold_at:
+            size = self.hold_at - self.tell()
+        return super().read(size)
+
+
+def test_s3_sweep_aborts_old_incomplete_multipart_uploads_but_not_one_in_progress(
+        s3, prefix, tmp_path, monkeypatch):
+    store = object_store_from_config({**s3.storage_configs(),
+                                      "storage.multipart.chunk.bytes": 5 * 1024 * 1024})
+    client = _boto(s3)
+    crashed = client.create_multipart_upload(Bucket=s3.bucket, Key=f"{prefix}orders-x/0/a.log")
+    client.upload_part(Bucket=s3.bucket, Key=f"{prefix}orders-x/0/a.log", PartNumber=1,
+                       UploadId=crashed["UploadId"], Body=b"p" * (5 * 1024 * 1024))
+
+    def incomplete() -> dict[str, str]:
+        listed = client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix)
+        return {u["Key"][len(prefix):]: u["UploadId"] for u in listed.get("Uploads", [])}
+
+    # an upload of this store in progress: its first part sent, the rest held back
+    payload = uuid.uuid4().bytes * (12 * 1024 * 1024 // 16)
+    source = _HeldSource(payload, 6 * 1024 * 1024)
+    (tmp_path / "busy.log").write_bytes(b"")
+    monkeypatch.setattr(object_store_module, "open", lambda path, mode: source, raising=False)
+    upload = threading.Thread(target=store.put_file, args=(f"{prefix}busy.log", "busy.log"))
+    upload.start()
+    try:
+        for _ in range(3000):
+            if "busy.log" in incomplete():
+                break
+            time.sleep(0.01)
+        assert set(incomplete()) == {"orders-x/0/a.log", "busy.log"}
+        # moto dates every upload in 2010: both are old, only the one in progress stays
+        assert store.abort_incomplete_uploads(prefix, older_than_ms=3_600_000) == [
+            f"{prefix}orders-x/0/a.log"]
+        assert set(incomplete()) == {"busy.log"}
+    finally:
+        source.release.set()
+        upload.join()
+    assert incomplete() == {}
+    assert store.get(f"{prefix}busy.log") == payload
+    assert find_layer(store, MeteredObjectStore).incomplete_uploads_removed() == {"": 1}
+    store.close()

@@ -5,6 +5,8 @@
   duplicated, the segment is copied again under a new segment id, and the objects and metadata
   of the interrupted copy are cleaned up (``DELETE_SEGMENT_STARTED`` → ``DELETE_SEGMENT_FINISHED``).
   The copy is frozen with the object store's fault injection (``rsm.config.fault.delay.*``).
+- A broker SIGKILLed while an object is half written (``rsm.config.fault.stall.keys``): its
+  temporary file is removed by the sweep at the next start, and counted.
 - The object store (moto's S3 server behind a cuttable proxy) unreachable for a minute while
   producers and hot consumers carry on: produce latency stays normal, hot reads work, remote
   reads answer a retriable error (never wrong data), local segments pile up, and tiering
@@ -13,10 +15,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,8 +29,9 @@ import pytest
 from confluent_kafka import TopicPartition as CkTp
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.fetch.v12.response import FetchResponse
+from prometheus_client.parser import text_string_to_metric_families
 
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, free_port
 from s3_server import S3Server
 from tiered_support import TIERED_BROKER, local_segments, offsets, remote_files, wait_for
 
@@ -189,6 +194,14 @@ def states(events: list) -> list[S]:
     return [state for state, _ in events]
 
 
+def scrape(base: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of the broker's ``/metrics``."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def active_base(b: BrokerProcess, topic: str) -> int:
     return int(local_segments(b.data_dir / "kafka-logs", topic)[-1].stem)
 
@@ -257,6 +270,46 @@ def test_sigkill_in_the_middle_of_a_segment_copy(tmp_path, frozen, written):
     assert history[again[0]][0] == (S.COPY_SEGMENT_STARTED, history[orphan_id][0][1])
     failed = check_history(history, {sid for _, sid in segs}, o["tiered"] + 1)
     assert failed == {orphan_id}, failed
+
+
+def test_sigkill_while_an_object_is_written_leaves_no_temporary_file_after_a_restart(tmp_path):
+    topic, n = "midwrite", 1500
+    port = free_port()
+    stall = {"rsm.config.fault.stall.keys": r"\.log$"}
+    b = BrokerProcess(tmp_path, {**TIERED_BROKER, **stall,
+                                 "strata.metrics.listener": f"http://127.0.0.1:{port}"})
+    root = b.data_dir / "kafka-logs" / "remote-storage"
+    b.start()
+    try:
+        create(b, topic, **TIERED_TOPIC)
+        produce(b, topic, n)
+        # The first segment's .log object is half written when the broker dies.
+        partial, = wait_for(lambda: [p for p in remote_files(root, topic)
+                                     if ".strata-tmp-" in p.name],
+                            30, what="an upload stalled mid-write")
+        assert b.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert partial.exists()
+        # older than the sweep's bound (incomplete.upload.max.age.ms, one hour by default)
+        past = time.time() - 7200
+        os.utime(partial, (past, past))
+
+        del b.overrides["rsm.config.fault.stall.keys"]
+        b.start()
+
+        def settled():
+            segs = remote_segments(root, topic)
+            o = offsets(b.bootstrap, topic)
+            return (not partial.exists() and segs and all(s == SUFFIXES for s in segs.values())
+                    and o["tiered"] + 1 == active_base(b, topic) == o["local_start"] and o)
+        wait_for(settled, 60, what="the leftover removed and tiering settled after the restart")
+        removed = ("strata_remote_storage_incomplete_uploads_removed_total", (("topic", topic),))
+        assert wait_for(lambda: scrape(f"http://127.0.0.1:{port}").get(removed), 30,
+                        what="the removal counted") == 1
+        consume_all(b, topic, 0, n)
+        assert b.stop() == 0
+        assert remote_segments(root, topic, writing=False)     # fails on any temporary file
+    finally:
+        b.stop(signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- S3 outage

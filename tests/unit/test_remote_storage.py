@@ -769,3 +769,96 @@ def test_rsm_fetch_through_an_outage_raises_retriable_then_recovers(segment):
     faulty.set_outage(False)
     manager.copy_log_segment_data(segment.metadata, segment.data)
     assert manager.fetch_log_segment(segment.metadata, 0).read() == segment.bytes
+
+
+# ---- leftovers of interrupted uploads ------------------------------------------------------
+
+class _PipeSource:
+    """A FIFO to upload from, fed by the test: the upload stays in progress until ``finish``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "source.fifo"
+        os.mkfifo(self.path)
+        self._out = None
+
+    def feed(self, data: bytes) -> None:
+        if self._out is None:
+            self._out = open(self.path, "wb")   # blocks until the upload opens the FIFO
+        self._out.write(data)
+        self._out.flush()
+
+    def finish(self) -> None:
+        self._out.close()
+
+
+def _age(path: Path, seconds: float) -> None:
+    past = path.stat().st_mtime - seconds
+    os.utime(path, (past, past))
+
+
+def test_filesystem_sweep_removes_old_temporary_files_but_never_a_put_in_progress(tmp_path):
+    store = FileSystemObjectStore(tmp_path / "root")
+    crashed = tmp_path / "root" / "t-AAAAAAAAAAAAAAAAAAAAAA" / "0" / "x.log.strata-tmp-dead"
+    crashed.parent.mkdir(parents=True)
+    crashed.write_bytes(b"half a segment")
+    fresh = tmp_path / "root" / "other" / "y.log.strata-tmp-fresh"
+    fresh.parent.mkdir(parents=True)
+    fresh.write_bytes(b"another broker's upload")
+    _age(crashed, 7200)
+
+    source = _PipeSource(tmp_path)
+    upload = threading.Thread(target=store.put_file, args=("busy/z.log", source.path))
+    upload.start()
+    source.feed(b"first half ")
+    in_progress = tmp_path / "root" / "busy"
+    for _ in range(3000):       # the upload is writing its temporary file
+        if any(in_progress.glob("z.log.strata-tmp-*")):
+            break
+        threading.Event().wait(0.01)
+    else:
+        raise AssertionError("the upload never started writing")
+    for tmp in in_progress.glob("z.log.strata-tmp-*"):
+        _age(tmp, 7200)         # old, yet in progress in this process
+
+    assert store.abort_incomplete_uploads("", older_than_ms=3_600_000) == [
+        "t-AAAAAAAAAAAAAAAAAAAAAA/0/x.log"]
+    assert not crashed.exists() and not crashed.parent.exists()   # empty directories pruned
+    assert fresh.exists()
+    assert store.abort_incomplete_uploads("busy/", older_than_ms=0) == []
+    source.feed(b"second half")
+    source.finish()
+    upload.join()
+    assert store.get("busy/z.log") == b"first half second half"
+    assert store.abort_incomplete_uploads("other/", older_than_ms=0) == ["other/y.log"]
+    assert sorted(store.list("")) == [("busy/z.log", 22)]
+    assert not [p for p in (tmp_path / "root").rglob("*") if ".strata-tmp-" in p.name]
+
+
+def test_rsm_sweep_uses_its_prefix_and_age_bound_and_counts_removals_per_topic(tmp_path):
+    root = tmp_path / "remote"
+    manager = ObjectStoreRemoteStorageManager()
+    manager.configure({"storage.url": f"file://{root}", "key.prefix": "p/",
+                       "incomplete.upload.max.age.ms": 60_000})
+    topic_dir = root / "p" / f"orders-{kafka_uuid_str(TOPIC_ID)}" / "0"
+    topic_dir.mkdir(parents=True)
+    old = topic_dir / "00000000000000000000-x.log.strata-tmp-1"
+    young = topic_dir / "00000000000000000100-y.log.strata-tmp-2"
+    outside = root / "q" / "z.log.strata-tmp-3"
+    outside.parent.mkdir(parents=True)
+    for p in (old, young, outside):
+        p.write_bytes(b"partial")
+    _age(old, 120)
+    _age(outside, 120)
+    assert manager.abort_incomplete_uploads() == 1
+    assert not old.exists() and young.exists() and outside.exists()
+    metered = find_layer(manager.store, MeteredObjectStore)
+    assert metered.incomplete_uploads_removed() == {"orders": 1}
+    manager.close()
+
+
+def test_memory_store_and_decorators_have_no_leftovers_to_remove():
+    store = object_store_from_config({"storage.url": "memory://", "fault.seed": "1",
+                                      "upload.rate.limit.bytes.per.second": "1000000"})
+    store.put("a/b", b"x")
+    assert store.abort_incomplete_uploads("", 0) == []
+    assert sorted(store.list("")) == [("a/b", 1)]

@@ -14,6 +14,10 @@ DELETE_SEGMENT_FINISHED) when they:
 
 Deleting by retention moves the log start offset past the deleted data, after which the local
 log drops the segments below it.
+
+Below the metadata, ``abort_incomplete_uploads`` sweeps the store itself for what uploads cut
+short by a crash left there (temporary files, incomplete multipart uploads), which no
+metadata names.
 """
 
 from __future__ import annotations
@@ -161,3 +165,12 @@ def delete_all_remote_segments(ctx: TieringContext, part_tip, stop_check=lambda:
         delete_remote_segment(ctx, m)
         deleted += 1
     return deleted
+
+
+def abort_incomplete_uploads(ctx: TieringContext) -> int:
+    """Remove the leftovers of interrupted uploads from the remote store (the RSM's age bound;
+    never an upload in progress here); how many were removed."""
+    removed = ctx.rsm.abort_incomplete_uploads()
+    if removed:
+        log.info("removed %d incomplete upload(s) from remote storage", removed)
+    return removed

@@ -24,12 +24,14 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime
+import logging
 import math
 import mmap
 import os
 import random
 import re
 import shutil
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -42,6 +44,9 @@ from strata.common.files import fsync_dir
 from strata.common.rate import TokenBucket
 from strata.tiered.api import (
     RemoteResourceNotFoundException, RemoteStorageException, RetriableRemoteStorageException)
+from strata.tiered.storage.s3_uploads import S3MultipartUploads
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FaultInjectingObjectStore",
@@ -117,6 +122,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         """``(key, size)`` of every object whose key starts with ``prefix``."""
+
+    def abort_incomplete_uploads(self, prefix: str = "", older_than_ms: int = 0) -> list[str]:
+        """Remove what interrupted uploads of keys under ``prefix`` left behind (a crash
+        mid-write: temporary files, S3 multipart uploads never completed) once it is at least
+        ``older_than_ms`` old; the keys of the uploads removed. Uploads this process has in
+        progress are never removed, whatever their age. A decorator passes the call to its
+        ``inner`` store; a store whose puts leave nothing behind (memory) removes nothing."""
+        inner = getattr(self, "inner", None)
+        return inner.abort_incomplete_uploads(prefix, older_than_ms) if inner is not None else []
 
     def close(self) -> None:
         """Release resources; no other method is called afterwards."""
@@ -200,13 +214,17 @@ class FileSystemObjectStore(ObjectStore):
     """Objects as files under ``root``; the key's ``/`` parts are directories.
 
     A put writes ``<dir>/<name>.strata-tmp-<random>``, fsyncs it, renames it over the key and
-    fsyncs the directory, so a reader (or a crash) never sees a partial object; leftover
-    temporary files are skipped by ``list``. A delete removes directories it leaves empty.
+    fsyncs the directory, so a reader (or a crash) never sees a partial object. A temporary
+    file left by a crash is skipped by ``list`` and removed by ``abort_incomplete_uploads``;
+    the ones of this object's puts in progress are tracked, and never removed. A delete
+    removes directories it leaves empty.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, sync: bool = True) -> None:
         self.root = Path(root).absolute()
         self.sync = sync
+        self._writing: set[Path] = set()     # temporary files of the puts in progress
+        self._writing_lock = threading.Lock()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -221,6 +239,8 @@ class FileSystemObjectStore(ObjectStore):
     def _write(self, key: str, write: Callable[[Any], None]) -> None:
         path = self._path(key)
         tmp = path.with_name(f"{path.name}{_TMP_MARK}{uuid.uuid4().hex}")
+        with self._writing_lock:
+            self._writing.add(tmp)
         try:
             # A concurrent delete may prune the freshly made directory; make it again then.
             for attempt in range(3):
@@ -245,6 +265,9 @@ class FileSystemObjectStore(ObjectStore):
             if isinstance(e, OSError):
                 raise RemoteStorageException(f"cannot write object {key}: {e}") from e
             raise
+        finally:
+            with self._writing_lock:
+                self._writing.discard(tmp)
         if self.sync:
             fsync_dir(path.parent)
 
@@ -253,7 +276,7 @@ class FileSystemObjectStore(ObjectStore):
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         try:
-            src = open(path, "rb")
+            src = open(path, "rb", buffering=0)    # reads return what has arrived
         except OSError as e:
             raise RemoteStorageException(f"cannot read {path} to upload as {key}: {e}") from e
         with src:
@@ -314,9 +337,11 @@ class FileSystemObjectStore(ObjectStore):
             return
         except OSError as e:
             raise RemoteStorageException(f"cannot delete object {key}: {e}") from e
-        # Prune directories left empty, as an object store has none (best effort, racy by design:
-        # rmdir fails on a directory that a concurrent put has just filled).
-        parent = path.parent
+        self._prune(path.parent)
+
+    def _prune(self, parent: Path) -> None:
+        """Remove directories left empty, as an object store has none (best effort, racy by
+        design: rmdir fails on a directory that a concurrent put has just filled)."""
         while parent != self.root and self.root in parent.parents:
             try:
                 parent.rmdir()
@@ -324,25 +349,54 @@ class FileSystemObjectStore(ObjectStore):
                 break
             parent = parent.parent
 
-    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
-        # Walk only below the deepest directory the prefix names.
+    def _walk(self, prefix: str, temporary: bool) -> Iterator[tuple[str, str]]:
+        """``(key, file path)`` of the objects (or, ``temporary``, of the leftover temporary
+        files, by the key they were for) whose key starts with ``prefix``; walks only below
+        the deepest directory the prefix names."""
         base = prefix.rpartition("/")[0]
         top = self.root.joinpath(*base.split("/")) if base else self.root
+        if not top.is_dir():
+            return
+        for dirpath, _dirs, files in os.walk(top):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in files:
+                if (_TMP_MARK in name) != temporary:
+                    continue
+                name_of_key = name.partition(_TMP_MARK)[0]
+                key = name_of_key if rel == "." else f"{rel}/{name_of_key}"
+                if key.startswith(prefix):
+                    yield key, os.path.join(dirpath, name)
+
+    def list(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         found: list[tuple[str, int]] = []
-        if top.is_dir():
-            for dirpath, _dirs, files in os.walk(top):
-                rel = Path(dirpath).relative_to(self.root).as_posix()
-                for name in files:
-                    if _TMP_MARK in name:
-                        continue
-                    key = name if rel == "." else f"{rel}/{name}"
-                    if not key.startswith(prefix):
-                        continue
-                    try:
-                        found.append((key, os.stat(os.path.join(dirpath, name)).st_size))
-                    except FileNotFoundError:
-                        continue    # deleted while listing
+        for key, path in self._walk(prefix, temporary=False):
+            try:
+                found.append((key, os.stat(path).st_size))
+            except FileNotFoundError:
+                continue    # deleted while listing
         return iter(sorted(found))
+
+    def abort_incomplete_uploads(self, prefix: str = "", older_than_ms: int = 0) -> list[str]:
+        """Delete the temporary files of crashed puts last modified ``older_than_ms`` ago or
+        earlier (the age keeps the puts of other processes sharing the tree)."""
+        cutoff = time.time() - older_than_ms / 1000.0
+        removed: list[str] = []
+        for key, name in self._walk(prefix, temporary=True):
+            path = Path(name)
+            with self._writing_lock:
+                if path in self._writing:
+                    continue
+            try:
+                if path.stat().st_mtime > cutoff:
+                    continue
+                path.unlink()
+            except FileNotFoundError:
+                continue    # renamed or removed meanwhile
+            except OSError as e:
+                raise RemoteStorageException(f"cannot remove {path}: {e}") from e
+            removed.append(key)
+            self._prune(path.parent)
+        return removed
 
 
 # --------------------------------------------------------------------------- obstore
@@ -398,14 +452,25 @@ class ObstoreObjectStore(ObjectStore):
     ``put_file`` streams the file and switches to a multipart upload above
     ``multipart_chunk_size``. obstore's own retries (``retry_config``) run inside each call;
     what still fails is translated as the module docstring says.
+
+    Incomplete multipart uploads: obstore cannot list or abort them, so on S3 with static
+    credentials ``uploads`` (``S3MultipartUploads``) does; a failed ``put_file`` aborts the
+    uploads of its key at once, and ``abort_incomplete_uploads`` the old ones of any key but
+    those this object is uploading. Elsewhere nothing is removed: GCS resumable sessions and
+    Azure's uncommitted blocks expire by themselves after a week, and S3 without static
+    credentials needs a lifecycle rule.
     """
 
     def __init__(self, store: Any, *, multipart_chunk_size: int = 8 * 1024 * 1024,
-                 multipart_concurrency: int = 4, description: str | None = None) -> None:
+                 multipart_concurrency: int = 4, description: str | None = None,
+                 uploads: S3MultipartUploads | None = None) -> None:
         self._store = store
         self.multipart_chunk_size = multipart_chunk_size
         self.multipart_concurrency = multipart_concurrency
         self._description = description or repr(store)
+        self.uploads = uploads
+        self._uploading: dict[str, int] = {}    # key -> put_file calls in progress
+        self._uploading_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, config: Mapping[str, Any] | None = None,
@@ -423,7 +488,8 @@ class ObstoreObjectStore(ObjectStore):
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             raise RemoteStorageException(f"cannot open object store {url}: {e}") from e
-        return cls(store, description=url, **kwargs)
+        return cls(store, description=url,
+                   uploads=S3MultipartUploads.from_config(url, dict(config or {})), **kwargs)
 
     def __repr__(self) -> str:
         return f"ObstoreObjectStore({self._description!r})"
@@ -450,10 +516,48 @@ class ObstoreObjectStore(ObjectStore):
             src = open(path, "rb")
         except OSError as e:
             raise RemoteStorageException(f"cannot read {path} to upload as {key}: {e}") from e
-        with src:
-            self._call("put", key, lambda: obstore.put(
-                self._store, key, src, chunk_size=self.multipart_chunk_size,
-                max_concurrency=self.multipart_concurrency))
+        with self._uploading_lock:
+            self._uploading[key] = self._uploading.get(key, 0) + 1
+        try:
+            with src:
+                self._call("put", key, lambda: obstore.put(
+                    self._store, key, src, chunk_size=self.multipart_chunk_size,
+                    max_concurrency=self.multipart_concurrency))
+        except RemoteStorageException:
+            self._abort_uploads_of(key)
+            raise
+        finally:
+            with self._uploading_lock:
+                if self._uploading[key] == 1:
+                    del self._uploading[key]
+                else:
+                    self._uploading[key] -= 1
+
+    def _abort_uploads_of(self, key: str) -> None:
+        """After a failed put_file: abort what it may have left of a multipart upload (best
+        effort; unless another put of the key is in progress here)."""
+        if self.uploads is None or self._uploading.get(key, 0) > 1:
+            return
+        try:
+            for up in self.uploads.list(key):
+                if up.key == key:
+                    self.uploads.abort(up.key, up.upload_id)
+        except RemoteStorageException as e:
+            logger.warning("cannot abort the multipart upload of %s (the sweep will): %s", key, e)
+
+    def abort_incomplete_uploads(self, prefix: str = "", older_than_ms: int = 0) -> list[str]:
+        if self.uploads is None:
+            return []
+        cutoff = time.time() * 1000 - older_than_ms
+        removed = []
+        for up in self.uploads.list(prefix):
+            with self._uploading_lock:
+                if up.key in self._uploading:
+                    continue
+            if up.initiated_ms <= cutoff:
+                self.uploads.abort(up.key, up.upload_id)
+                removed.append(up.key)
+        return removed
 
     def get(self, key: str) -> bytes:
         import obstore
@@ -556,6 +660,10 @@ class FaultInjectingObjectStore(ObjectStore):
     inner store, a get or ranged get ``len / get_bandwidth_bps`` after (0: unlimited), as if
     every transfer ran at that speed. ``seed`` makes the random rolls (errors, then throttling)
     repeatable. Attributes may be changed while other threads use the store.
+
+    ``stall_keys`` (regex), for crash tests: a put or put_file of a matching key hands the
+    store underneath the first half of its bytes (through a pipe), then never the rest: the
+    upload stays in progress, mid-write, and the call never returns.
     """
 
     _GETS = frozenset({"get", "get_range", "size", "list"})
@@ -566,7 +674,7 @@ class FaultInjectingObjectStore(ObjectStore):
                  fail_keys: str | None = None, delay_keys: str | None = None,
                  delay_ms: float = 0.0, seed: int | None = None,
                  get_bandwidth_bps: float = 0.0, put_bandwidth_bps: float = 0.0,
-                 throttle_rate: float = 0.0,
+                 throttle_rate: float = 0.0, stall_keys: str | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         for name, rate in (("error_rate", error_rate), ("throttle_rate", throttle_rate)):
             if not 0.0 <= rate <= 1.0:
@@ -585,6 +693,7 @@ class FaultInjectingObjectStore(ObjectStore):
         self.fail_keys = fail_keys
         self.delay_keys = delay_keys
         self.delay_ms = delay_ms
+        self.stall_keys = re.compile(stall_keys) if stall_keys else None
         self.injected_failures = 0      # every injected failure, throttling included
         self.injected_throttles = 0
         self._outage = False
@@ -658,13 +767,32 @@ class FaultInjectingObjectStore(ObjectStore):
         if bandwidth > 0 and size > 0:
             self._sleep(size / bandwidth)
 
+    def _stall(self, key: str, data: bytes) -> NoReturn:
+        """Feed half of ``data`` to the inner store's upload of ``key`` through a FIFO, and
+        the rest never."""
+        fifo = Path(tempfile.mkdtemp(prefix="strata-stall-")) / "source"
+        os.mkfifo(fifo)
+
+        def feed() -> None:
+            with open(fifo, "wb") as out:
+                out.write(data[:max(1, len(data) // 2)])
+                out.flush()
+                threading.Event().wait()    # the write end stays open: no EOF, ever
+        threading.Thread(target=feed, name="fault-stall", daemon=True).start()
+        self.inner.put_file(key, fifo)
+        raise AssertionError("a stalled upload returned")
+
     def put(self, key: str, data: bytes) -> None:
         self._fault("put", [key])
+        if self.stall_keys is not None and self.stall_keys.search(key):
+            self._stall(key, bytes(data))
         self._transfer(len(data), self.put_bandwidth_bps)
         self.inner.put(key, data)
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         self._fault("put_file", [key])
+        if self.stall_keys is not None and self.stall_keys.search(key):
+            self._stall(key, Path(path).read_bytes())
         if self.put_bandwidth_bps > 0:
             self._transfer(_file_size(path), self.put_bandwidth_bps)
         self.inner.put_file(key, path)
@@ -846,6 +974,8 @@ class MeteredObjectStore(ObjectStore):
     A call that fails still counts as a request (and an error). The topic comes from the key
     (``topic_of_key`` with ``key_prefix``); "" when the key does not say. Cost: requests times
     ``prices`` (``RequestPrices``); an estimate of the request charges, nothing more.
+    ``abort_incomplete_uploads`` counts the uploads it removed per topic
+    (``incomplete_uploads_removed``).
     """
 
     OPS = ("GET", "HEAD", "PUT", "DELETE", "LIST")
@@ -856,6 +986,7 @@ class MeteredObjectStore(ObjectStore):
         self.key_prefix = key_prefix
         self.prices = prices or RequestPrices()
         self._stats: dict[tuple[str, str], OperationStats] = {}
+        self._removed: dict[str, int] = {}    # topic -> incomplete uploads removed
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -939,10 +1070,23 @@ class MeteredObjectStore(ObjectStore):
         self._count("LIST", prefix, max(1, math.ceil(len(found) / _LIST_PAGE_KEYS)))
         return iter(found)
 
+    def abort_incomplete_uploads(self, prefix: str = "", older_than_ms: int = 0) -> list[str]:
+        removed = self.inner.abort_incomplete_uploads(prefix, older_than_ms)
+        with self._lock:
+            for key in removed:
+                topic = topic_of_key(key, self.key_prefix)
+                self._removed[topic] = self._removed.get(topic, 0) + 1
+        return removed
+
     def close(self) -> None:
         self.inner.close()
 
     # ---- reading the counters ----
+
+    def incomplete_uploads_removed(self) -> dict[str, int]:
+        """Incomplete uploads removed per topic, since the store was built."""
+        with self._lock:
+            return dict(self._removed)
 
     def snapshot(self) -> dict[tuple[str, str], OperationStats]:
         """A copy of the counters: (operation, topic) -> OperationStats."""
@@ -983,6 +1127,7 @@ _FAULT_KEYS = {
     "fault.get.bandwidth.bytes.per.second": ("get_bandwidth_bps", float),
     "fault.put.bandwidth.bytes.per.second": ("put_bandwidth_bps", float),
     "fault.throttle.rate": ("throttle_rate", float),
+    "fault.stall.keys": ("stall_keys", str),
 }
 _RETRY_DURATIONS = {"retry_timeout_ms": "retry_timeout", "init_backoff_ms": "init_backoff",
                     "max_backoff_ms": "max_backoff"}
@@ -1027,7 +1172,7 @@ def object_store_from_config(configs: Mapping[str, Any]) -> ObjectStore:
     ``fault.*`` keys: ``fault.get.latency.ms``, ``fault.put.latency.ms``, ``fault.error.rate``,
     ``fault.fail.keys``, ``fault.delay.keys``, ``fault.delay.ms``, ``fault.seed``,
     ``fault.get.bandwidth.bytes.per.second``, ``fault.put.bandwidth.bytes.per.second`` and
-    ``fault.throttle.rate`` (see FaultInjectingObjectStore).
+    ``fault.throttle.rate`` and ``fault.stall.keys`` (see FaultInjectingObjectStore).
 
     ``storage.url``: ``file:///abs/path`` (FileSystemObjectStore), ``memory://`` (a new
     MemoryObjectStore), ``s3://bucket[/prefix]``, ``gs://...``, ``az://...``, ``http(s)://...``

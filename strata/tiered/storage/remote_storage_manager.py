@@ -53,6 +53,7 @@ DEFAULT_MANIFEST_CACHE_SIZE = 1000
 DEFAULT_FETCH_WINDOW_BYTES = 4 * 1024 * 1024
 MAX_CHUNK_SIZE = 1024 * 1024 * 1024
 DEFAULT_PREFETCH_MAX_SIZE = 32 * 1024 * 1024
+DEFAULT_INCOMPLETE_UPLOAD_MAX_AGE_MS = 3_600_000
 
 logger = logging.getLogger(__name__)
 # Version 1 manifests describe one untransformed chunk; it is read as chunks of this size
@@ -462,7 +463,10 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     ``encryption.key.pairs.<id>.public.key.file`` (RSA PEM; the public one is optional),
     ``prefetch.max.size`` (the read-ahead a sequential reader grows to, default 32 MiB; 0
     turns read-ahead off), the ``chunk.cache.*`` keys of ``ChunkCache.from_config`` (a 256 MiB
-    memory tier by default), ``fetch.window.bytes`` (accepted for compatibility, unused) and the ``storage.*`` /
+    memory tier by default), ``fetch.window.bytes`` (accepted for compatibility, unused),
+    ``incomplete.upload.max.age.ms`` (how old what an interrupted upload left must be before
+    ``abort_incomplete_uploads`` removes it, default one hour: uploads of other brokers
+    sharing the store finish well within it) and the ``storage.*`` /
     ``fault.*`` keys of ``object_store_from_config``. Thread-safe: any method may be called
     from several threads.
     """
@@ -476,6 +480,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self._prefetch_max = DEFAULT_PREFETCH_MAX_SIZE
         self._planner = BackgroundThread("rsm-prefetch-plan")
         self._key_prefix = ""
+        self._incomplete_upload_max_age_ms = DEFAULT_INCOMPLETE_UPLOAD_MAX_AGE_MS
         self._chunk_size = DEFAULT_CHUNK_SIZE
         self._compression = False
         self._compression_heuristic = False
@@ -498,6 +503,8 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         chunk_size = _config_int(configs, "chunk.size", DEFAULT_CHUNK_SIZE, 1, MAX_CHUNK_SIZE)
         prefetch_max = _config_int(configs, "prefetch.max.size", DEFAULT_PREFETCH_MAX_SIZE, 0,
                                    2**63 - 1)
+        max_age = _config_int(configs, "incomplete.upload.max.age.ms",
+                              DEFAULT_INCOMPLETE_UPLOAD_MAX_AGE_MS, 0, 2**63 - 1)
         compression = _config_bool(configs, "compression.enabled", False)
         heuristic = _config_bool(configs, "compression.heuristic.enabled", False)
         key_ring = KeyRing.from_config(configs)
@@ -511,6 +518,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 raise RemoteStorageException(
                     f"encryption.key.pair.id {active!r} is not in encryption.key.pairs")
         self._key_prefix = prefix
+        self._incomplete_upload_max_age_ms = max_age
         self._chunk_size = chunk_size
         self._compression = compression
         self._compression_heuristic = heuristic
@@ -638,6 +646,13 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 self._check_unchanged(path, segment_size)
                 self.store.put_file(key, staged.name)
         return segment_size, VariableSizeChunkIndex(chunk_size, segment_size, tuple(sizes)), crcs
+
+    def abort_incomplete_uploads(self) -> int:
+        """Remove what interrupted uploads under ``key.prefix`` left in the store, once older
+        than ``incomplete.upload.max.age.ms`` (see ``ObjectStore.abort_incomplete_uploads``)."""
+        removed = self.store.abort_incomplete_uploads(self._key_prefix,
+                                                      self._incomplete_upload_max_age_ms)
+        return len(removed)
 
     def batches_verified(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> bool:
         """True when every batch of the segment passed its CRC32C check when it was copied
