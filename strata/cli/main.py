@@ -154,7 +154,8 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
     if not listener:
         return None
     server = MetricsServer(listener, logs=log_manager.all_logs, rlm=rlm,
-                           topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
+                           topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
+                           offline_log_dirs=log_manager.dir_failures.offline_log_directory_count)
     cache = getattr(rlm.ctx.rsm, "chunk_cache", None) if rlm is not None else None
     if cache is not None:
         server.add_stats("strata_remote_chunk_cache", cache.stats, gauges=cache.LEVEL_STATS,
@@ -173,6 +174,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.server.dispatch import Dispatcher
     from strata.server.network import KafkaServer
     from strata.server.purgatory import PartitionWatchers
+    from strata.cluster.client_quotas import ClientQuotaStore
+    from strata.server.metrics import ClientQuotaCollector
+    from strata.server.quotas import ClientQuotaManager
 
     node_id = _int(props, "node.id", 1)
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
@@ -182,7 +186,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     metadata = ClusterMetadata(log_dirs[0], node_id, props)
     scheduler = KafkaScheduler(threads=2)
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
-                         scheduler=scheduler)
+                         scheduler=scheduler, dir_failures=metadata.dir_failures)
     manager.startup()
     watchers = PartitionWatchers()
     replica_manager = ReplicaManager(
@@ -191,21 +195,30 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
     rlm = tiering[0] if tiering else None
     replica_manager.remote_log_manager = rlm
+    if rlm is not None:
+        metadata.config_validator = rlm.validate_topic_config
     metadata.add_listener(_LogsFollowMetadata(manager, metadata, rlm))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
                         producer_ids=ProducerIdManager(log_dirs[0]),
                         fetch_max_bytes=_int(props, "fetch.max.bytes", 57_671_680))
+    ctx.client_quotas = ClientQuotaStore(log_dirs[0])
+    ctx.quotas = ClientQuotaManager.from_properties(props)
+    ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)
     offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
     group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
                                        offsets_topic_num_partitions=offsets_log.ensure_topic())
-    ctx.group_coordinator = GroupCoordinator(offsets_log, group_config)
+    ctx.group_coordinator = GroupCoordinator(
+        offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
     ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
+    metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it
     if rlm is not None:
         ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
         rlm.start()
     metrics_server = start_metrics_server(props, manager, rlm, metadata)
+    if metrics_server is not None:
+        metrics_server.registry.register(ClientQuotaCollector(ctx.quotas))
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))

@@ -52,16 +52,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from strata.common.config import ConfigType, load_properties
-from strata.common.errors import ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError
+from strata.common.errors import (
+    ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError, KafkaStorageError)
 from strata.common.files import atomic_write, descriptor_limit
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
+from strata.log.log_dir_failure import LogDirFailureChannel
 from strata.tiered.config import (
     INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
-    validate_broker_remote_storage, validate_stored_topic_remote_storage,
-    validate_topic_remote_storage)
+    inherited_local_retention_caps, validate_broker_remote_storage,
+    validate_stored_topic_remote_storage, validate_topic_remote_storage)
 
 log = logging.getLogger(__name__)
 
@@ -469,6 +471,8 @@ class ClusterMetadata:
         # Hook for the tiered-storage layer: (topic, new config, old config or None); may raise
         # InvalidConfigError to refuse a topic config.
         self.config_validator: ConfigValidator | None = None
+        # Storage failures of the metadata file's log dir (the broker shares the LogManager's).
+        self.dir_failures = LogDirFailureChannel()
         self._lock = threading.RLock()
         self._listeners: list[Any] = []
         self._topic_defaults = topic_defaults_from_broker(self.broker_props)
@@ -599,7 +603,9 @@ class ClusterMetadata:
             broker_configs = getattr(self, "_dynamic_broker", {})
         if broker_configs:
             doc["broker_configs"] = {name: dict(c) for name, c in broker_configs.items() if c}
-        atomic_write(self.metadata_path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+        with self.dir_failures.guard(self.log_dir, "writing the cluster metadata"):
+            atomic_write(self.metadata_path,
+                         json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
     def _commit(self, topics: dict[str, TopicInfo], configs: dict[str, LogConfig]) -> None:
         """Persist, then publish the new image (caller holds the lock)."""
@@ -626,6 +632,8 @@ class ClusterMetadata:
                 continue
             try:
                 callback(*args)
+            except KafkaStorageError:
+                pass  # the failing log dir is reported once by its LogDirFailureChannel
             except Exception:
                 log.exception("metadata listener %r failed in %s%r", listener, method, args[:1])
 
@@ -655,12 +663,18 @@ class ClusterMetadata:
 
         Strata's ``log.remote.storage.enable=true`` tiers new topics by default, but not a
         compacted one nor a broker-managed one: for those, without an explicit
-        ``remote.storage.enable``, the broker default does not apply (the value is false)."""
+        ``remote.storage.enable``, the broker default does not apply (the value is false).
+        A local retention inherited from ``log.local.retention.*`` is capped at the topic's
+        retention (``inherited_local_retention_caps``)."""
         merged: dict[str, Any] = dict(self._topic_defaults)
         merged.update(overrides)
         config = LogConfig(merged)
         if self._broker_tiering_skipped(name, overrides, config):
             del merged["remote.storage.enable"]
+            config = LogConfig(merged)
+        caps = inherited_local_retention_caps(config, overrides)
+        if caps:
+            merged.update(caps)
             config = LogConfig(merged)
         return config
 
@@ -688,8 +702,11 @@ class ClusterMetadata:
         if min_lag > max_lag:
             raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms "
                                      f"({min_lag}) > max.compaction.lag.ms ({max_lag})")
+        current = self._image.topics.get(name) if old is not None else None
+        inherited = current is not None and "remote.storage.enable" not in current.configs
         validate_topic_remote_storage(config, old, system_enabled=self.remote_storage_system_enabled,
-                                      topic=name, internal=name in NEVER_TIERED_TOPICS)
+                                      topic=name, internal=name in NEVER_TIERED_TOPICS,
+                                      tiering_inherited=inherited)
         if self.config_validator is not None:
             self.config_validator(name, config, old)
         return config
@@ -811,6 +828,10 @@ class ClusterMetadata:
                                  f"previous partitions, which have {rf} replica(s).",
                                  code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
         return rf if rf is not None else -1
+
+    def check_reassignment(self, replicas: list[int]) -> None:
+        """Kafka's checks of a partition reassignment's target replicas (INVALID_REPLICA_ASSIGNMENT)."""
+        self._check_assignments([replicas], None)
 
     def _add_topic(self, info: TopicInfo, config: LogConfig) -> None:
         image = self._image

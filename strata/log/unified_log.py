@@ -34,8 +34,9 @@ from strata.log.indexes import AbortedTxn
 from strata.log.leader_epoch import LeaderEpochFileCache
 from strata.log.local_log import FetchDataInfo, LocalLog, LogOffsetMetadata
 from strata.log.log_config import LogConfig
+from strata.log.log_dir_failure import LogDirFailureChannel
 from strata.log.log_loader import load_log, rebuild_producer_state
-from strata.log.producer_state import AppendOrigin, ProducerStateManager
+from strata.log.producer_state import AppendOrigin, ProducerStateEntry, ProducerStateManager
 from strata.log.segment import LogSegment, TimestampAndOffset
 from strata.protocol import records as rec
 
@@ -71,10 +72,13 @@ class UnifiedLog:
                  log_start_offset: int = 0, had_clean_shutdown: bool = True,
                  clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
                  topic_partition: TopicPartition | None = None,
-                 producer_id_expiration_ms: int = 86_400_000):
+                 producer_id_expiration_ms: int = 86_400_000,
+                 dir_failures: LogDirFailureChannel | None = None):
         self.directory = Path(directory)
+        self.dir_failures = dir_failures or LogDirFailureChannel()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.topic_partition = topic_partition or TopicPartition.from_dir_name(self.directory.name)
+        self._appending = f"appending records to {self.topic_partition}"   # for dir_failures
         self.config = config
         self.lock = threading.RLock()
         self._clock = clock
@@ -191,7 +195,8 @@ class UnifiedLog:
             from_client=origin is AppendOrigin.CLIENT, now_ms=now,
             timestamp_before_max_ms=cfg.get("message.timestamp.before.max.ms"),
             timestamp_after_max_ms=cfg.get("message.timestamp.after.max.ms"),
-            log_append_time=log_append_time)
+            log_append_time=log_append_time,
+            compacted_topic_partition=self.topic_partition if cfg.is_compacted else None)
         buf = data if isinstance(data, bytearray) else bytearray(data)
         with self.lock:
             if origin is AppendOrigin.CLIENT:
@@ -231,6 +236,14 @@ class UnifiedLog:
 
     def _append(self, buf, headers, first_offset, last_offset, max_timestamp, shallow_offset,
                 origin, log_append_time) -> LogAppendInfo:
+        """Write assigned batches (the lock held). A failing disk raises KafkaStorageError
+        (``dir_failures``) with the log end offset and producer state unchanged."""
+        with self.dir_failures.guard(self.directory.parent, self._appending):
+            return self._write(buf, headers, first_offset, last_offset, max_timestamp,
+                               shallow_offset, origin, log_append_time)
+
+    def _write(self, buf, headers, first_offset, last_offset, max_timestamp, shallow_offset,
+               origin, log_append_time) -> LogAppendInfo:
         psm = self.producer_state
         infos = {}
         completed = []
@@ -539,6 +552,15 @@ class UnifiedLog:
     def remove_expired_producers(self) -> None:
         with self.lock:
             self.producer_state.remove_expired_producers(self._clock.milliseconds())
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """A copy of every producer's state, taken under the lock (Kafka's ``activeProducers``,
+        what DescribeProducers reports)."""
+        with self.lock:
+            return [ProducerStateEntry(e.producer_id, e.producer_epoch, e.coordinator_epoch,
+                                       e.last_timestamp, e.current_txn_first_offset,
+                                       e.batch_metadata)
+                    for e in self.producer_state.active_producers.values()]
 
     def __repr__(self) -> str:
         return (f"UnifiedLog({self.topic_partition}, start={self._log_start_offset}, "

@@ -217,14 +217,16 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),
-    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),  # Kafka 4.x: 0-5 (v5 adds TypesFilter, KIP-848)
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
@@ -234,7 +236,22 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
+    ApiKey.PUSH_TELEMETRY: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
 }
 
@@ -1034,6 +1051,11 @@ def _err_describe_groups(req, rc, code, msg):
         for g in req.body.groups))
 
 
+def _err_delete_groups(req, rc, code, msg):
+    return _mk(rc, "", code, results=tuple(
+        _mk(rc, "results", code, group_id=g) for g in dict.fromkeys(req.body.groups_names)))
+
+
 def _err_init_producer_id(req, rc, code, msg):
     return _mk(rc, "", code, producer_id=-1, producer_epoch=-1)
 
@@ -1089,6 +1111,14 @@ def _err_describe_cluster(req, rc, code, msg):
                endpoint_type=getattr(req.body, "endpoint_type", 1))
 
 
+def _err_alter_client_quotas(req, rc, code, msg):
+    return _mk(rc, "", code, entries=tuple(
+        _mk(rc, "entries", code, error_message=msg, entity=tuple(
+            _mk(rc, "entries.entity", code, entity_type=e.entity_type, entity_name=e.entity_name)
+            for e in entry.entity))
+        for entry in req.body.entries))
+
+
 def _err_api_versions(req, rc, code, msg):
     if int(code) == ErrorCode.UNSUPPORTED_VERSION:
         return api_versions_response(req.api_version, code)
@@ -1097,6 +1127,56 @@ def _err_api_versions(req, rc, code, msg):
 
 def _err_top_level(req, rc, code, msg):
     return _mk(rc, "", code, error_message=msg)
+
+
+def _err_create_acls(req, rc, code, msg):
+    return _mk(rc, "", code, results=tuple(
+        _mk(rc, "results", code, error_message=msg) for _ in req.body.creations))
+
+
+def _err_delete_acls(req, rc, code, msg):
+    return _mk(rc, "", code, filter_results=tuple(
+        _mk(rc, "filter_results", code, error_message=msg, matching_acls=())
+        for _ in req.body.filters))
+
+
+def _err_describe_producers(req, rc, code, msg):
+    return _mk(rc, "", code, topics=tuple(
+        _mk(rc, "topics", code, name=t.name, partitions=tuple(
+            _mk(rc, "topics.partitions", code, partition_index=p, error_message=msg,
+                active_producers=())
+            for p in t.partition_indexes))
+        for t in req.body.topics))
+
+
+def _err_describe_transactions(req, rc, code, msg):
+    return _mk(rc, "", code, transaction_states=tuple(
+        _mk(rc, "transaction_states", code, transactional_id=tid, topics=())
+        for tid in req.body.transactional_ids))
+
+
+def _err_elect_leaders(req, rc, code, msg):
+    return _mk(rc, "", code, replica_election_results=tuple(
+        _mk(rc, "replica_election_results", code, topic=t.topic, partition_result=tuple(
+            _mk(rc, "replica_election_results.partition_result", code, partition_id=p,
+                error_message=msg)
+            for p in t.partitions))
+        for t in req.body.topic_partitions or ()))
+
+
+def _err_alter_partition_reassignments(req, rc, code, msg):
+    return _mk(rc, "", code, error_message=msg, allow_replication_factor_change=getattr(
+        req.body, "allow_replication_factor_change", True), responses=tuple(
+        _mk(rc, "responses", code, name=t.name, partitions=tuple(
+            _mk(rc, "responses.partitions", code, partition_index=p.partition_index,
+                error_message=msg)
+            for p in t.partitions))
+        for t in req.body.topics))
+
+
+def _err_describe_topic_partitions(req, rc, code, msg):
+    return _mk(rc, "", code, next_cursor=None, topics=tuple(
+        _mk(rc, "topics", code, name=t.name, partitions=()) for t in req.body.topics))
 
 
 _ERROR_BUILDERS: dict[int, Callable] = {
@@ -1112,6 +1192,7 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.LEAVE_GROUP: _err_leave_group,
     ApiKey.SYNC_GROUP: _err_top_level,  # assignment b"", protocol fields null
     ApiKey.DESCRIBE_GROUPS: _err_describe_groups,
+    ApiKey.DELETE_GROUPS: _err_delete_groups,
     ApiKey.LIST_GROUPS: _err_top_level,
     ApiKey.API_VERSIONS: _err_api_versions,
     ApiKey.CREATE_TOPICS: _err_create_topics,
@@ -1124,6 +1205,14 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.CREATE_PARTITIONS: _err_create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _err_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: _err_describe_cluster,
+    ApiKey.CREATE_ACLS: _err_create_acls,
+    ApiKey.DELETE_ACLS: _err_delete_acls,
+    ApiKey.DESCRIBE_PRODUCERS: _err_describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: _err_describe_transactions,
+    ApiKey.ELECT_LEADERS: _err_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _err_alter_partition_reassignments,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: _err_describe_topic_partitions,
+    ApiKey.ALTER_CLIENT_QUOTAS: _err_alter_client_quotas,
 }
 
 

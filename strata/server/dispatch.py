@@ -7,10 +7,14 @@ import logging
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
-    alter_configs, api_versions, create_partitions, create_topics, delete_records, delete_topics,
-    describe_cluster, describe_configs, describe_groups, describe_log_dirs, fetch,
-    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups,
-    list_offsets, metadata, offset_commit, offset_fetch, offset_for_leader_epoch, produce,
+    alter_client_quotas, alter_configs, alter_partition_reassignments, api_versions, create_acls,
+    create_partitions, create_topics, delete_acls, delete_groups, delete_records, delete_topics,
+    describe_acls, describe_client_quotas, describe_cluster, describe_configs, describe_groups,
+    describe_log_dirs, describe_producers, describe_topic_partitions, describe_transactions,
+    describe_user_scram_credentials, elect_leaders, fetch, find_coordinator,
+    get_telemetry_subscriptions, heartbeat, init_producer_id, join_group, leave_group,
+    list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata,
+    offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sync_group)
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
@@ -32,6 +36,8 @@ HANDLERS = {
     ApiKey.OFFSET_FETCH: offset_fetch.handle,
     ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
     ApiKey.LIST_GROUPS: list_groups.handle,
+    ApiKey.DELETE_GROUPS: delete_groups.handle,
+    ApiKey.OFFSET_DELETE: offset_delete.handle,
     ApiKey.CREATE_TOPICS: create_topics.handle,
     ApiKey.DELETE_TOPICS: delete_topics.handle,
     ApiKey.CREATE_PARTITIONS: create_partitions.handle,
@@ -41,7 +47,22 @@ HANDLERS = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
     ApiKey.DESCRIBE_LOG_DIRS: describe_log_dirs.handle,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas.handle,
+    ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas.handle,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
+    ApiKey.DESCRIBE_ACLS: describe_acls.handle,
+    ApiKey.CREATE_ACLS: create_acls.handle,
+    ApiKey.DELETE_ACLS: delete_acls.handle,
+    ApiKey.DESCRIBE_PRODUCERS: describe_producers.handle,
+    ApiKey.LIST_TRANSACTIONS: list_transactions.handle,
+    ApiKey.DESCRIBE_TRANSACTIONS: describe_transactions.handle,
+    ApiKey.ELECT_LEADERS: elect_leaders.handle,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments.handle,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments.handle,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials.handle,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: get_telemetry_subscriptions.handle,
+    ApiKey.PUSH_TELEMETRY: push_telemetry.handle,
 }
 
 
@@ -62,11 +83,18 @@ class Dispatcher:
             return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
         token = CURRENT_CONNECTION.set(conn)
         try:
+            quotas = getattr(self.ctx, "quotas", None)  # server.quotas.ClientQuotaManager
+            if quotas is not None and quotas.any_enabled:
+                return await quotas.enforce(request, conn, lambda r: self._handle(handler, r))
+            return await self._handle(handler, request)
+        finally:
+            CURRENT_CONNECTION.reset(token)
+
+    async def _handle(self, handler, request: DecodedRequest):
+        try:
             return await handler(self.ctx, request)
         except KafkaError as exc:
             return error_response(request, exc.code, str(exc))
         except Exception:  # noqa: BLE001 - a handler bug answers this request, never kills the broker
             log.exception("%s v%d failed", request.api_key.name, request.api_version)
             return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
-        finally:
-            CURRENT_CONNECTION.reset(token)

@@ -49,6 +49,8 @@ Families (``{topic}``: per topic and an all-topics series without the label):
   names; Kafka has no MBean for them).
 - ``kafka_log_Log_{Size,NumLogSegments,LogStartOffset,LogEndOffset}{topic,partition}`` and
   ``kafka_server_ReplicaManager_PartitionCount``: the local logs, with or without tiering.
+- ``kafka_log_LogManager_OfflineLogDirectoryCount``: log dirs whose last write failed (a full
+  disk, an I/O error); back to 0 once a write there succeeds.
 - KIP-956 quotas, Kafka's ``kafka.server:type=RemoteLogManager`` metrics (a Kafka ``Metrics``
   sensor: the attribute name, dashes as underscores):
   ``kafka_server_RemoteLogManager_remote_copy_throttle_time_{avg,max}`` and
@@ -59,8 +61,15 @@ Families (``{topic}``: per topic and an all-topics series without the label):
 - Strata's object-store metrics (``strata_`` prefix, from the RSM's ``MeteredObjectStore``):
   ``strata_remote_storage_requests_total{op,topic}``, ``..._bytes_total{op,topic}``,
   ``..._errors_total{op,topic}`` (op: GET, HEAD, PUT, DELETE, LIST; topic "" when the key
-  names none) and ``strata_remote_storage_estimated_cost_total{topic}`` (dollars, request
-  charges at the configured prices).
+  names none), ``strata_remote_storage_estimated_cost_total{topic}`` (dollars, request
+  charges at the configured prices) and
+  ``strata_remote_storage_incomplete_uploads_removed_total{topic}`` (leftovers of uploads a
+  crash interrupted, removed by the remote log manager's sweep: temporary files, incomplete
+  multipart uploads).
+- Client quotas (``ClientQuotaCollector``): ``kafka_server_{Produce,Fetch}_byte_rate``,
+  ``kafka_server_Request_request_time``, ``kafka_server_ControllerMutation_{mutation_rate,tokens}``
+  and ``kafka_server_<Group>_throttle_time`` (average ms) per ``{user,client_id}`` quota entity,
+  ``kafka_server_<Group>_queue_size`` (channels muted now).
 - ``StatsCollector``: any ``stats() -> dict[str, int]`` (a chunk cache, ...) exported under a
   prefix, registered with ``MetricsServer.add_stats``: ``<prefix>_<key>_total`` counters, and
   gauges ``<prefix>_<key>`` for the keys that are levels (``*_bytes``, ``*_entries``, ``size``
@@ -103,6 +112,7 @@ THREAD_POOL_METRICS = "org_apache_kafka_storage_internals_log_RemoteStorageThrea
 INDEX_CACHE_METRICS = "kafka_log_remote_RemoteIndexCache"
 LOG_METRICS = "kafka_log_Log"
 REPLICA_MANAGER_METRICS = "kafka_server_ReplicaManager"
+LOG_MANAGER_METRICS = "kafka_log_LogManager"
 RLM_QUOTA_METRICS = "kafka_server_RemoteLogManager"
 REMOTE_STORAGE_METRICS = "strata_remote_storage"
 
@@ -193,9 +203,11 @@ def topic_state(logs: Iterable[Any], topic: str, rlm: Any = None,
 class BrokerMetricsCollector(Collector):
     """Reads every metric at scrape time (see the module docstring for the names)."""
 
-    def __init__(self, logs: Callable[[], list[Any]], rlm: Any = None) -> None:
+    def __init__(self, logs: Callable[[], list[Any]], rlm: Any = None,
+                 offline_log_dirs: Callable[[], int] = lambda: 0) -> None:
         self._logs = logs
         self._rlm = rlm
+        self._offline_log_dirs = offline_log_dirs
         self._idle_lock = threading.Lock()
         stats = getattr(rlm, "reader_stats", None)
         # (monotonic ns, reader busy ns) at the previous scrape
@@ -248,6 +260,9 @@ class BrokerMetricsCollector(Collector):
         for name, doc in LOG_GAUGES:
             f[f"Log{name}"] = GaugeMetricFamily(f"{LOG_METRICS}_{name}", doc,
                                                 labels=["topic", "partition"])
+        f["OfflineLogDirectoryCount"] = GaugeMetricFamily(
+            f"{LOG_MANAGER_METRICS}_OfflineLogDirectoryCount",
+            "Log dirs whose last write failed (full disk, I/O error).")
         f["PartitionCount"] = GaugeMetricFamily(f"{REPLICA_MANAGER_METRICS}_PartitionCount",
                                                 "Partitions hosted by this broker.")
         for kind, what in (("copy", "remote copies were throttled by the copy quota"),
@@ -272,10 +287,15 @@ class BrokerMetricsCollector(Collector):
         f["store_cost"] = CounterMetricFamily(
             f"{REMOTE_STORAGE_METRICS}_estimated_cost", "Estimated request charges of the object "
             "store, in dollars (cost.get/put.per.1000.requests).", labels=["topic"])
+        f["store_incomplete_removed"] = CounterMetricFamily(
+            f"{REMOTE_STORAGE_METRICS}_incomplete_uploads_removed", "Leftovers of interrupted "
+            "uploads (temporary files, incomplete multipart uploads) removed from the store.",
+            labels=["topic"])
         return f
 
     def _fill_log_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
         f["PartitionCount"].add_metric([], len(logs))
+        f["OfflineLogDirectoryCount"].add_metric([], self._offline_log_dirs())
         for ulog in sorted(logs, key=lambda ul: ul.topic_partition):
             tp = ulog.topic_partition
             labels = [tp.topic, str(tp.partition)]
@@ -382,6 +402,41 @@ class BrokerMetricsCollector(Collector):
             f["store_errors"].add_metric([op, topic], stats.errors)
         for topic, cost in sorted(metered.estimated_cost().items()):
             f["store_cost"].add_metric([topic], cost)
+        for topic, n in sorted(metered.incomplete_uploads_removed().items()):
+            f["store_incomplete_removed"].add_metric([topic], n)
+
+
+class ClientQuotaCollector(Collector):
+    """Kafka's client quota sensors (``ClientQuotaManager.metrics``), named as the JMX exporter
+    names ``kafka.server:type=<Group>,user=<u>,client-id=<c>`` attributes:
+    ``kafka_server_<Group>_<attribute>{user,client_id}`` with dashes as underscores, e.g.
+    ``kafka_server_Produce_byte_rate``, ``kafka_server_Fetch_throttle_time``,
+    ``kafka_server_Request_request_time``, ``kafka_server_ControllerMutation_tokens``; and
+    ``kafka_server_<Group>_queue_size`` (channels being throttled) without labels."""
+
+    def __init__(self, quotas: Any) -> None:
+        self._quotas = quotas
+
+    def describe(self) -> list[Metric]:
+        return []   # the sensors exist only once clients use them
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            samples = self._quotas.metrics()
+        except Exception:  # noqa: BLE001 - a scrape never fails as a whole
+            log.exception("collecting the client quota metrics failed")
+            return iter(())
+        families: dict[str, Metric] = {}
+        for group, attribute, (user, client_id), value in samples:
+            name = f"kafka_server_{group}_{_metric_name(attribute)}"
+            labelled = attribute != "queue-size"
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(
+                    name, f"kafka.server:type={group} {attribute}",
+                    labels=["user", "client_id"] if labelled else None)
+            family.add_metric([user, client_id] if labelled else [], value)
+        return iter(families.values())
 
 
 class StatsCollector(Collector):
@@ -500,10 +555,11 @@ class MetricsServer:
     stops serving and closes the socket."""
 
     def __init__(self, listener: str, *, logs: Callable[[], list[Any]], rlm: Any = None,
-                 topic_id: Callable[[str], Any] | None = None) -> None:
+                 topic_id: Callable[[str], Any] | None = None,
+                 offline_log_dirs: Callable[[], int] = lambda: 0) -> None:
         self.host, self.port = parse_metrics_listener(listener)
         self.registry = CollectorRegistry()
-        self.collector = BrokerMetricsCollector(logs, rlm)
+        self.collector = BrokerMetricsCollector(logs, rlm, offline_log_dirs)
         self.registry.register(self.collector)
         try:
             ProcessCollector(registry=self.registry)

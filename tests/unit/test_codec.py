@@ -191,11 +191,12 @@ def test_api_key_enum_matches_kafka_numbering():
 def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.PRODUCE] == (0, 11)
     assert API_VERSIONS[ApiKey.FETCH] == (4, 12)
-    assert API_VERSIONS[ApiKey.API_VERSIONS] == (0, 3)
+    assert API_VERSIONS[ApiKey.API_VERSIONS] == (0, 4)
+    assert API_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 6)
     assert API_VERSIONS[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
     assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
-    assert len(API_VERSIONS) == 25
+    assert len(API_VERSIONS) == 42
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -402,12 +403,9 @@ def test_unsupported_version_is_raised_before_looking_at_the_body():
         parse_request(struct.pack(">hhi", ApiKey.METADATA, 13, 1))
 
 
-@pytest.mark.parametrize("version", [4, 5, 100])
+@pytest.mark.parametrize("version", [5, 100])
 def test_unsupported_api_versions_version_gets_the_v0_fallback(version):
-    if version == 4:  # kio knows v4: a real client frame
-        frame = client_frame(sample(request_class(18, 4)), correlation_id=77)
-    else:
-        frame = raw_header(18, version, 77) + b"\x00garbage-of-a-future-version"
+    frame = raw_header(18, version, 77) + b"\x00garbage-of-a-future-version"
     with pytest.raises(UnsupportedVersion) as info:
         parse_request(frame)
     assert info.value.api_key == ApiKey.API_VERSIONS
@@ -676,6 +674,8 @@ MIRRORED = {
     ApiKey.LEAVE_GROUP: (lambda b: _keys(getattr(b, "members", ()), "member_id"),
                          lambda r: _keys(getattr(r, "members", ()), "member_id")),
     ApiKey.DESCRIBE_GROUPS: (lambda b: list(b.groups), lambda r: [g.group_id for g in r.groups]),
+    ApiKey.DELETE_GROUPS: (lambda b: list(dict.fromkeys(b.groups_names)),
+                           lambda r: [g.group_id for g in r.results]),
     ApiKey.CREATE_TOPICS: (lambda b: _keys(b.topics, "name"), lambda r: _keys(r.topics, "name")),
     ApiKey.DELETE_TOPICS: (
         lambda b: [(t.name,) for t in b.topics] if hasattr(b, "topics") else [(n,) for n in b.topic_names],
@@ -694,12 +694,38 @@ MIRRORED = {
         lambda b: _keys(b.resources, "resource_type", "resource_name"),
         lambda r: _keys(r.responses, "resource_type", "resource_name")),
     ApiKey.CREATE_PARTITIONS: (lambda b: _keys(b.topics, "name"), lambda r: _keys(r.results, "name")),
+    ApiKey.ALTER_CLIENT_QUOTAS: (
+        lambda b: [tuple((e.entity_type, e.entity_name) for e in x.entity) for x in b.entries],
+        lambda r: [tuple((e.entity_type, e.entity_name) for e in x.entity) for x in r.entries]),
+    # v0-3 name one key and answer without it; v4+ answer each key
+    ApiKey.FIND_COORDINATOR: (lambda b: list(getattr(b, "coordinator_keys", ["one"])),
+                              lambda r: [c.key for c in r.coordinators]
+                              if hasattr(r, "coordinators") else ["one"]),
+    ApiKey.CREATE_ACLS: (lambda b: [()] * len(b.creations), lambda r: [()] * len(r.results)),
+    ApiKey.DELETE_ACLS: (lambda b: [()] * len(b.filters), lambda r: [()] * len(r.filter_results)),
+    ApiKey.DESCRIBE_PRODUCERS: (
+        lambda b: [(t.name, i) for t in b.topics for i in t.partition_indexes],
+        lambda r: _nested_keys(r.topics, "name", "partitions", "partition_index")),
+    ApiKey.DESCRIBE_TRANSACTIONS: (lambda b: list(b.transactional_ids),
+                                   lambda r: [s.transactional_id for s in r.transaction_states]),
+    ApiKey.ELECT_LEADERS: (
+        lambda b: [(t.topic, p) for t in b.topic_partitions or () for p in t.partitions],
+        lambda r: _nested_keys(r.replica_election_results, "topic", "partition_result",
+                               "partition_id")),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (
+        lambda b: _nested_keys(b.topics, "name", "partitions", "partition_index"),
+        lambda r: _nested_keys(r.responses, "name", "partitions", "partition_index")),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (lambda b: _keys(b.topics, "name"),
+                                       lambda r: _keys(r.topics, "name")),
 }
 
 # APIs whose only error field is top-level
-TOP_LEVEL_ONLY = {ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
-                  ApiKey.LIST_GROUPS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CLUSTER,
-                  ApiKey.API_VERSIONS, ApiKey.DESCRIBE_LOG_DIRS}
+TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
+                  ApiKey.LIST_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CLUSTER,
+                  ApiKey.API_VERSIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+                  ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                  ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
+                  ApiKey.PUSH_TELEMETRY}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}

@@ -15,6 +15,10 @@ fetch quota (``remote.log.manager.fetch.max.bytes.per.second``) is exceeded; eve
 records the bytes it returned. Both bounds change live through ``reconfigure`` (dynamic broker
 configs).
 
+The store sweep (``expirer.abort_incomplete_uploads``: leftovers of uploads a crash cut
+short) runs on the expiration pool at start and then every
+``INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS`` (or the task interval, if longer).
+
 The tasks live in their own modules (``copier``, ``expirer``); this module owns the pools,
 the per-partition state, the read entry points, topic deletion (the remote partition remover)
 and turning tiering off with ``remote.log.delete.on.disable``.
@@ -35,7 +39,8 @@ from typing import Any, Callable
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.config import LONG_MAX
-from strata.common.errors import ErrorCode, KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from strata.common.errors import (
+    ErrorCode, InvalidConfigError, KafkaError, KafkaStorageError, OffsetOutOfRangeError)
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.local_log import FetchDataInfo
 from strata.log.unified_log import FetchIsolation, UnifiedLog
@@ -43,11 +48,14 @@ from strata.tiered.api import (
     RemoteLogMetadataManager, RemoteLogSegmentId, RemoteLogSegmentMetadata,
     RemoteLogSegmentState, RemotePartitionDeleteMetadata, RemotePartitionDeleteState,
     RemoteStorageManager)
+from strata.tiered.config import inherited_tiering_remote_data_message
 from strata.tiered.manager import copier, expirer
 from strata.tiered.manager.quota import RemoteLogQuotas
 from strata.tiered.manager.retry import Backoff
 
 log = logging.getLogger(__name__)
+
+INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS = 300_000
 
 
 @dataclasses.dataclass
@@ -246,6 +254,8 @@ class RemoteLogManager:
         self._partitions: dict[TopicPartition, PartitionTiering] = {}
         self._removals: dict[TopicIdPartition, _Task] = {}
         self._disabling: dict[TopicPartition, _Task] = {}   # delete-on-disable in progress
+        self._sweep = _Task(Backoff(s.retry_backoff_ms, s.retry_backoff_max_ms, s.retry_jitter))
+        self._next_sweep_ms = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._copiers = concurrent.futures.ThreadPoolExecutor(s.copier_threads, "rlm-copier")
@@ -387,6 +397,13 @@ class RemoteLogManager:
             removals = list(self._removals.items())
         for tip, task in removals:
             self._submit(self._expirers, task, now, self._remove_partition, tip)
+        if now >= self._next_sweep_ms:
+            self._submit(self._expirers, self._sweep, now, self._abort_incomplete_uploads, now)
+
+    def _abort_incomplete_uploads(self, started_ms: int) -> None:
+        expirer.abort_incomplete_uploads(self.ctx)
+        self._next_sweep_ms = started_ms + max(INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS,
+                                               self.settings.task_interval_ms)
 
     def _submit(self, pool, task: _Task, now: int, fn, arg) -> None:
         if task.running or now < task.next_run_ms or self.ctx.stopping:
@@ -447,6 +464,42 @@ class RemoteLogManager:
         expirer.expire_remote_segments(self.ctx, part)
 
     # ---- disabling and deleting --------------------------------------------------------------
+
+    def validate_topic_config(self, topic: str, config: Any, old: Any | None) -> None:
+        """``ClusterMetadata.config_validator``: a topic that stops being tiered without
+        ``remote.log.delete.on.disable`` (which the metadata lets through only where tiering
+        was inherited from ``log.remote.storage.enable``) must have nothing in the remote
+        tier: no segment in its metadata, in any state, and no copy in flight. Raises
+        ``InvalidConfigError`` saying what to do otherwise."""
+        if old is None or not old.get("remote.storage.enable") \
+                or config.get("remote.storage.enable") \
+                or config.get("remote.log.delete.on.disable"):
+            return
+        reason = self._remote_data_of(topic)
+        if reason is not None:
+            raise InvalidConfigError(inherited_tiering_remote_data_message(topic, reason))
+
+    def _remote_data_of(self, topic: str) -> str | None:
+        """What the topic has in (or on its way to) the remote tier, or None if nothing."""
+        topic_id = self._topic_id(topic)
+        for ulog in self._logs():
+            tp = ulog.topic_partition
+            if tp.topic != topic:
+                continue
+            part = self._partitions.get(tp)
+            if ulog.highest_offset_in_remote_storage >= 0:
+                return f"partition {tp} has data in remote storage"
+            if part is not None and part.copying is not None:
+                return f"partition {tp} is copying a segment to remote storage"
+            if topic_id is None:
+                continue
+            tip = TopicIdPartition(topic_id, tp)
+            if not self.ctx.rlmm.is_ready(tip):
+                return (f"the remote log metadata of partition {tp} is not loaded yet (retry "
+                        "shortly)")
+            if next(iter(self.ctx.rlmm.list_remote_log_segments(tip)), None) is not None:
+                return f"partition {tp} has segments in remote storage"
+        return None
 
     def _schedule_remote_log_deletion(self, ulog: UnifiedLog, now: int) -> None:
         """``remote.storage.enable`` is off with ``remote.log.delete.on.disable``: while the
