@@ -53,6 +53,11 @@ class BrokerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def logged_errors(self) -> list[str]:
+        """The broker log's ERROR lines and tracebacks (a broker fed any input logs none)."""
+        return [line for line in self.output().splitlines()
+                if " ERROR " in line or "Traceback" in line]
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc is None:
             return 0

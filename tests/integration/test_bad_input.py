@@ -860,6 +860,5 @@ def test_after_all_bad_input_the_stored_records_and_end_offsets_are_unchanged(li
 
 
 def test_the_broker_logged_no_internal_errors_while_fed_bad_input(live):
-    bad = [line for line in live.broker.output().splitlines()
-           if " ERROR " in line or "Traceback" in line]
+    bad = live.broker.logged_errors()
     assert not bad, "broker logged errors:\n" + "\n".join(bad[:20])

@@ -31,7 +31,7 @@ CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # batch attributes, b
 
 
 def assert_clean_log(b: BrokerProcess) -> None:
-    bad = [line for line in b.output().splitlines() if " ERROR " in line or "Traceback" in line]
+    bad = b.logged_errors()
     assert not bad, "broker logged errors:\n" + "\n".join(bad)
 
 

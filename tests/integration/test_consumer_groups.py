@@ -20,7 +20,7 @@ FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
 
 
 def assert_clean_log(b: BrokerProcess) -> None:
-    bad = [line for line in b.output().splitlines() if " ERROR " in line or "Traceback" in line]
+    bad = b.logged_errors()
     assert not bad, "broker logged errors:\n" + "\n".join(bad)
 
 

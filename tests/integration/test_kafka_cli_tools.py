@@ -34,7 +34,7 @@ def broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("cli"),
                        overrides={"group.initial.rebalance.delay.ms": "0"}) as b:
         yield b
-    bad = [line for line in b.output().splitlines() if " ERROR " in line or "Traceback" in line]
+    bad = b.logged_errors()
     assert not bad, "broker logged errors:\n" + "\n".join(bad)
 
 
