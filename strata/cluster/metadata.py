@@ -103,10 +103,10 @@ MAX_RECORDS_PER_USER_OP = 10_000
 EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
 # Partitions this broker may host (the name KIP-578 proposed; Apache Kafka has no such bound).
 # Unset, it follows the open-file limit: a partition at rest holds DESCRIPTORS_PER_PARTITION
-# (its active segment's log and two index maps), one more is kept per partition for older
-# segments, and DESCRIPTORS_RESERVED stay for connections and the remote tier.
+# (its active segment's log file; index maps hold none), one more is kept per partition for
+# older segments, and DESCRIPTORS_RESERVED stay for connections and the remote tier.
 MAX_BROKER_PARTITIONS_PROP = "max.broker.partitions"
-DESCRIPTORS_PER_PARTITION = 3
+DESCRIPTORS_PER_PARTITION = 1
 DESCRIPTORS_RESERVED = 4096
 
 

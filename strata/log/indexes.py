@@ -21,6 +21,7 @@ The caller names the files (``%020d`` base offset plus suffix); this module rece
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
@@ -110,8 +111,60 @@ def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MS_SYNC = 4
+
+
+class FileMap:
+    """A shared mapping of a whole file that keeps no file descriptor once made.
+
+    CPython's ``mmap.mmap`` (before 3.13's ``trackfd=False``) holds a duplicate descriptor for
+    the life of the map: with the log file that made three per segment, so descriptors, not
+    memory, bounded how many partitions a broker could host. This maps through libc and keeps
+    the address only, as Java's MappedByteBuffer does. ``view`` is the buffer (read-only for
+    a read-only map); ``close`` unmaps it, so no view of it may outlive the call that took it:
+    the owning index's lock serialises them."""
+
+    __slots__ = ("_addr", "_length", "view")
+
+    def __init__(self, fd: int, length: int, writable: bool):
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap: {os.strerror(err)}")
+        self._addr = addr
+        self._length = length
+        view = memoryview((ctypes.c_ubyte * length).from_address(addr)).cast("B")
+        self.view = view if writable else view.toreadonly()
+
+    def flush(self) -> None:
+        if self._addr is not None and _libc.msync(self._addr, self._length, _MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync: {os.strerror(err)}")
+
+    def close(self) -> None:
+        if self._addr is not None:
+            self.view.release()
+            _libc.munmap(self._addr, self._length)
+            self._addr = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit libc may be gone already
+            pass
+
+
 class AbstractIndex:
-    """An mmap-backed index of fixed-size entries sorted by key.
+    """A memory-mapped index of fixed-size entries sorted by key (a ``FileMap``: no descriptor
+    is held while it is mapped).
 
     Subclasses define ``ENTRY_SIZE``, how an entry's search key and value are read, and the
     cached "last entry" state that has to be recomputed after truncation.
@@ -127,7 +180,8 @@ class AbstractIndex:
         self._writable = writable
         self._lock = threading.RLock()
         self._closed = False
-        self._mmap: mmap.mmap | None = None
+        self._map_obj: FileMap | None = None
+        self._mmap: memoryview | None = None   # the map's buffer
         self._length = 0
         self._max_entries = 0
         self._entries = 0
@@ -158,7 +212,7 @@ class AbstractIndex:
                     raise ValueError(f"Invalid max index size: {self._max_index_size}")
                 os.ftruncate(fd, _round_down(self._max_index_size, entry_size))
             length = os.fstat(fd).st_size
-            self._mmap = self._map(fd, length)
+            self._map_file(fd, length)
             self._length = length
             self._max_entries = length // entry_size
             # A new index starts empty; an existing one is assumed to be trimmed to its entries.
@@ -168,16 +222,17 @@ class AbstractIndex:
             if fd >= 0:
                 os.close(fd)
 
-    def _map(self, fd: int, length: int) -> mmap.mmap | None:
+    def _map_file(self, fd: int, length: int) -> None:
         if length == 0:
-            return None  # mmap cannot map an empty file; an empty map holds no entries anyway
-        access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-        return mmap.mmap(fd, length, access=access)
+            return  # an empty file cannot be mapped; an empty map holds no entries anyway
+        self._map_obj = FileMap(fd, length, self._writable)
+        self._mmap = self._map_obj.view
 
     def _unmap(self) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
+        if self._map_obj is not None:
             self._mmap = None
+            self._map_obj.close()
+            self._map_obj = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -190,10 +245,10 @@ class AbstractIndex:
 
     # ------------------------------------------------------------- subclass hooks
 
-    def _key(self, buf: mmap.mmap, n: int) -> int:
+    def _key(self, buf: memoryview, n: int) -> int:
         raise NotImplementedError
 
-    def _value(self, buf: mmap.mmap, n: int) -> int:
+    def _value(self, buf: memoryview, n: int) -> int:
         raise NotImplementedError
 
     def _reload_last_entry(self) -> None:
@@ -278,7 +333,7 @@ class AbstractIndex:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 os.ftruncate(fd, rounded)
-                self._mmap = self._map(fd, rounded)
+                self._map_file(fd, rounded)
             finally:
                 os.close(fd)
             self._length = rounded
@@ -330,8 +385,8 @@ class AbstractIndex:
     def flush(self) -> None:
         with self._lock:
             self._check_open()
-            if self._mmap is not None and self._writable:
-                self._mmap.flush()
+            if self._map_obj is not None and self._writable:
+                self._map_obj.flush()
 
     def close(self) -> None:
         """Trim a writable index to its valid entries and release the map. Idempotent."""
@@ -424,7 +479,7 @@ class AbstractIndex:
         slot = lo + 1
         return slot if slot < n else -1
 
-    def _search_range(self, buf: mmap.mmap, get, target: int, n: int) -> tuple[int, int]:
+    def _search_range(self, buf: memoryview, get, target: int, n: int) -> tuple[int, int]:
         """Narrow the binary search to the warm tail of the index when the target lies there."""
         first_hot = max(0, n - 1 - _WARM_SECTION_BYTES // self.ENTRY_SIZE)
         if get(buf, first_hot) < target:
@@ -441,13 +496,13 @@ class OffsetIndex(AbstractIndex):
     _ENTRY = struct.Struct(">ii")
     _I32 = struct.Struct(">i")
 
-    def _key(self, buf: mmap.mmap, n: int) -> int:
+    def _key(self, buf: memoryview, n: int) -> int:
         return self._base_offset + self._I32.unpack_from(buf, n * 8)[0]
 
-    def _value(self, buf: mmap.mmap, n: int) -> int:
+    def _value(self, buf: memoryview, n: int) -> int:
         return self._I32.unpack_from(buf, n * 8 + 4)[0]
 
-    def _parse(self, buf: mmap.mmap, n: int) -> OffsetPosition:
+    def _parse(self, buf: memoryview, n: int) -> OffsetPosition:
         rel, pos = self._ENTRY.unpack_from(buf, n * 8)
         return OffsetPosition(self._base_offset + rel, pos)
 
@@ -547,13 +602,13 @@ class TimeIndex(AbstractIndex):
     _I64 = struct.Struct(">q")
     _I32 = struct.Struct(">i")
 
-    def _key(self, buf: mmap.mmap, n: int) -> int:
+    def _key(self, buf: memoryview, n: int) -> int:
         return self._I64.unpack_from(buf, n * 12)[0]
 
-    def _value(self, buf: mmap.mmap, n: int) -> int:
+    def _value(self, buf: memoryview, n: int) -> int:
         return self._base_offset + self._I32.unpack_from(buf, n * 12 + 8)[0]
 
-    def _parse(self, buf: mmap.mmap, n: int) -> TimestampOffset:
+    def _parse(self, buf: memoryview, n: int) -> TimestampOffset:
         ts, rel = self._ENTRY.unpack_from(buf, n * 12)
         return TimestampOffset(ts, self._base_offset + rel)
 
