@@ -15,7 +15,8 @@ drift reaches both.
 ``produce-acks1`` / ``produce-acksall``
     confluent-kafka producer, linger.ms=5, batch.size=1000000; acks=all is idempotent.
 ``consume``
-    confluent-kafka consumer (assigned, no group) reading the acks=1 topic from its start.
+    confluent-kafka consumer (assigned, no group) reading the acks=1 topic from its start
+    (``fetch.queue.backoff.ms`` 10: see ``strata.bench.workloads.consumer_config``).
 ``latency``
     acks=all producer at a fixed rate below saturation: produce() to delivery, p50/p99/p99.9.
 ``java-produce-acks1`` / ``java-produce-acksall`` / ``java-consume``
@@ -43,6 +44,14 @@ drift reaches both.
     cleanly and started: seconds to answering Metadata, and to serving offset 0 from the remote
     tier (the remote log metadata loaded).
 
+Beside the figures of each throughput workload and of ``latency``: the broker's CPU-seconds
+(user + system of the broker process and its children, the JVM for Kafka, from ``/proc``;
+``strata.bench.cpu``) over the workload's span, and per GiB of record values moved
+("broker CPU s/GiB"; /proc counts in clock ticks, 10 ms, so tiny runs read 0).
+
+``--cpu-load N`` runs every round of both systems contended: N background processes spin on the
+CPU from the first round's start to the last round's end.
+
 Before the first round and after the last it measures the machine's ceilings (page-cache read,
 fsync'd write, loopback TCP). The report is markdown (stdout, and ``--report-md`` replaces the
 section between the ``make bench`` markers of that file), matplotlib charts (``--charts-dir``)
@@ -65,12 +74,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata.bench import ceilings
 from strata.bench.brokers import (
     COMMON_BROKER, REPO_ROOT, Broker, find_kafka_libs, kafka_version, make_broker)
+from strata.bench.cpu import CpuMeter
 from strata.bench.workloads import (
     MIB, Topics, consume_throughput, java_consume, java_produce, log, produce_latency,
     produce_throughput, random_values)
@@ -83,6 +94,7 @@ JAVA_WORKLOADS = ("java-produce-acks1", "java-produce-acksall", "java-consume")
 COLD_SEGMENT_BYTES = 16 * MIB
 RESTART_SEGMENT_BYTES = MIB   # Kafka's smallest segment.bytes
 REMOTE_CHUNK_BYTES = 4 * MIB
+CPU = "broker CPU s/GiB"
 MARK_START = "<!-- make bench: start -->"
 MARK_END = "<!-- make bench: end -->"
 
@@ -90,15 +102,23 @@ MARK_END = "<!-- make bench: end -->"
 # workload marked for a chart is drawn there.
 ROWS = (
     ("produce-acks1", "produce acks=1 (confluent-kafka)", "MiB/s", True),
+    ("produce-acks1", "produce acks=1 (confluent-kafka)", CPU, False),
     ("produce-acksall", "produce acks=all, idempotent (confluent-kafka)", "MiB/s", True),
+    ("produce-acksall", "produce acks=all, idempotent (confluent-kafka)", CPU, False),
     ("consume", "hot consume (confluent-kafka)", "MiB/s", True),
+    ("consume", "hot consume (confluent-kafka)", CPU, False),
     ("java-produce-acks1", "kafka-producer-perf-test acks=1", "MiB/s", True),
+    ("java-produce-acks1", "kafka-producer-perf-test acks=1", CPU, False),
     ("java-produce-acksall", "kafka-producer-perf-test acks=all", "MiB/s", True),
+    ("java-produce-acksall", "kafka-producer-perf-test acks=all", CPU, False),
     ("java-consume", "kafka-consumer-perf-test (fetch)", "fetch MiB/s", True),
+    ("java-consume", "kafka-consumer-perf-test (incl. group join)", CPU, False),
     ("cold-consume", "cold consume from the remote tier (confluent-kafka)", "MiB/s", True),
+    ("cold-consume", "cold consume from the remote tier (confluent-kafka)", CPU, False),
     ("latency", "produce latency, fixed rate, acks=all", "p50 ms", False),
     ("latency", "produce latency, fixed rate, acks=all", "p99 ms", False),
     ("latency", "produce latency, fixed rate, acks=all", "p99.9 ms", False),
+    ("latency", "produce latency, fixed rate, acks=all", CPU, False),
     ("latency-cold-reader", "produce latency with a cold reader", "p50 ms", False),
     ("latency-cold-reader", "produce latency with a cold reader", "p99 ms", False),
     ("latency-cold-reader", "produce latency with a cold reader", "p99.9 ms", False),
@@ -117,6 +137,7 @@ ROWS = (
 )
 THROUGHPUT_CHART = [r for r in ROWS if r[2] in ("MiB/s", "fetch MiB/s", "MB/s")]
 LATENCY_CHART = [r for r in ROWS if r[0] in ("latency", "latency-cold-reader") and r[2].endswith(" ms")]
+CPU_CHART = [r for r in ROWS if r[2] == CPU]
 
 
 @dataclass
@@ -133,6 +154,7 @@ class Params:
     remote_segment_mib: int = 256
     remote_latency_ms: float = 50
     hot_mib: int = 256
+    cpu_load: int = 0             # background processes spinning on the CPU during the rounds
 
     @classmethod
     def smoke(cls) -> Params:
@@ -363,6 +385,26 @@ class PySpy:
                 self.proc.kill()
 
 
+class CpuLoad:
+    """``n`` processes that spin on the CPU from ``__enter__`` to ``__exit__``: the same
+    background load for both systems' rounds. Driver thread only."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> CpuLoad:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+
+
 # --- one system, one round -----------------------------------------------------------------
 
 def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected: list[str],
@@ -376,11 +418,16 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
     topics = Topics(bootstrap, 1, 1)
     n = p.records
 
-    def profile(workload: str) -> PySpy:
-        return PySpy(profile_dir / system if profile_dir and system == "strata" else None,
-                     broker.pid, workload)
+    @contextmanager
+    def measured(workload: str):
+        """The workload's span: profiled if asked (Strata only), the broker's CPU-seconds over it."""
+        spy_dir = profile_dir / system if profile_dir and system == "strata" else None
+        with PySpy(spy_dir, broker.pid, workload), CpuMeter(broker.pid) as cpu:
+            yield cpu
 
-    def record(workload: str, figures: dict) -> None:
+    def record(workload: str, figures: dict, cpu: CpuMeter | None = None, records: int = 0) -> None:
+        if cpu is not None:
+            figures.update(cpu.figures(records * p.record_size))
         results.add(system, workload, figures)
         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items() if isinstance(v, (int, float)))
         log(f"  {system} {workload}: {shown}")
@@ -393,33 +440,38 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
         source = None
         if "produce-acks1" in selected:
             source = topics.new("acks1")
-            with profile("produce-acks1"):
-                record("produce-acks1", produce_throughput(bootstrap, source, n, values, "1"))
+            with measured("produce-acks1") as cpu:
+                res = produce_throughput(bootstrap, source, n, values, "1")
+            record("produce-acks1", res, cpu, n)
         if "produce-acksall" in selected:
             t = topics.new("acksall")
-            with profile("produce-acksall"):
-                record("produce-acksall", produce_throughput(bootstrap, t, n, values, "all"))
+            with measured("produce-acksall") as cpu:
+                res = produce_throughput(bootstrap, t, n, values, "all")
+            record("produce-acksall", res, cpu, n)
         if source is None and ("consume" in selected or "java-consume" in selected):
             source = topics.new("fill")
             produce_throughput(bootstrap, source, n, values, "1")
         if "consume" in selected:
-            with profile("consume"):
-                record("consume", consume_throughput(bootstrap, source, [0], n))
+            with measured("consume") as cpu:
+                res = consume_throughput(bootstrap, source, [0], n)
+            record("consume", res, cpu, n)
         if "latency" in selected:
             t = topics.new("latency")
-            with profile("latency"):
-                record("latency", produce_latency(bootstrap, t, p.latency_rate, p.latency_seconds, values))
+            with measured("latency") as cpu:
+                res = produce_latency(bootstrap, t, p.latency_rate, p.latency_seconds, values)
+            record("latency", res, cpu, res["records"])
         for acks in ("1", "all"):
             w = f"java-produce-acks{acks}"
             if w in selected and libs is not None:
-                with profile(w):
-                    res, cmd = java_produce(libs, bootstrap, topics.new(f"java{acks}"), n, p.record_size, acks)
-                record(w, res)
+                t = topics.new(f"java{acks}")
+                with measured(w) as cpu:
+                    res, cmd = java_produce(libs, bootstrap, t, n, p.record_size, acks)
+                record(w, res, cpu, n)
                 results.commands[w] = shlex.join(cmd)
         if "java-consume" in selected and libs is not None:
-            with profile("java-consume"):
+            with measured("java-consume") as cpu:
                 res, cmd = java_consume(libs, bootstrap, source, n)
-            record("java-consume", res)
+            record("java-consume", res, cpu, res["records"])
             results.commands["java-consume"] = shlex.join(cmd)
         cold = None
         if "cold-consume" in selected or "latency-cold-reader" in selected:
@@ -429,12 +481,12 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
                 f"{took:.1f} s after the last produce")
             cold_end = offs["local_start"]
             if "cold-consume" in selected:
-                with profile("cold-consume"):
+                with measured("cold-consume") as cpu:
                     res = consume_throughput(bootstrap, cold, [0], cold_end)
                 res["tiering wait s"] = took
-                record("cold-consume", res)
+                record("cold-consume", res, cpu, res["records"])
             if "latency-cold-reader" in selected:
-                with profile("latency-cold-reader"):
+                with measured("latency-cold-reader"):   # its bytes are mixed: no CPU per GiB
                     record("latency-cold-reader",
                            latency_with_cold_reader(bootstrap, topics, cold, cold_end, p, values))
         if "remote-read" in selected:
@@ -529,6 +581,9 @@ def render(results: Results, systems: list[str], selected: list[str], p: Params,
     out = [f"Run {date}: `{command}`", ""]
     out += [f"- machine: {m}" for m in machine_facts()]
     out += [f"- {s}: {versions[s]}" for s in systems]
+    if p.cpu_load:
+        out += [f"- contended: {p.cpu_load} background process(es) spinning on the CPU throughout "
+                "every round of both systems"]
     out += [f"- {rounds} round(s) per system in alternating order ({' '.join(systems * min(rounds, 2))} ...); "
             f"{p.records:,} records of {p.record_size} B per throughput workload; latency at "
             f"{p.latency_rate:g} records/s for {p.latency_seconds:g} s after an untimed warm-up of "
@@ -538,7 +593,9 @@ def render(results: Results, systems: list[str], selected: list[str], p: Params,
             f"{p.remote_latency_ms:g} ms late, hot topic {p.hot_mib} MiB; restart with "
             f"{p.restart_segments} remote segments",
             "- broker settings both systems get: "
-            + ", ".join(f"`{k}={v}`" for k, v in COMMON_BROKER.items())]
+            + ", ".join(f"`{k}={v}`" for k, v in COMMON_BROKER.items()),
+            f"- {CPU}: CPU-seconds (user + system, from /proc) of the broker process and its "
+            "children (the JVM for Kafka) over the workload, per GiB of record values moved"]
     if results.ceilings:
         keys = list(results.ceilings[0])
         out += ["- machine ceilings (before / after the rounds): "
@@ -562,7 +619,8 @@ def draw_charts(results: Results, systems: list[str], selected: list[str], out_d
     paths = []
     for name, rows, ylabel, log_scale in (
             ("throughput", THROUGHPUT_CHART, "MiB/s (median, bars: min–max)", False),
-            ("latency", LATENCY_CHART, "ms (median, bars: min–max; log scale)", True)):
+            ("latency", LATENCY_CHART, "ms (median, bars: min–max; log scale)", True),
+            ("cpu", CPU_CHART, "broker CPU-seconds per GiB (median, bars: min–max)", False)):
         rows = [r for r in rows if r[0] in selected and any(results.stats(s, r[0], r[2]) for s in systems)]
         if not rows:
             continue
@@ -583,7 +641,8 @@ def draw_charts(results: Results, systems: list[str], selected: list[str], out_d
         ax.set_ylabel(ylabel)
         if log_scale:
             ax.set_yscale("log")
-        ax.set_title("Produce latency percentiles" if name == "latency" else "Throughput per workload")
+        ax.set_title({"throughput": "Throughput per workload", "latency": "Produce latency percentiles",
+                      "cpu": "Broker CPU per GiB moved"}[name])
         ax.legend()
         fig.tight_layout()
         path = out_dir / f"{name}.png"
@@ -645,6 +704,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="replace the `make bench` section of this markdown file with the report")
     ap.add_argument("--charts-dir", type=Path, default=None, help="write PNG charts here")
     ap.add_argument("--json", type=Path, default=None, help="write every round's figures here")
+    ap.add_argument("--cpu-load", type=int, default=None, metavar="N",
+                    help="N background processes spin on the CPU during every round (contended)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record py-spy raw profiles of the Strata broker per workload into DIR")
     args = ap.parse_args(argv)
@@ -658,7 +719,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.rounds = args.rounds or (1 if args.smoke else 3)
     p = Params.smoke() if args.smoke else Params()
     for k in ("records", "latency_rate", "latency_seconds", "cold_mib", "restart_segments", "ceiling_mib",
-              "remote_mib", "remote_latency_ms"):
+              "remote_mib", "remote_latency_ms", "cpu_load"):
         if getattr(args, k) is not None:
             setattr(p, k, getattr(args, k))
     args.params = p
@@ -698,10 +759,11 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     try:
         results.ceilings.append(ceilings.measure(base, p.ceiling_mib))
-        for r in range(args.rounds):
-            for system in systems:
-                log(f"round {r + 1}/{args.rounds}: {system}")
-                run_round(system, r + 1, libs, p, selected, results, base, overrides, args.py_spy)
+        with CpuLoad(p.cpu_load):
+            for r in range(args.rounds):
+                for system in systems:
+                    log(f"round {r + 1}/{args.rounds}: {system}")
+                    run_round(system, r + 1, libs, p, selected, results, base, overrides, args.py_spy)
         results.ceilings.append(ceilings.measure(base, p.ceiling_mib))
     finally:
         if not args.dir:

@@ -51,3 +51,17 @@ def test_figure_checks_catch_missing_workloads_zero_throughput_and_disordered_pe
     assert "strata consume: MiB/s = 0.0" in problems
     assert "kafka consume: no figures" in problems
     assert "kafka latency: percentiles [5.0, 3.0, 6.0]" in problems
+
+
+def test_table_and_charts_show_broker_cpu_per_gib_beside_throughput_lower_is_better(tmp_path):
+    r = Results()
+    r.add("strata", "consume", {"MiB/s": 600.0, "broker CPU s/GiB": 3.0})
+    r.add("kafka", "consume", {"MiB/s": 400.0, "broker CPU s/GiB": 1.5})
+    table = compare.render_table(r, ["strata", "kafka"], ["consume"])
+    assert table[2:] == [
+        "| hot consume (confluent-kafka) | MiB/s (higher is better) | 600.0 (600.0–600.0) "
+        "| 400.0 (400.0–400.0) | 1.50 |",
+        "| hot consume (confluent-kafka) | broker CPU s/GiB (lower is better) | 3.00 (3.00–3.00) "
+        "| 1.50 (1.50–1.50) | 2.00 |"]
+    paths = compare.draw_charts(r, ["strata", "kafka"], ["consume"], tmp_path)
+    assert [p.name for p in paths] == ["throughput.png", "cpu.png"]

@@ -1,0 +1,73 @@
+"""A process tree's CPU time from ``/proc``: what a broker (Strata's Python process, Kafka's JVM,
+and any processes they started) spent, user + system, to compare per GiB moved.
+
+Each ``/proc/<pid>/stat`` gives ``utime`` and ``stime`` (the process's own threads) and
+``cutime`` and ``cstime`` (its children it has waited for), in clock ticks
+(``SC_CLK_TCK``, usually 1/100 s). The tree's CPU time is the sum of all four over the root and
+its live descendants: a dead child's time is in its parent's ``cutime`` once reaped, and in no
+live process's own time, so nothing counts twice.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+GIB = 1 << 30
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(text: str) -> list[str]:
+    """The fields after ``comm`` (which may hold spaces and parentheses): state, ppid, ..."""
+    return text[text.rindex(")") + 2:].split()
+
+
+# indexes into _stat_fields: fields 4 (ppid) and 14-17 (utime, stime, cutime, cstime) of proc(5)
+_PPID, _UTIME, _CSTIME = 1, 11, 14
+
+
+def tree_cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU-seconds (user + system) of ``pid`` and its descendants so far; 0.0 if it is gone."""
+    stats: dict[int, list[str]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stats[int(entry.name)] = _stat_fields((entry / "stat").read_text())
+        except (OSError, ValueError):
+            continue   # exited while we looked
+    children: dict[int, list[int]] = {}
+    for p, fields in stats.items():
+        children.setdefault(int(fields[_PPID]), []).append(p)
+    ticks, todo = 0, [pid] if pid in stats else []
+    while todo:
+        p = todo.pop()
+        ticks += sum(int(x) for x in stats[p][_UTIME:_CSTIME + 1])
+        todo += children.get(p, ())
+    return ticks / CLOCK_TICKS
+
+
+def cpu_per_gib(cpu_seconds: float, nbytes: int) -> float:
+    """CPU-seconds per GiB moved."""
+    return cpu_seconds * GIB / nbytes
+
+
+class CpuMeter:
+    """Measures a process tree's CPU-seconds over a span: ``with CpuMeter(pid) as m: ...``, then
+    ``m.seconds``. Any thread may use it; one span per instance."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._start = tree_cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = tree_cpu_seconds(self.pid) - self._start
+
+    def figures(self, nbytes: int) -> dict[str, float]:
+        """The report's figures for a span that moved ``nbytes``."""
+        return {"broker CPU s": self.seconds, "broker CPU s/GiB": cpu_per_gib(self.seconds, nbytes)}

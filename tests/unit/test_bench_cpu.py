@@ -1,0 +1,93 @@
+"""The benchmark's broker CPU figure: a process tree's CPU-seconds from /proc, and per GiB moved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from strata.bench import cpu
+from strata.bench.cpu import CLOCK_TICKS, CpuMeter, cpu_per_gib, tree_cpu_seconds
+
+
+def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int, cstime: int) -> str:
+    # proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    #          utime stime cutime cstime priority ...
+    return (f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 "
+            f"{utime} {stime} {cutime} {cstime} 20 0 1 0 12345 1000 10\n")
+
+
+def _fake_proc(root: Path, procs: list[tuple]) -> Path:
+    for pid, *rest in procs:
+        d = root / str(pid)
+        d.mkdir()
+        (d / "stat").write_text(_stat(pid, *rest))
+    (root / "self").mkdir()          # non-numeric entries are not processes
+    (root / "meminfo").write_text("")
+    return root
+
+
+def test_tree_cpu_sums_user_system_and_reaped_children_of_the_root_and_its_descendants(tmp_path):
+    proc = _fake_proc(tmp_path, [
+        (1, "init", 0, 5000, 5000, 0, 0),
+        (100, "java) (broker", 1, 300, 100, 40, 10),       # comm with spaces and parentheses
+        (101, "child", 100, 20, 5, 0, 0),
+        (102, "grandchild", 101, 7, 3, 2, 1),
+        (200, "unrelated", 1, 900, 900, 0, 0),
+    ])
+    ticks = (300 + 100 + 40 + 10) + (20 + 5) + (7 + 3 + 2 + 1)
+    assert tree_cpu_seconds(100, proc) == pytest.approx(ticks / CLOCK_TICKS)
+    assert tree_cpu_seconds(101, proc) == pytest.approx((20 + 5 + 7 + 3 + 2 + 1) / CLOCK_TICKS)
+
+
+def test_tree_cpu_of_a_process_that_is_gone_is_zero(tmp_path):
+    proc = _fake_proc(tmp_path, [(1, "init", 0, 10, 10, 0, 0)])
+    assert tree_cpu_seconds(4242, proc) == 0.0
+
+
+def test_cpu_per_gib_divides_cpu_seconds_by_the_gib_moved():
+    assert cpu_per_gib(2.5, 512 * 1024 * 1024) == pytest.approx(5.0)
+    assert cpu_per_gib(1.0, 200_000 * 1024) == pytest.approx(1024 * 1024 * 1024 / (200_000 * 1024))
+
+
+def test_meter_reports_the_span_difference_and_its_per_gib_figure(monkeypatch):
+    readings = iter([10.0, 13.0])
+    monkeypatch.setattr(cpu, "tree_cpu_seconds", lambda pid: next(readings))
+    with CpuMeter(1234) as m:
+        pass
+    assert m.seconds == pytest.approx(3.0)
+    assert m.figures(3 * cpu.GIB // 2) == {"broker CPU s": pytest.approx(3.0),
+                                           "broker CPU s/GiB": pytest.approx(2.0)}
+
+
+def test_a_live_childs_cpu_counts_in_its_parents_tree_on_the_real_proc():
+    burn = ("import os, sys\n"
+            "while sum(os.times()[:2]) < 0.05:\n    pass\n"
+            "print('ready', flush=True)\nsys.stdin.read()\n")
+    own = cpu._stat_fields(Path("/proc/self/stat").read_text())
+    own_before = sum(int(x) for x in own[cpu._UTIME:cpu._CSTIME + 1]) / CLOCK_TICKS
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        child_cpu = tree_cpu_seconds(child.pid)
+        assert child_cpu >= 0.05
+        assert tree_cpu_seconds(os.getpid()) >= own_before + child_cpu
+    finally:
+        child.stdin.close()
+        child.wait(30)
+
+
+def test_cpu_load_spins_its_processes_while_entered_and_reaps_them_on_exit():
+    from strata.bench.compare import CpuLoad
+    with CpuLoad(2) as load:
+        assert len(load.procs) == 2
+        deadline = time.monotonic() + 60
+        while not all(tree_cpu_seconds(p.pid) >= 0.05 for p in load.procs):
+            assert time.monotonic() < deadline, "the load processes never used the CPU"
+            time.sleep(0.01)
+    assert all(p.returncode is not None for p in load.procs)
