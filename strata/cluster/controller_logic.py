@@ -1,0 +1,445 @@
+"""The controller's decisions: pure functions from (image, event) to ``ControllerResult``.
+
+``handle(image, event)`` dispatches to one handler per event type. Handlers follow Kafka's
+ZooKeeper-mode controller (``KafkaController``, ``PartitionStateMachine``,
+``ReplicaStateMachine``), with AlterPartition validated as KRaft's ``ReplicationControlManager``:
+
+- a new partition's leader is its first live replica, its ISR all live replicas (epochs 0); with
+  no live replica it gets no state until one registers;
+- a partition whose leader is not alive gets one by offline election (``election.py``) whenever
+  a broker registers, a broker fails, unclean election is enabled or a controller takes over;
+- a failed broker then leaves every ISR it is in, except the last member of one, and a leader
+  that cannot be replaced becomes -1 (NoLeader);
+- controlled shutdown moves leadership off the broker where another ISR member can take it and
+  takes the broker out of the ISRs it follows;
+- every partition state change bumps the leader epoch except an accepted AlterPartition, and
+  every write bumps the partition epoch (the znode version) by exactly one.
+
+Handlers raise ``KafkaError`` for a request refused whole (CreateTopics, CreatePartitions,
+DeleteTopics, ControlledShutdown); per-partition answers are in ``ControllerResult.response``.
+The controller's event loop thread calls them, one event at a time.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Callable, Iterable
+
+from strata.cluster import election
+from strata.cluster.controller_events import (
+    AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
+    ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
+    CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, PartitionsAdded,
+    SetTopicAssignment, StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
+    UpdatePartitionState)
+from strata.cluster.image import (
+    NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerRegistration, LeaderRecoveryState, MetadataImage,
+    PartitionRegistration, TopicImage, frozen_map)
+from strata.cluster.replica_assignment import (
+    assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment,
+    validate_new_topic_assignment)
+from strata.common.errors import ErrorCode, KafkaError
+from strata.common.types import TopicPartition
+
+
+class _Change:
+    """Partition state changes of one handler over a base image, with their writes and notices.
+
+    Broker and topic edits replace ``image`` directly (they are few); partition registrations
+    collect in a dict and join the image once, in ``result``. The last notice per (kind, broker,
+    partition) wins, so a partition changed twice in one event is announced once.
+    """
+
+    def __init__(self, image: MetadataImage):
+        self.image = image
+        self._partitions: dict[TopicPartition, PartitionRegistration] = {}
+        self.writes: list = []
+        self._notices: dict[tuple, object] = {}
+
+    def registration(self, tp: TopicPartition) -> PartitionRegistration | None:
+        return self._partitions.get(tp) or self.image.registration(tp)
+
+    def set_broker(self, broker: BrokerRegistration) -> None:
+        self.image = replace(self.image, brokers=frozen_map({**self.image.brokers, broker.id: broker}))
+
+    def set_topic(self, name: str, topic: TopicImage | None) -> None:
+        topics = dict(self.image.topics)
+        if topic is None:
+            del topics[name]
+        else:
+            topics[name] = topic
+        self.image = replace(self.image, topics=frozen_map(topics))
+
+    def _topic_id(self, tp: TopicPartition):
+        return self.image.topics[tp.topic].topic_id
+
+    def create(self, tp: TopicPartition, reg: PartitionRegistration) -> None:
+        reg = replace(reg, controller_epoch=self.image.controller_epoch)
+        self._partitions[tp] = reg
+        self.writes.append(CreatePartitionState(tp, self._topic_id(tp), reg))
+        self.announce(tp, is_new=True)
+
+    def update(self, tp: TopicPartition, reg: PartitionRegistration, notify: bool = True,
+               exclude: int | None = None) -> PartitionRegistration:
+        old = self.registration(tp)
+        reg = replace(reg, partition_epoch=old.partition_epoch + 1,
+                      controller_epoch=self.image.controller_epoch)
+        self._partitions[tp] = reg
+        self.writes.append(UpdatePartitionState(tp, self._topic_id(tp), reg, old.partition_epoch))
+        if notify:
+            self.announce(tp, exclude=exclude)
+        return reg
+
+    def announce(self, tp: TopicPartition, is_new: bool = False, exclude: int | None = None,
+                 to: Iterable[int] | None = None) -> None:
+        """LeaderAndIsr with the partition's current state to its alive replicas (or ``to``)."""
+        reg = self.registration(tp)
+        replicas = self.image.replicas(tp)
+        for broker in replicas if to is None else to:
+            if broker != exclude and self.image.is_alive(broker):
+                self._notice(LeaderAndIsr(broker, tp, self._topic_id(tp), reg.leader, reg.leader_epoch,
+                                          reg.isr, replicas, reg.partition_epoch, is_new))
+
+    def stop_replica(self, broker: int, tp: TopicPartition, delete: bool) -> None:
+        self._notice(StopReplica(broker, tp, self._topic_id(tp), delete))
+
+    def _notice(self, notice) -> None:
+        key = (type(notice), notice.broker_id, notice.partition)
+        self._notices.pop(key, None)
+        self._notices[key] = notice
+
+    def result(self, response=None) -> ControllerResult:
+        image = self.image
+        if self._partitions:
+            by_topic: dict[str, dict[int, PartitionRegistration]] = {}
+            for tp, reg in self._partitions.items():
+                by_topic.setdefault(tp.topic, {})[tp.partition] = reg
+            topics = dict(image.topics)
+            for name, regs in by_topic.items():
+                if name in topics:
+                    topic = topics[name]
+                    topics[name] = replace(topic, partitions=frozen_map({**topic.partitions, **regs}))
+            image = replace(image, topics=frozen_map(topics))
+        return ControllerResult(image, tuple(self.writes), tuple(self._notices.values()), response)
+
+
+# --- the partition state machine's two moves ----------------------------------------------------
+
+def _online_partition_state_change(change: _Change, topic: str | None = None) -> None:
+    """Kafka's ``triggerOnlinePartitionStateChange``: give state to new partitions and leaders
+    to partitions whose leader is not alive, where the election rules allow."""
+    image = change.image
+    for tp in image.all_partitions():
+        if topic is not None and tp.topic != topic:
+            continue
+        replicas = image.replicas(tp)
+        reg = change.registration(tp)
+        if reg is None:
+            live = tuple(r for r in replicas if image.is_eligible(r))
+            if live:
+                change.create(tp, PartitionRegistration(leader=live[0], isr=live))
+        elif not image.is_alive(reg.leader):
+            elected = election.elect_offline(image, replicas, reg, image.unclean_enabled(tp.topic))
+            if elected is not None:
+                change.update(tp, elected)
+
+
+def _remove_replica_from_isrs(change: _Change, broker_id: int,
+                              partitions: Iterable[TopicPartition] | None = None) -> None:
+    """``ReplicaStateMachine``'s move to OfflineReplica: the replica leaves the ISR unless it is
+    the last member; if it led, the leader becomes -1; the leader epoch goes up."""
+    for tp in change.image.all_partitions() if partitions is None else partitions:
+        reg = change.registration(tp)
+        if reg is None or broker_id not in reg.isr:
+            continue
+        leader = NO_LEADER if reg.leader == broker_id else reg.leader
+        isr = reg.isr if len(reg.isr) == 1 else tuple(r for r in reg.isr if r != broker_id)
+        change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
+
+
+def _announce_all(change: _Change, broker_ids: Iterable[int]) -> None:
+    """Send brokers the whole state of every partition they host (after they (re)join)."""
+    wanted = set(broker_ids)
+    for tp in change.image.all_partitions():
+        if change.registration(tp) is not None:
+            change.announce(tp, to=[b for b in change.image.replicas(tp) if b in wanted])
+
+
+# --- handlers -----------------------------------------------------------------------------------
+
+def _fail_broker(change: _Change, broker_id: int) -> None:
+    """``onBrokerFailure`` -> ``onReplicasBecomeOffline``: elect where the leader died, then
+    take the broker out of the ISRs it is still in."""
+    change.set_broker(replace(change.image.brokers[broker_id], fenced=True, in_controlled_shutdown=False))
+    _online_partition_state_change(change)
+    _remove_replica_from_isrs(change, broker_id)
+
+
+def on_broker_registered(image: MetadataImage, event: BrokerRegistered) -> ControllerResult:
+    """``onBrokerStartup``; a broker that re-registers with a new epoch first fails (a bounce)."""
+    reg = event.registration
+    old = image.brokers.get(reg.id)
+    if old is not None and old.alive and old.epoch == reg.epoch:
+        return ControllerResult(image)
+    change = _Change(image)
+    if old is not None and old.alive:
+        _fail_broker(change, reg.id)
+    change.set_broker(replace(reg, fenced=False, in_controlled_shutdown=False))
+    _online_partition_state_change(change)
+    _announce_all(change, [reg.id])
+    return change.result()
+
+
+def on_broker_failed(image: MetadataImage, event: BrokerFailed) -> ControllerResult:
+    if not image.is_alive(event.broker_id):
+        return ControllerResult(image)
+    change = _Change(image)
+    _fail_broker(change, event.broker_id)
+    return change.result()
+
+
+def on_controlled_shutdown(image: MetadataImage, event: ControlledShutdownRequested) -> ControllerResult:
+    """``doControlledShutdown``; the response is the set of partitions the broker still leads."""
+    broker = image.brokers.get(event.broker_id)
+    if broker is None or not broker.alive:
+        raise KafkaError(f"Broker id {event.broker_id} does not exist.", ErrorCode.BROKER_NOT_AVAILABLE)
+    if event.broker_epoch != -1 and event.broker_epoch < broker.epoch:
+        raise KafkaError(f"Received controlled shutdown request from an old broker epoch "
+                         f"{event.broker_epoch} for broker {event.broker_id}. Current broker epoch "
+                         f"is {broker.epoch}.", ErrorCode.STALE_BROKER_EPOCH)
+    change = _Change(image)
+    change.set_broker(replace(broker, in_controlled_shutdown=True))
+    followed = []
+    for tp in change.image.all_partitions():
+        replicas = change.image.replicas(tp)
+        reg = change.registration(tp)
+        if event.broker_id not in replicas or len(replicas) <= 1 or reg is None:
+            continue
+        if reg.leader == event.broker_id:
+            elected = election.elect_controlled_shutdown(change.image, replicas, reg)
+            if elected is not None:
+                change.update(tp, elected)
+        else:
+            followed.append(tp)
+            change.stop_replica(event.broker_id, tp, delete=False)
+    _remove_replica_from_isrs(change, event.broker_id, followed)
+    still_led = frozenset(tp for tp in change.image.all_partitions()
+                          if (r := change.registration(tp)) is not None and r.leader == event.broker_id)
+    return change.result(still_led)
+
+
+def on_topic_created(image: MetadataImage, event: TopicCreated) -> ControllerResult:
+    """CreateTopics (``ZkAdminManager.createTopics``) then ``onNewPartitionCreation``; the
+    response is the assignment."""
+    if event.name in image.topics:
+        raise KafkaError(f"Topic '{event.name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+    if any(t.topic_id == event.topic_id for t in image.topics.values()):
+        raise KafkaError(f"Topic id {event.topic_id} is already in use.", ErrorCode.INVALID_REQUEST)
+    if event.assignment is not None:
+        if event.num_partitions is not None or event.replication_factor is not None:
+            raise KafkaError("Both numPartitions or replicationFactor and replicasAssignments were "
+                             "set. Both cannot be used at the same time.", ErrorCode.INVALID_REQUEST)
+        by_partition = dict(enumerate(event.assignment))
+        validate_new_topic_assignment(by_partition)
+    else:
+        if event.num_partitions is None or event.replication_factor is None:
+            raise KafkaError("numPartitions and replicationFactor must be resolved before the "
+                             "controller sees the topic.", ErrorCode.INVALID_REQUEST)
+        by_partition = assign_replicas_to_brokers(
+            brokers_for_placement(image.brokers.values()), event.num_partitions,
+            event.replication_factor, rng=random.Random(event.seed))
+    assignment = tuple(tuple(by_partition[p]) for p in range(len(by_partition)))
+    configs = frozen_map(event.configs)
+    change = _Change(image)
+    change.set_topic(event.name, TopicImage(event.name, event.topic_id, assignment, configs=configs))
+    change.writes.append(CreateTopic(event.name, event.topic_id, assignment, configs))
+    _online_partition_state_change(change, event.name)
+    return change.result(assignment)
+
+
+def on_partitions_added(image: MetadataImage, event: PartitionsAdded) -> ControllerResult:
+    """CreatePartitions; the response is the topic's whole new assignment."""
+    topic = image.topics.get(event.topic)
+    if topic is None:
+        raise KafkaError(f"The topic '{event.topic}' does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    added = new_partitions_assignment(topic.assignment, event.count,
+                                      brokers_for_placement(image.brokers.values()), event.assignment)
+    assignment = topic.assignment + tuple(tuple(r) for r in added)
+    change = _Change(image)
+    change.set_topic(event.topic, replace(topic, assignment=assignment))
+    change.writes.append(SetTopicAssignment(event.topic, topic.topic_id, assignment))
+    _online_partition_state_change(change, event.topic)
+    return change.result(assignment)
+
+
+def on_topic_deleted(image: MetadataImage, event: TopicDeleted) -> ControllerResult:
+    """DeleteTopics: the topic goes at once; its alive replicas are told to stop and delete."""
+    topic = image.topics.get(event.topic)
+    if topic is None:
+        raise KafkaError(f"Topic `{event.topic}` to delete does not exist",
+                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    change = _Change(image)
+    for p, replicas in enumerate(topic.assignment):
+        for broker in replicas:
+            if image.is_alive(broker):
+                change.stop_replica(broker, TopicPartition(event.topic, p), delete=True)
+    change.writes.append(DeleteTopic(event.topic, topic.topic_id))
+    change.set_topic(event.topic, None)
+    return change.result()
+
+
+def _alter_partition_error(image: MetadataImage, event: AlterPartition) -> ErrorCode | None:
+    """The reason to refuse the proposal, None to accept it, NONE when it is already in place."""
+    broker = image.brokers.get(event.broker_id)
+    if broker is None or not broker.alive or broker.epoch != event.broker_epoch:
+        return ErrorCode.STALE_BROKER_EPOCH
+    topic = image.topics.get(event.topic)
+    if topic is not None and event.topic_id is not None and topic.topic_id != event.topic_id:
+        return ErrorCode.UNKNOWN_TOPIC_ID
+    reg = image.registration(TopicPartition(event.topic, event.partition))
+    if reg is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if event.leader_epoch > reg.leader_epoch or event.partition_epoch > reg.partition_epoch:
+        return ErrorCode.NOT_CONTROLLER
+    if event.leader_epoch < reg.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if event.broker_id != reg.leader:
+        return ErrorCode.INVALID_REQUEST
+    if event.new_isr == reg.isr and event.leader_recovery_state == reg.leader_recovery_state:
+        return ErrorCode.NONE  # idempotent retry, even with a stale partition epoch
+    if event.partition_epoch < reg.partition_epoch:
+        return ErrorCode.INVALID_UPDATE_VERSION
+    replicas = topic.assignment[event.partition]
+    if (len(set(event.new_isr)) != len(event.new_isr) or not set(event.new_isr) <= set(replicas)
+            or reg.leader not in event.new_isr):
+        return ErrorCode.INVALID_REQUEST
+    recovering = event.leader_recovery_state == LeaderRecoveryState.RECOVERING
+    if recovering and (len(event.new_isr) > 1 or reg.leader_recovery_state == LeaderRecoveryState.RECOVERED):
+        return ErrorCode.INVALID_REQUEST
+    if any(not image.is_eligible(r) for r in event.new_isr):
+        return ErrorCode.INELIGIBLE_REPLICA
+    return None
+
+
+def on_alter_partition(image: MetadataImage, event: AlterPartition) -> ControllerResult:
+    """AlterPartition: the response is an ``AlterPartitionResult``; no notices (the leader reads
+    the response, the others the image)."""
+    tp = TopicPartition(event.topic, event.partition)
+    error = _alter_partition_error(image, event)
+    if error is not None:
+        current = image.registration(tp) if error == ErrorCode.NONE else None
+        return ControllerResult(image, response=AlterPartitionResult(error, current))
+    change = _Change(image)
+    reg = change.update(tp, replace(image.registration(tp), isr=tuple(event.new_isr),
+                                    leader_recovery_state=event.leader_recovery_state), notify=False)
+    return change.result(AlterPartitionResult(ErrorCode.NONE, reg))
+
+
+_Elector = Callable[[MetadataImage, tuple[int, ...], PartitionRegistration], PartitionRegistration | None]
+
+
+def _elect(change: _Change, tp: TopicPartition, elect: _Elector) -> bool:
+    reg = change.registration(tp)
+    elected = None if reg is None else elect(change.image, change.image.replicas(tp), reg)
+    if elected is not None:
+        change.update(tp, elected)
+    return elected is not None
+
+
+def on_elect_leaders(image: MetadataImage, event: ElectLeaders) -> ControllerResult:
+    """ElectLeaders (``processReplicaLeaderElection``); the response maps each partition to its
+    error code (NONE when a leader was elected)."""
+    change = _Change(image)
+    results: dict[TopicPartition, ErrorCode] = {}
+    preferred = event.election_type == ElectionType.PREFERRED
+    for tp in event.partitions:
+        topic = image.topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.assignment):
+            results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        reg = change.registration(tp)
+        leader = NO_LEADER if reg is None else reg.leader
+        if (leader == topic.assignment[tp.partition][0]) if preferred else image.is_eligible(leader):
+            results[tp] = ErrorCode.ELECTION_NOT_NEEDED
+        elif preferred:
+            ok = _elect(change, tp, election.elect_preferred)
+            results[tp] = ErrorCode.NONE if ok else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        else:
+            ok = _elect(change, tp, lambda i, a, r: election.elect_offline(i, a, r, unclean=True))
+            results[tp] = ErrorCode.NONE if ok else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return change.result(results)
+
+
+def on_auto_leader_rebalance(image: MetadataImage, event: AutoLeaderRebalance) -> ControllerResult:
+    """``checkAndTriggerAutoLeaderRebalance``: per preferred broker, when more than
+    ``leader.imbalance.per.broker.percentage`` of its partitions are led elsewhere, move back
+    those whose preferred replica can lead."""
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp in image.all_partitions():
+        by_preferred.setdefault(image.replicas(tp)[0], []).append(tp)
+    change = _Change(image)
+    for broker, partitions in sorted(by_preferred.items()):
+        elsewhere = [tp for tp in partitions
+                     if (r := image.registration(tp)) is not None and r.leader != broker]
+        if len(elsewhere) / len(partitions) > image.leader_imbalance_per_broker_percentage / 100:
+            for tp in elsewhere:
+                _elect(change, tp, election.elect_preferred)
+    return change.result()
+
+
+def on_unclean_leader_election_changed(image: MetadataImage,
+                                       event: UncleanLeaderElectionChanged) -> ControllerResult:
+    """A config change the admin path already stored; turning it on elects offline partitions."""
+    change = _Change(image)
+    if event.topic is None:
+        change.image = replace(image, unclean_leader_election_enable=bool(event.enabled))
+    elif event.topic in image.topics:
+        topic = image.topics[event.topic]
+        configs = dict(topic.configs)
+        if event.enabled is None:
+            configs.pop(UNCLEAN_LEADER_ELECTION_ENABLE, None)
+        else:
+            configs[UNCLEAN_LEADER_ELECTION_ENABLE] = "true" if event.enabled else "false"
+        change.set_topic(event.topic, replace(topic, configs=frozen_map(configs)))
+    else:
+        return ControllerResult(image)
+    _online_partition_state_change(change, event.topic)
+    return change.result()
+
+
+def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> ControllerResult:
+    """``onControllerFailover`` over an image just read from the store: replicas on brokers that
+    are not alive leave the ISRs, offline and new partitions get leaders, and every alive broker
+    is sent the state of everything it hosts."""
+    if event.controller_epoch <= image.controller_epoch:
+        raise KafkaError(f"Controller epoch {event.controller_epoch} is not newer than "
+                         f"{image.controller_epoch}.", ErrorCode.STALE_CONTROLLER_EPOCH)
+    change = _Change(replace(image, controller_epoch=event.controller_epoch))
+    dead_in_isrs = sorted({r for tp in image.all_partitions() if (reg := image.registration(tp))
+                           for r in reg.isr if not image.is_alive(r)})
+    for broker in dead_in_isrs:
+        _remove_replica_from_isrs(change, broker)
+    _online_partition_state_change(change)
+    _announce_all(change, change.image.alive_broker_ids())
+    return change.result()
+
+
+_HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
+    BrokerRegistered: on_broker_registered,
+    BrokerFailed: on_broker_failed,
+    ControlledShutdownRequested: on_controlled_shutdown,
+    TopicCreated: on_topic_created,
+    PartitionsAdded: on_partitions_added,
+    TopicDeleted: on_topic_deleted,
+    AlterPartition: on_alter_partition,
+    ElectLeaders: on_elect_leaders,
+    AutoLeaderRebalance: on_auto_leader_rebalance,
+    UncleanLeaderElectionChanged: on_unclean_leader_election_changed,
+    ControllerFailover: on_controller_failover,
+}
+
+
+def handle(image: MetadataImage, event: object) -> ControllerResult:
+    """Apply one event; raises ``KafkaError`` when a request is refused whole."""
+    return _HANDLERS[type(event)](image, event)

@@ -1,0 +1,174 @@
+"""The cluster's metadata image: immutable value types the controller decides on.
+
+A ``MetadataImage`` is one consistent view of the cluster: registered brokers, topics with
+their replica assignments and partition states, the controller epoch and the two cluster-wide
+settings the controller's decisions read. Nothing here does I/O; the ZooKeeper layer maps its
+znodes onto these types one to one:
+
+- ``/brokers/ids/N``                      -> ``BrokerRegistration`` (``epoch`` is the znode's czxid)
+- ``/brokers/topics/T``                   -> ``TopicImage`` (``topic_id``, ``assignment``)
+- ``/brokers/topics/T/partitions/P/state`` -> ``PartitionRegistration`` (``partition_epoch`` is
+  the znode's version, so every conditional write moves it up by one)
+- ``/config/topics/T``                    -> ``TopicImage.configs``
+- ``/controller_epoch``                   -> ``MetadataImage.controller_epoch``
+
+Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
+every partition's ISR is a non-empty subset of its replicas that holds the leader when there is
+one; leader and partition epochs only grow for a given topic id; a partition without a
+``PartitionRegistration`` has no state znode yet (no assigned replica was alive at creation).
+
+Threads: the values are immutable, so any thread may read them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Iterator, Mapping
+
+from strata.common.types import TopicPartition
+
+NO_LEADER = -1  # LeaderAndIsr.NoLeader
+INITIAL_LEADER_EPOCH = 0
+INITIAL_PARTITION_EPOCH = 0
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+
+
+def frozen_map(items: Mapping | None = None) -> Mapping:
+    """A read-only mapping (a view over a private copy)."""
+    return MappingProxyType(dict(items or {}))
+
+
+class LeaderRecoveryState(IntEnum):
+    """Kafka's ``LeaderRecoveryState``: RECOVERING after an unclean election until the leader says so."""
+
+    RECOVERED = 0
+    RECOVERING = 1
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """One broker, from ``/brokers/ids/N`` (``{"version":5,"host":..,"port":..,"endpoints":
+    ["PLAINTEXT://h:9092"],"listener_security_protocol_map":{..},"rack":"r1",..}``).
+
+    ``epoch`` is the registration znode's czxid, new at every session. ``fenced`` is set when
+    the session is lost (the znode vanished) and kept so the rack and endpoints stay known;
+    ``in_controlled_shutdown`` while it drains. Immutable; any thread may read it.
+    """
+
+    id: int
+    rack: str | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+    epoch: int = 0
+    fenced: bool = False
+    in_controlled_shutdown: bool = False
+
+    @property
+    def alive(self) -> bool:
+        """Registered with a live session (shutting down or not): Kafka's liveOrShuttingDown."""
+        return not self.fenced
+
+    @property
+    def eligible(self) -> bool:
+        """Alive and not shutting down: may lead, join an ISR or get new replicas."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+
+@dataclass(frozen=True)
+class PartitionRegistration:
+    """One partition's state znode: ``{"version":1,"leader":1,"leader_epoch":4,
+    "controller_epoch":2,"isr":[1,2]}`` plus ``"leader_recovery_state":1`` while RECOVERING.
+
+    ``partition_epoch`` is the znode's version (not in the JSON). The replicas live in the
+    topic's assignment. Invariants: ``isr`` is non-empty; ``leader`` is in ``isr`` or is
+    ``NO_LEADER``; RECOVERING only with a one-member ISR. Immutable; any thread may read it.
+    """
+
+    leader: int
+    isr: tuple[int, ...]
+    leader_epoch: int = INITIAL_LEADER_EPOCH
+    partition_epoch: int = INITIAL_PARTITION_EPOCH
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    controller_epoch: int = 0
+
+    def with_leader_and_isr(self, leader: int, isr: tuple[int, ...],
+                            recovery: LeaderRecoveryState | None = None) -> "PartitionRegistration":
+        """Kafka's ``newLeaderAndIsr``: the leader epoch goes up by one, whatever else changes."""
+        return replace(self, leader=leader, isr=tuple(isr), leader_epoch=self.leader_epoch + 1,
+                       leader_recovery_state=self.leader_recovery_state if recovery is None else recovery)
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    """A topic, from ``/brokers/topics/T`` (``{"version":3,"topic_id":"<base64>",
+    "partitions":{"0":[1,2,3]},"adding_replicas":{},"removing_replicas":{}}``), its
+    partitions' state znodes and its ``/config/topics/T`` overrides.
+
+    ``assignment[p]`` is partition p's replica list, preferred leader first; ``partitions``
+    holds only partitions that have a state znode. Immutable; any thread may read it.
+    """
+
+    name: str
+    topic_id: uuid.UUID
+    assignment: tuple[tuple[int, ...], ...]
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=frozen_map)
+    configs: Mapping[str, str] = field(default_factory=frozen_map)
+
+    def partition_ids(self) -> range:
+        return range(len(self.assignment))
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    """The whole cluster as the controller sees it (brokers by id, topics by name).
+
+    Immutable: handlers return a new image, so any thread may read one while the controller's
+    thread computes the next.
+    """
+
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=frozen_map)
+    topics: Mapping[str, TopicImage] = field(default_factory=frozen_map)
+    controller_epoch: int = 0
+    unclean_leader_election_enable: bool = False
+    leader_imbalance_per_broker_percentage: int = 10
+
+    def is_alive(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.alive
+
+    def is_eligible(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.eligible
+
+    def alive_broker_ids(self) -> frozenset[int]:
+        return frozenset(i for i, b in self.brokers.items() if b.alive)
+
+    def shutting_down_broker_ids(self) -> frozenset[int]:
+        return frozenset(i for i, b in self.brokers.items() if b.alive and b.in_controlled_shutdown)
+
+    def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return self.topics[tp.topic].assignment[tp.partition]
+
+    def registration(self, tp: TopicPartition) -> PartitionRegistration | None:
+        topic = self.topics.get(tp.topic)
+        return None if topic is None else topic.partitions.get(tp.partition)
+
+    def all_partitions(self) -> Iterator[TopicPartition]:
+        for name in sorted(self.topics):
+            for p in self.topics[name].partition_ids():
+                yield TopicPartition(name, p)
+
+    def unclean_enabled(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable`` override, else the broker default."""
+        value = self.topics[topic].configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        return self.unclean_leader_election_enable if value is None else value.strip().lower() == "true"
