@@ -3,6 +3,8 @@
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+# Debian's ZooKeeper server jars (and a JRE), for the cluster tests and `make run-cluster`.
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 [ ${#need[@]} -eq 0 ] && exit 0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo -n"

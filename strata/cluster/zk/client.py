@@ -1,0 +1,653 @@
+"""``StrataZkClient``: the one class that talks to ZooKeeper (through kazoo), as Kafka's
+``KafkaZkClient`` does for a ZooKeeper-mode broker and controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from kazoo.client import KazooClient, KazooState, TransactionRequest
+from kazoo.exceptions import (
+    BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
+    RolledBackError, RuntimeInconsistency, SessionExpiredError)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from strata.cluster.image import BrokerRegistration, PartitionRegistration
+from strata.cluster.zk import znodes as z
+from strata.cluster.zk.config import ZkClientConfig
+from strata.common.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+_RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+_ABORTED = (RolledBackError, RuntimeInconsistency)  # other ops of a failed multi
+
+
+class ZooKeeperError(Exception):
+    """A ZooKeeper operation failed (kazoo's exception is the ``__cause__``)."""
+
+
+class ZkNodeExistsError(ZooKeeperError):
+    """The znode to create exists: a topic, a deletion mark, another session's registration."""
+
+
+class ControllerMovedError(ZooKeeperError):
+    """Kafka's ControllerMovedException: the controller epoch znode moved past this controller."""
+
+
+class ZkConnectionTimeoutError(ZooKeeperError):
+    """No connection within ``zookeeper.connection.timeout.ms``."""
+
+
+@dataclass(frozen=True)
+class StateChangeHandler:
+    """Kafka's ``StateChangeHandler``: called around the start of each new session after
+    the previous one expired (a broker re-registers in ``after_initializing_session``)."""
+
+    name: str
+    before_initializing_session: Callable[[], None] = lambda: None
+    after_initializing_session: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
+class UpdateLeaderAndIsrResult:
+    """Per partition, the state as written (``partition_epoch`` = the new znode version) or
+    the error; ``to_retry`` lost a version race (the state was changed since it was read)."""
+
+    finished: Mapping[TopicPartition, PartitionRegistration | ZooKeeperError]
+    to_retry: Sequence[TopicPartition] = field(default_factory=tuple)
+
+
+def _error(exc: BaseException, what: str) -> ZooKeeperError:
+    kind = ZkNodeExistsError if isinstance(exc, NodeExistsError) else ZooKeeperError
+    err = kind(f"{what}: {type(exc).__name__}")
+    err.__cause__ = exc
+    return err
+
+
+class StrataZkClient:
+    """Kafka's ZooKeeper-mode layout (``znodes``) read and written under the chroot of
+    ``zookeeper.connect``, which ``start()`` creates when missing.
+
+    Invariants: every write a controller makes (partition states, topic znodes, deletion marks,
+    ``/controller``) is a multi-op whose first op checks ``/controller_epoch``'s zkVersion, so a
+    controller that has been succeeded changes nothing (``ControllerMovedError``); partition
+    states are also conditional on their own zkVersion. Requests retry through connection
+    loss and session expiry until they succeed or the client is closed, as Kafka's
+    ``retryRequestUntilConnected``.
+
+    Threads: any thread may call any method. Watch callbacks run on kazoo's event thread and
+    state-change handlers on this client's one session thread, in order; both should only hand
+    work off (e.g. enqueue a controller event), not block.
+    """
+
+    def __init__(self, config: ZkClientConfig):
+        self.config = config
+        self._zk = KazooClient(hosts=config.connect, timeout=config.session_timeout_ms / 1000)
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, ignore_expire=True,
+                                 interrupt=lambda: self._closed)
+        self._closed = False
+        self._session_lost = False
+        self._registered_session_id: int | None = None  # KafkaZkClient.currentZooKeeperSessionId
+        self._handlers: dict[str, StateChangeHandler] = {}
+        self._lock = threading.Lock()
+        self._session_events = ThreadPoolExecutor(1, thread_name_prefix="zk-session")
+        self._zk.add_listener(self._on_state)
+
+    # --- session -------------------------------------------------------------------------
+
+    def start(self) -> "StrataZkClient":
+        timeout = self.config.effective_connection_timeout_ms / 1000
+        if self.config.chroot:
+            root = KazooClient(hosts=self.config.hosts, timeout=self.config.session_timeout_ms / 1000)
+            self._start(root, timeout)
+            try:
+                root.ensure_path(self.config.chroot)
+            finally:
+                root.stop()
+                root.close()
+        self._start(self._zk, timeout)
+        return self
+
+    def _start(self, zk: KazooClient, timeout: float) -> None:
+        try:
+            zk.start(timeout=timeout)
+        except KazooTimeoutError as e:
+            zk.stop()
+            raise ZkConnectionTimeoutError(
+                f"Timed out waiting for connection to {self.config.hosts} after {timeout:g} s") from e
+
+    def close(self) -> None:
+        self._closed = True
+        self._zk.stop()
+        self._zk.close()
+        self._session_events.shutdown(wait=True)
+
+    def __enter__(self) -> "StrataZkClient":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self._zk.client_id
+        return client_id[0] if client_id else None
+
+    @property
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(session id, password): what another connection needs to take over this session."""
+        return self._zk.client_id
+
+    @property
+    def connected(self) -> bool:
+        return self._zk.state == KazooState.CONNECTED
+
+    def register_state_change_handler(self, handler: StateChangeHandler) -> None:
+        with self._lock:
+            self._handlers[handler.name] = handler
+
+    def unregister_state_change_handler(self, name: str) -> None:
+        with self._lock:
+            self._handlers.pop(name, None)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's connection thread: never block here.
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._session_lost = True
+            log.warning("ZooKeeper session expired")
+            self._session_events.submit(self._run_handlers, "before_initializing_session")
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            log.info("ZooKeeper session re-established (0x%x)", self.session_id or 0)
+            self._session_events.submit(self._run_handlers, "after_initializing_session")
+
+    def _run_handlers(self, phase: str) -> None:
+        with self._lock:
+            handlers = list(self._handlers.values())
+        for handler in handlers:
+            try:
+                getattr(handler, phase)()
+            except Exception:
+                log.exception("state change handler %s failed in %s", handler.name, phase)
+
+    # --- request plumbing ----------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._retry.copy()(fn, *args, **kwargs)
+
+    def _commit(self, build: Callable[[TransactionRequest], None]) -> list[Any]:
+        def run() -> list[Any]:
+            tx = self._zk.transaction()
+            build(tx)
+            return tx.commit()
+        return self._call(run)
+
+    def _commit_many(self, builds: Sequence[Callable[[TransactionRequest], None]]) -> list[list[Any]]:
+        """Pipelines one multi per build; one that hits a connection problem is redone alone."""
+        pending = []
+        for build in builds:
+            tx = self._zk.transaction()
+            build(tx)
+            pending.append(tx.commit_async())
+        results = []
+        for build, result in zip(builds, pending):
+            try:
+                results.append(result.get())
+            except _RETRYABLE:
+                results.append(self._commit(build))
+        return results
+
+    def _fenced(self, expected_controller_epoch_zk_version: int,
+                ops: Sequence[Callable[[TransactionRequest], None]]) -> list[Any]:
+        """Each op in its own multi after a check of ``/controller_epoch``'s zkVersion; the
+        ops' results (an exception instance for a failed op). Raises ControllerMovedError."""
+        def with_check(op: Callable[[TransactionRequest], None]) -> Callable[[TransactionRequest], None]:
+            def build(tx: TransactionRequest) -> None:
+                tx.check(z.CONTROLLER_EPOCH_PATH, expected_controller_epoch_zk_version)
+                op(tx)
+            return build
+        out = []
+        for check, *rest in self._commit_many([with_check(op) for op in ops]):
+            if isinstance(check, BadVersionError):
+                raise ControllerMovedError(
+                    "Controller epoch zkVersion check fails. Expected zkVersion = "
+                    f"{expected_controller_epoch_zk_version}")
+            if isinstance(check, Exception) and not isinstance(check, _ABORTED):
+                raise _error(check, f"check of {z.CONTROLLER_EPOCH_PATH}")
+            out.append(rest[0])
+        return out
+
+    def _get(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            return self._call(self._zk.get, path)
+        except NoNodeError:
+            return None
+
+    def _get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
+        pending = [self._zk.get_async(p) for p in paths]
+        out = []
+        for path, result in zip(paths, pending):
+            try:
+                out.append(result.get())
+            except NoNodeError:
+                out.append(None)
+            except _RETRYABLE:
+                out.append(self._get(path))
+        return out
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return self._call(self._zk.get_children, path)
+        except NoNodeError:
+            return []
+
+    def _create(self, path: str, data: bytes = b"", *, sequence: bool = False,
+                makepath: bool = True) -> str:
+        try:
+            return self._call(self._zk.create, path, data, sequence=sequence, makepath=makepath)
+        except NodeExistsError as e:
+            raise ZkNodeExistsError(f"{path} already exists") from e
+
+    def make_sure_persistent_path_exists(self, path: str) -> None:
+        self._call(self._zk.ensure_path, path)
+
+    def create_top_level_paths(self) -> None:
+        """ZkData.PersistentZkPaths, as every Kafka broker creates them at startup."""
+        for path in z.PERSISTENT_PATHS:
+            self.make_sure_persistent_path_exists(path)
+
+    def path_exists(self, path: str) -> bool:
+        return self._call(self._zk.exists, path) is not None
+
+    # --- brokers ---------------------------------------------------------------------------
+
+    def register_broker(self, broker: BrokerRegistration, **encode_args: Any) -> int:
+        """Creates the ephemeral ``/brokers/ids/N``; returns the broker epoch (its czxid).
+
+        A registration left by this client's own expired session is replaced (Kafka's
+        KAFKA-7165 handling); one held by any other live session raises ZkNodeExistsError.
+        """
+        path = z.broker_path(broker.id)
+        stat = self._checked_ephemeral_create(path, z.encode_broker(broker, **encode_args))
+        log.info("Registered broker %d at path %s, czxid (broker epoch): %d",
+                 broker.id, path, stat.czxid)
+        return stat.czxid
+
+    def _checked_ephemeral_create(self, path: str, data: bytes) -> Any:
+        results = self._commit(lambda tx: (tx.create(path, b"", ephemeral=True),
+                                           tx.set_data(path, data, 0)))
+        if isinstance(results[0], NodeExistsError):
+            stat = self._stat_after_node_exists(path, data)
+        elif any(isinstance(r, Exception) for r in results):
+            raise _error(next(r for r in results if not isinstance(r, _ABORTED)),
+                         f"creating ephemeral {path}")
+        else:
+            stat = results[1]
+        self._registered_session_id = self.session_id
+        return stat
+
+    def _stat_after_node_exists(self, path: str, data: bytes) -> Any:
+        found = self._get(path)
+        if found is None:
+            log.info("The ephemeral node at %s went away while reading it, creating it again", path)
+            return self._checked_ephemeral_create(path, data)
+        owner = found[1].ephemeralOwner
+        if owner == self._registered_session_id and owner != self.session_id:
+            log.info("Ephemeral %s is owned by our expired session 0x%x; re-creating it", path, owner)
+            try:
+                self._call(self._zk.delete, path)
+            except NoNodeError:
+                pass
+            return self._checked_ephemeral_create(path, data)
+        if owner != self.session_id:
+            raise ZkNodeExistsError(
+                f"Error while creating ephemeral at {path}, node already exists and owner "
+                f"'0x{owner:x}' does not match current session '0x{self.session_id or 0:x}'")
+        return found[1]
+
+    def get_broker(self, broker_id: int) -> BrokerRegistration | None:
+        found = self._get(z.broker_path(broker_id))
+        return None if found is None else z.decode_broker(broker_id, found[0], found[1].czxid)
+
+    def get_sorted_broker_list(self) -> list[int]:
+        return sorted(int(c) for c in self._children(z.BROKER_IDS_PATH))
+
+    def get_all_brokers(self) -> list[BrokerRegistration]:
+        """Every registered broker, by id, each with its epoch."""
+        ids = self.get_sorted_broker_list()
+        found = self._get_many([z.broker_path(i) for i in ids])
+        return [z.decode_broker(i, f[0], f[1].czxid) for i, f in zip(ids, found) if f is not None]
+
+    def watch_broker_ids(self, callback: Callable[[list[int]], None]) -> None:
+        """Calls back with the sorted live broker ids now and after every change."""
+        self._watch_children(z.BROKER_IDS_PATH, lambda ids: callback(sorted(int(i) for i in ids)))
+
+    # --- controller ----------------------------------------------------------------------
+
+    def get_controller(self) -> z.ControllerRegistration | None:
+        found = self._get(z.CONTROLLER_PATH)
+        return None if found is None else z.ControllerRegistration.decode(found[0], found[1].version)
+
+    def get_controller_id(self) -> int | None:
+        controller = self.get_controller()
+        return None if controller is None else controller.broker_id
+
+    def get_controller_epoch(self) -> tuple[int, int] | None:
+        """(epoch, zkVersion of ``/controller_epoch``), or None before the first controller."""
+        found = self._get(z.CONTROLLER_EPOCH_PATH)
+        return None if found is None else (z.decode_controller_epoch(found[0]), found[1].version)
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> None:
+        """Calls back with the controller's broker id (None without one) now and on change."""
+        def on_data(data: bytes | None, _stat: Any) -> None:
+            _guarded(z.CONTROLLER_PATH, callback,
+                     z.ControllerRegistration.decode(data).broker_id if data else None)
+        DataWatch(self._zk, z.CONTROLLER_PATH, on_data)
+
+    def register_controller_and_increment_controller_epoch(
+            self, controller_id: int, timestamp_ms: int | None = None) -> tuple[int, int]:
+        """Creates ``/controller`` and bumps ``/controller_epoch`` in one multi-op conditional
+        on the epoch's zkVersion; returns (new epoch, its zkVersion) or raises
+        ControllerMovedError when another broker won."""
+        current = self.get_controller_epoch() or self._maybe_create_controller_epoch()
+        new_epoch, expected_version = current[0] + 1, current[1]
+        registration = z.ControllerRegistration(
+            controller_id, z.now_ms() if timestamp_ms is None else timestamp_ms)
+        results = self._commit(lambda tx: (
+            tx.create(z.CONTROLLER_PATH, registration.encode(), ephemeral=True),
+            tx.set_data(z.CONTROLLER_EPOCH_PATH, z.encode_controller_epoch(new_epoch),
+                        expected_version)))
+        if not any(isinstance(r, Exception) for r in results):
+            return new_epoch, results[1].version
+        if any(isinstance(r, (NodeExistsError, BadVersionError)) for r in results):
+            # Our own multi may have succeeded before a connection loss made it retry.
+            if self.get_controller_id() == controller_id:
+                epoch = self.get_controller_epoch()
+                if epoch is not None and epoch[0] == new_epoch:
+                    return epoch
+            raise ControllerMovedError("Controller moved to another broker. "
+                                       "Aborting controller startup procedure")
+        raise _error(next(r for r in results if not isinstance(r, _ABORTED)), "controller election")
+
+    def _maybe_create_controller_epoch(self) -> tuple[int, int]:
+        try:
+            self._create(z.CONTROLLER_EPOCH_PATH,
+                         z.encode_controller_epoch(z.INITIAL_CONTROLLER_EPOCH), makepath=False)
+            return z.INITIAL_CONTROLLER_EPOCH, z.INITIAL_CONTROLLER_EPOCH_ZK_VERSION
+        except ZkNodeExistsError:
+            current = self.get_controller_epoch()
+            if current is None:
+                raise ZooKeeperError(f"{z.CONTROLLER_EPOCH_PATH} existed before but goes away "
+                                     "while trying to read it") from None
+            return current
+
+    def delete_controller(self, expected_controller_epoch_zk_version: int) -> None:
+        """Resigns: deletes ``/controller`` (a no-op when it is gone)."""
+        result, = self._fenced(expected_controller_epoch_zk_version,
+                               [lambda tx: tx.delete(z.CONTROLLER_PATH)])
+        if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+            raise _error(result, f"deleting {z.CONTROLLER_PATH}")
+
+    # --- topics and partition states -------------------------------------------------------
+
+    def get_all_topics(self) -> set[str]:
+        return set(self._children(z.TOPICS_PATH))
+
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
+        self._watch_children(z.TOPICS_PATH, lambda names: callback(set(names)))
+
+    def create_topic_assignment(self, assignment: z.TopicAssignment) -> None:
+        """Creates ``/brokers/topics/T`` (AdminZkClient's path for a new topic); raises
+        ZkNodeExistsError when the topic exists."""
+        self._create(z.topic_path(assignment.topic), assignment.encode())
+
+    def set_topic_assignment(self, assignment: z.TopicAssignment,
+                             expected_controller_epoch_zk_version: int) -> int:
+        """Rewrites ``/brokers/topics/T`` (conditional on ``assignment.zk_version`` when it is
+        known); returns the new zkVersion."""
+        result, = self._fenced(expected_controller_epoch_zk_version, [
+            lambda tx: tx.set_data(z.topic_path(assignment.topic), assignment.encode(),
+                                   assignment.zk_version)])
+        if isinstance(result, Exception):
+            raise _error(result, f"setting {z.topic_path(assignment.topic)}")
+        return result.version
+
+    def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, z.TopicAssignment]:
+        names = sorted(topics)
+        found = self._get_many([z.topic_path(t) for t in names])
+        return {t: z.TopicAssignment.decode(t, f[0], f[1].version)
+                for t, f in zip(names, found) if f is not None}
+
+    def get_partition_states(self, partitions: Iterable[TopicPartition]
+                             ) -> dict[TopicPartition, PartitionRegistration]:
+        """The state znodes that exist, each with its zkVersion as ``partition_epoch``."""
+        tps = list(partitions)
+        found = self._get_many([z.partition_state_path(tp.topic, tp.partition) for tp in tps])
+        return {tp: z.decode_partition_state(f[0], f[1].version)
+                for tp, f in zip(tps, found) if f is not None}
+
+    def create_partition_states(self, states: Mapping[TopicPartition, PartitionRegistration],
+                                expected_controller_epoch_zk_version: int
+                                ) -> dict[TopicPartition, PartitionRegistration | ZooKeeperError]:
+        """Creates the state znodes (and their parents) of new partitions; per partition the
+        state as created (``partition_epoch`` 0) or the error (ZkNodeExistsError if it exists)."""
+        v = expected_controller_epoch_zk_version
+        parents = sorted({z.partitions_path(tp.topic) for tp in states}) + sorted(
+            {z.partition_path(tp.topic, tp.partition) for tp in states})
+        for path, result in zip(parents, self._fenced(
+                v, [lambda tx, p=p: tx.create(p, b"") for p in parents])):
+            if isinstance(result, Exception) and not isinstance(result, NodeExistsError):
+                raise _error(result, f"creating {path}")
+        tps = list(states)
+        results = self._fenced(v, [
+            lambda tx, tp=tp: tx.create(z.partition_state_path(tp.topic, tp.partition),
+                                        z.encode_partition_state(states[tp]))
+            for tp in tps])
+        return {tp: _error(r, f"creating state of {tp}") if isinstance(r, Exception)
+                else replace(states[tp], partition_epoch=0)
+                for tp, r in zip(tps, results)}
+
+    def update_leader_and_isr(self, states: Mapping[TopicPartition, PartitionRegistration],
+                              controller_epoch: int, expected_controller_epoch_zk_version: int
+                              ) -> UpdateLeaderAndIsrResult:
+        """Writes each new state stamped with ``controller_epoch``, conditional on its
+        ``partition_epoch`` (the zkVersion it was read at) and on the controller epoch
+        znode's zkVersion. Raises ControllerMovedError when this controller is stale."""
+        tps = list(states)
+        stamped = {tp: replace(states[tp], controller_epoch=controller_epoch) for tp in tps}
+        results = self._fenced(expected_controller_epoch_zk_version, [
+            lambda tx, tp=tp: tx.set_data(z.partition_state_path(tp.topic, tp.partition),
+                                          z.encode_partition_state(stamped[tp]),
+                                          stamped[tp].partition_epoch)
+            for tp in tps])
+        finished: dict[TopicPartition, PartitionRegistration | ZooKeeperError] = {}
+        to_retry = []
+        for tp, result in zip(tps, results):
+            if isinstance(result, BadVersionError):
+                to_retry.append(tp)
+            elif isinstance(result, Exception):
+                finished[tp] = _error(result, f"updating state of {tp}")
+            else:
+                finished[tp] = replace(stamped[tp], partition_epoch=result.version)
+        return UpdateLeaderAndIsrResult(finished, tuple(to_retry))
+
+    # --- topic deletion ------------------------------------------------------------------
+
+    def create_delete_topic_path(self, topic: str) -> None:
+        """Marks the topic for deletion; ZkNodeExistsError when it already is."""
+        self._create(z.delete_topic_path(topic))
+
+    def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        return self.path_exists(z.delete_topic_path(topic))
+
+    def get_topic_deletions(self) -> list[str]:
+        return sorted(self._children(z.DELETE_TOPICS_PATH))
+
+    def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
+        self._watch_children(z.DELETE_TOPICS_PATH, lambda names: callback(sorted(names)))
+
+    def delete_topic_deletions(self, topics: Iterable[str],
+                               expected_controller_epoch_zk_version: int) -> None:
+        self._delete_all([z.delete_topic_path(t) for t in topics],
+                         expected_controller_epoch_zk_version)
+
+    def delete_topic_znode(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        """Deletes ``/brokers/topics/T`` and everything under it, in one fenced multi."""
+        self._delete_tree(z.topic_path(topic), expected_controller_epoch_zk_version)
+
+    def delete_topic_configs(self, topics: Iterable[str],
+                             expected_controller_epoch_zk_version: int) -> None:
+        self._delete_all([z.config_entity_path("topics", t) for t in topics],
+                         expected_controller_epoch_zk_version)
+
+    def _delete_all(self, paths: Sequence[str], expected_controller_epoch_zk_version: int) -> None:
+        for path, result in zip(paths, self._fenced(
+                expected_controller_epoch_zk_version,
+                [lambda tx, p=p: tx.delete(p) for p in paths])):
+            if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+                raise _error(result, f"deleting {path}")
+
+    def _delete_tree(self, root: str, expected_controller_epoch_zk_version: int) -> None:
+        for _ in range(10):  # children may appear between the listing and the delete
+            order = self._subtree_leaves_first(root)
+            if not order:
+                return
+            def build(tx: TransactionRequest) -> None:
+                tx.check(z.CONTROLLER_EPOCH_PATH, expected_controller_epoch_zk_version)
+                for path in order:
+                    tx.delete(path)
+            results = self._commit(build)
+            if isinstance(results[0], BadVersionError):
+                raise ControllerMovedError(f"Controller epoch zkVersion check fails while "
+                                           f"deleting {root}")
+            if not any(isinstance(r, Exception) for r in results):
+                return
+        raise ZooKeeperError(f"could not delete {root}: its children keep changing")
+
+    def _subtree_leaves_first(self, path: str) -> list[str]:
+        try:
+            children = self._call(self._zk.get_children, path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out += self._subtree_leaves_first(f"{path}/{child}")
+        return out + [path]
+
+    # --- configs -----------------------------------------------------------------------
+
+    def get_entity_configs(self, entity_type: str, entity_name: str) -> dict[str, str]:
+        found = self._get(z.config_entity_path(entity_type, entity_name))
+        return {} if found is None else z.decode_entity_config(found[0])
+
+    def get_all_entities_with_config(self, entity_type: str) -> list[str]:
+        return sorted(self._children(f"{z.CONFIG_PATH}/{entity_type}"))
+
+    def set_or_create_entity_configs(self, entity_type: str, entity_name: str,
+                                     config: Mapping[str, str]) -> None:
+        """Writes ``/config/<type>/<name>`` whole (last writer wins, as in Kafka)."""
+        path, data = z.config_entity_path(entity_type, entity_name), z.encode_entity_config(config)
+        try:
+            self._call(self._zk.set, path, data)
+        except NoNodeError:
+            try:
+                self._create(path, data)
+            except ZkNodeExistsError:
+                self._call(self._zk.set, path, data)
+
+    def create_config_change_notification(self, entity_path: str) -> str:
+        """Appends ``/config/changes/config_change_<seq>`` for ``entity_path`` (``topics/T``,
+        ``brokers/<default>``, ``brokers/1``); returns the node's name."""
+        path = self._create(f"{z.CONFIG_CHANGES_PATH}/{z.CONFIG_CHANGE_PREFIX}",
+                            z.encode_config_change(entity_path), sequence=True)
+        return path.rsplit("/", 1)[1]
+
+    def change_entity_config(self, entity_type: str, entity_name: str,
+                             config: Mapping[str, str]) -> None:
+        """AdminZkClient.changeConfigs: the config znode, then its change notification."""
+        self.set_or_create_entity_configs(entity_type, entity_name, config)
+        self.create_config_change_notification(f"{entity_type}/{entity_name}")
+
+    def get_config_change_notifications(self) -> list[tuple[str, str]]:
+        """(node name, entity path) of each pending notification, oldest first."""
+        names = sorted(c for c in self._children(z.CONFIG_CHANGES_PATH)
+                       if c.startswith(z.CONFIG_CHANGE_PREFIX))
+        found = self._get_many([f"{z.CONFIG_CHANGES_PATH}/{n}" for n in names])
+        return [(n, z.decode_config_change(f[0])) for n, f in zip(names, found) if f is not None]
+
+    def watch_config_changes(self, callback: Callable[[list[str]], None]) -> None:
+        """Calls back with the sorted notification node names now and after every change."""
+        self._watch_children(z.CONFIG_CHANGES_PATH, lambda names: callback(sorted(names)))
+
+    def delete_config_change_notifications(self, names: Iterable[str]) -> None:
+        for name in names:
+            try:
+                self._call(self._zk.delete, f"{z.CONFIG_CHANGES_PATH}/{name}")
+            except NoNodeError:
+                pass
+
+    # --- cluster-wide singletons -----------------------------------------------------------
+
+    def get_cluster_id(self) -> str | None:
+        found = self._get(z.CLUSTER_ID_PATH)
+        return None if found is None else z.decode_cluster_id(found[0])
+
+    def create_or_get_cluster_id(self, proposed: str) -> str:
+        """The cluster id: ``proposed`` if this call created ``/cluster/id``, else the stored one."""
+        try:
+            self._create(z.CLUSTER_ID_PATH, z.encode_cluster_id(proposed))
+            return proposed
+        except ZkNodeExistsError:
+            stored = self.get_cluster_id()
+            if stored is None:
+                raise ZooKeeperError("Failed to get cluster id from Zookeeper. This can happen "
+                                     "if /cluster/id is deleted from Zookeeper.") from None
+            return stored
+
+    def allocate_producer_id_block(self, broker_id: int) -> z.ProducerIdsBlock:
+        """Kafka's ZkProducerIdManager.getNewProducerIdBlock: reads the latest block and
+        writes the next one conditional on the znode's version, retrying on a lost race."""
+        while True:
+            found = self._get(z.PRODUCER_ID_BLOCK_PATH)
+            if found is None:
+                self.make_sure_persistent_path_exists(z.PRODUCER_ID_BLOCK_PATH)
+                continue
+            data, stat = found
+            if data:
+                current = z.ProducerIdsBlock.decode(data)
+                if current.last_producer_id > z.INT64_MAX - z.PRODUCER_ID_BLOCK_SIZE:
+                    raise ZooKeeperError("Have exhausted all producerIds.")
+                block = z.ProducerIdsBlock(broker_id, current.next_block_first_id,
+                                           z.PRODUCER_ID_BLOCK_SIZE)
+            else:
+                block = z.ProducerIdsBlock(broker_id, 0, z.PRODUCER_ID_BLOCK_SIZE)
+            try:
+                self._call(self._zk.set, z.PRODUCER_ID_BLOCK_PATH, block.encode(), stat.version)
+            except BadVersionError:
+                continue
+            log.info("Acquired new producerId block %s (znode version %d)", block, stat.version)
+            return block
+
+    # --- watches -------------------------------------------------------------------------
+
+    def _watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
+        self.make_sure_persistent_path_exists(path)
+        ChildrenWatch(self._zk, path, lambda children: _guarded(path, callback, children))
+
+
+def _guarded(path: str, callback: Callable[[Any], None], value: Any) -> None:
+    """Runs a watch callback; an exception is logged (raising would end kazoo's watch)."""
+    try:
+        callback(value)
+    except Exception:
+        log.exception("watch callback for %s failed", path)
+

@@ -1,0 +1,124 @@
+"""Start a real ZooKeeper server process (scripts/zookeeper-run.sh) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from broker_process import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_SCRIPT = ROOT / "scripts" / "zookeeper-run.sh"
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+
+
+def zookeeper_available() -> tuple[bool, str]:
+    """(True, "") when a ZooKeeper server can be started here, else (False, why not)."""
+    if not ZOOKEEPER_JAR.is_file():
+        return False, f"{ZOOKEEPER_JAR} missing: Debian's zookeeper package is not installed " \
+                      "(bash scripts/system-deps.sh)"
+    if shutil.which("java") is None:
+        return False, "java not found"
+    return True, ""
+
+
+def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
+    """Sends a four-letter command (``ruok``, ``srvr``) and returns the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(word.encode("ascii"))
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+class ZooKeeperServer:
+    """One standalone server with its own data dir; ``tick_ms`` 500 lets tests use sessions
+    down to 1 s. Usable as a context manager (start, then stop)."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir / "zookeeper.log"
+        self._log = None
+
+    def connect_string(self, chroot: str = "") -> str:
+        return f"127.0.0.1:{self.port}{chroot}"
+
+    def start(self, timeout: float = 60) -> "ZooKeeperServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            ["bash", str(RUN_SCRIPT), str(self.port), str(self.data_dir), str(self.tick_ms)],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"zookeeper exited with {self.proc.returncode}:\n{self.output()}")
+            if self.serving():
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise TimeoutError(f"zookeeper did not serve on {self.port}:\n{self.output()}")
+
+    def serving(self) -> bool:
+        try:
+            return four_letter_word(self.port, "ruok") == "imok"
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def pause(self, timeout: float = 10) -> None:
+        """SIGSTOP; returns once the kernel reports the process stopped."""
+        self._signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while self._proc_state() not in ("T", None):
+            if time.monotonic() > deadline:
+                raise TimeoutError("zookeeper did not stop")
+            time.sleep(0.01)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _proc_state(self) -> str | None:
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except (AttributeError, OSError):
+            return None
+        return stat.rsplit(")", 1)[1].split()[0]
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.resume()  # a stopped JVM would not act on SIGTERM
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        self.proc = None
+
+    def __enter__(self) -> "ZooKeeperServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
