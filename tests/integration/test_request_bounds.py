@@ -110,3 +110,36 @@ def test_a_fetch_asking_for_two_gibibytes_gets_at_most_the_brokers_fetch_max_byt
             resp = conn.request(req, FetchResponse)
     records = resp.responses[0].partitions[0].records
     assert 0 < len(records) <= 100_000
+
+
+def test_other_connections_are_served_while_a_large_produce_is_appended(tmp_path):
+    """A Produce of 40 partitions with a 1 MB batch of tiny records each keeps the broker busy
+    for a while; a Metadata request sent after it, on another connection, is answered first."""
+    from strata.protocol.records import SimpleRecord, build_batch
+    batch = build_batch([SimpleRecord(b"v", None, (), 1_700_000_000_000)] * 100_000)
+    assert len(batch) < 1_000_000
+    cls = request_class(ApiKey.PRODUCE, 9)
+    topic_cls = cls.__dataclass_fields__["topic_data"].type.__args__[0]
+    part_cls = topic_cls.__dataclass_fields__["partition_data"].type.__args__[0]
+    from kio.static.primitive import Records
+    body = cls(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+               topic_data=(topic_cls(name="many", partition_data=tuple(
+                   part_cls(index=p, records=Records(batch)) for p in range(40))),))
+    with BrokerProcess(tmp_path, overrides={"num.partitions": "40",
+                                            "socket.request.max.bytes": str(64 << 20)}) as b:
+        with Connection(b.bootstrap, timeout=60) as producing, \
+                Connection(b.bootstrap, timeout=60) as other:
+            metadata = request_class(ApiKey.METADATA, 12)
+            topic = metadata.__dataclass_fields__["topics"].type.__args__[0].__args__[0]
+            other.request(metadata(topics=(topic(name="many", topic_id=None),),
+                                   allow_auto_topic_creation=True,
+                                   include_topic_authorized_operations=False),
+                          response_class(ApiKey.METADATA, 12))
+            producing.sock.sendall(framed(client_frame(body, 1)))
+            other.request(request_class(ApiKey.API_VERSIONS, 3)(
+                client_software_name="t", client_software_version="1"),
+                response_class(ApiKey.API_VERSIONS, 3))
+            readable, _, _ = select.select([producing.sock], [], [], 0)
+            assert not readable, "the Produce answer came before the other connection's"
+            producing.sock.settimeout(120)
+            assert producing.sock.recv(4)  # the Produce answer does come

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from strata.common.errors import ErrorCode
@@ -23,11 +24,17 @@ def _record_errors(rc, errors, version: int) -> tuple:
                       batch_index_error_message=m) for i, m in errors)
 
 
+# A request of many partitions yields to the event loop between them once this many record
+# bytes were appended, so that one large request does not hold up every other connection.
+YIELD_EVERY_BYTES = 1 << 20
+
+
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
     acks = body.acks
     topics = []
+    since_yield = 0
     for t in body.topic_data:
         partitions = []
         for p in t.partition_data:
@@ -38,6 +45,10 @@ async def handle(ctx, request):
                 continue
             r = ctx.replica_manager.append(TopicPartition(t.name, p.index), p.records,
                                            produce_version=request.api_version)
+            since_yield += len(p.records or b"")
+            if since_yield >= YIELD_EVERY_BYTES:
+                since_yield = 0
+                await asyncio.sleep(0)
             partitions.append(make(
                 rc, "responses.partition_responses", index=p.index,
                 error_code=kio_error_code(r.error), base_offset=r.base_offset,
