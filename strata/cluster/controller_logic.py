@@ -106,7 +106,9 @@ class _Change:
 
     def _notice(self, notice) -> None:
         key = (type(notice), notice.broker_id, notice.partition)
-        self._notices.pop(key, None)
+        old = self._notices.pop(key, None)
+        if isinstance(old, LeaderAndIsr) and old.is_new:  # created in this event: still new
+            notice = replace(notice, is_new=True)
         self._notices[key] = notice
 
     def result(self, response=None) -> ControllerResult:

@@ -336,3 +336,17 @@ def test_watches_report_controller_and_topic_changes(new_client):
     controller.delete_topic_znode("w", version)
     controller.delete_controller(version)
     wait_for(lambda: controllers[-1] is None and topics[-1] == set(), "the deletions")
+
+
+def test_a_topic_watch_reports_each_change_of_its_znode(new_client):
+    admin, observer = new_client(), new_client()
+    topic_id = uuid.uuid4()
+    admin.create_topic_assignment(z.TopicAssignment("w", topic_id, {0: z.ReplicaAssignment((1,))}))
+    calls: list[int] = []
+    observer.watch_topic(
+        "w", lambda: calls.append(len(observer.get_topic_assignments(["w"])["w"].partitions)))
+    wait_for(lambda: calls == [1], "the initial call")
+    _, version = admin.register_controller_and_increment_controller_epoch(9)
+    admin.set_topic_assignment(z.TopicAssignment("w", topic_id, {
+        0: z.ReplicaAssignment((1,)), 1: z.ReplicaAssignment((1,))}), version)
+    wait_for(lambda: calls == [1, 2], "the change")

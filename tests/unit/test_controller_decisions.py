@@ -437,3 +437,14 @@ def test_bounced_broker_is_failed_then_registered_in_one_event():
     assert (r.leader, r.isr) == (2, (2,))
     assert [w.expected_version for w in result.writes] == [0]
     assert any(n.broker_id == 1 and not n.is_leader for n in result.notices)
+
+
+def test_a_partition_given_state_at_failover_is_announced_as_new():
+    # the store as a new controller reads it: a topic written by an admin path, no states yet
+    image = cluster(1, 2)
+    topic = handle(image, TopicCreated("t", uuid.uuid4(), assignment=((1, 2),))).image.topics["t"]
+    stale = replace(image, topics=frozen_map({"t": replace(topic, partitions=frozen_map())}),
+                    controller_epoch=4)
+    result = handle(stale, ControllerFailover(5))
+    assert [type(w).__name__ for w in result.writes] == ["CreatePartitionState"]
+    assert {(n.broker_id, n.is_new) for n in result.notices} == {(1, True), (2, True)}

@@ -405,6 +405,16 @@ class StrataZkClient:
     def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
         self._watch_children(z.TOPICS_PATH, lambda names: callback(set(names)))
 
+    def watch_topic(self, topic: str, callback: Callable[[], None]) -> None:
+        """Kafka's PartitionModificationsHandler: calls back now and whenever
+        ``/brokers/topics/T``'s data changes; the watch ends when the znode is gone."""
+        def on_data(data: bytes | None, _stat: Any) -> bool | None:
+            if data is None:
+                return False
+            _guarded(z.topic_path(topic), lambda _: callback(), None)
+            return None
+        DataWatch(self._zk, z.topic_path(topic), on_data)
+
     def create_topic_assignment(self, assignment: z.TopicAssignment) -> None:
         """Creates ``/brokers/topics/T`` (AdminZkClient's path for a new topic); raises
         ZkNodeExistsError when the topic exists."""
