@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast fuzz bench bench-smoke bench-log bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ fuzz: venv
 
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
+
+# Log cleaner throughput (MB/s of dirty log compacted in-process).
+bench-cleaner: venv
+	$(PY) -m strata.bench.cleaner
 
 # Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
 # writes its section of docs/benchmarks.md and the charts under docs/benchmarks/.

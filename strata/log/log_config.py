@@ -59,6 +59,14 @@ class LogConfig(AbstractConfig):
         return internal if internal is not None else self.values["segment.bytes"]
 
     @property
+    def max_segment_ms(self) -> int:
+        """``segment.ms``, capped by ``max.compaction.lag.ms`` on compacted topics (KIP-354: a
+        segment must roll for its records to become cleanable in time)."""
+        if self.is_compacted:
+            return min(self.values["segment.ms"], self.values["max.compaction.lag.ms"])
+        return self.values["segment.ms"]
+
+    @property
     def log_append_time(self) -> bool:
         return self.values["message.timestamp.type"] == "LogAppendTime"
 
@@ -102,6 +110,9 @@ BROKER_SYNONYMS: dict[str, list[tuple[str, int]]] = {
     "max.message.bytes": [("message.max.bytes", 1)],
     "index.interval.bytes": [("log.index.interval.bytes", 1)],
     "delete.retention.ms": [("log.cleaner.delete.retention.ms", 1)],
+    "min.cleanable.dirty.ratio": [("log.cleaner.min.cleanable.ratio", 1)],
+    "min.compaction.lag.ms": [("log.cleaner.min.compaction.lag.ms", 1)],
+    "max.compaction.lag.ms": [("log.cleaner.max.compaction.lag.ms", 1)],
     "file.delete.delay.ms": [("log.segment.delete.delay.ms", 1)],
     "cleanup.policy": [("log.cleanup.policy", 1)],
     "min.insync.replicas": [("min.insync.replicas", 1)],

@@ -1,7 +1,9 @@
 """Opening a partition directory: what Kafka's LogLoader does at broker start.
 
-1. Remove leftovers of interrupted work (``.deleted``, ``.tmp``, ``.cleaned``, ``.swap`` files)
-   and index files whose ``.log`` is gone.
+1. Complete an interrupted cleaner swap: a ``.swap`` segment replaces every segment file
+   whose base offset lies in its offset range, as Kafka's LogLoader does. Then remove leftovers
+   of interrupted work (``.deleted``, ``.tmp``, ``.cleaned`` files) and index files whose
+   ``.log`` is gone.
 2. Open every segment; a missing or inconsistent index gets the segment recovered (rebuilt).
 3. After an unclean shutdown, recover every segment from the one holding the recovery point:
    validate each batch, truncate a torn or corrupt tail (and drop the segments after it),
@@ -12,22 +14,26 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 from strata.common.clock import Clock
+from strata.common.files import fsync_dir
 from strata.common.types import TopicPartition
 from strata.log.indexes import AbortedTxn, CorruptIndexError
 from strata.log.leader_epoch import LeaderEpochFileCache
 from strata.log.log_config import LogConfig
 from strata.log.producer_state import AppendOrigin, ProducerStateManager
 from strata.log.segment import (
-    DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment,
-    offset_from_file_name)
+    CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX, LogSegment, offset_from_file_name)
+from strata.protocol.records import HEADER_SIZE, read_header
 
 log = logging.getLogger(__name__)
 
-CLEANUP_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
+CLEANUP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX)
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 class LoadedLog(NamedTuple):
@@ -205,7 +211,42 @@ def _check_index_bounds(seg: LogSegment) -> None:
             raise CorruptIndexError(f"last time index entry {last_t} below the base offset")
 
 
+def _next_offset_of_log_file(path: Path) -> int:
+    """The offset after the last complete batch of a ``.log`` file (its base when empty)."""
+    next_offset = offset_from_file_name(path.name)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        pos = 0
+        while pos + HEADER_SIZE <= size:
+            f.seek(pos)
+            h = read_header(f.read(HEADER_SIZE), 0)
+            if h.batch_length < HEADER_SIZE - 12 or pos + h.size > size:
+                break
+            next_offset = h.next_offset
+            pos += h.size
+    return next_offset
+
+
+def _complete_swaps(directory: Path) -> None:
+    """Finish a cleaner swap cut short: drop the segment files the ``.swap`` segments replace
+    (base offsets in [min swap base, max swap next offset)), then drop the ``.swap`` suffixes."""
+    swaps = list(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}"))
+    if swaps:
+        lo = min(offset_from_file_name(p.name) for p in swaps)
+        hi = max(_next_offset_of_log_file(p) for p in swaps)
+        for p in directory.iterdir():
+            if p.name.endswith(SEGMENT_FILE_SUFFIXES) and lo <= offset_from_file_name(p.name) < hi:
+                log.info("removing %s, replaced by a swap segment", p)
+                p.unlink(missing_ok=True)
+    for p in directory.glob(f"*{SWAP_SUFFIX}"):
+        log.info("completing the swap of %s", p)
+        os.rename(p, p.with_name(p.name[: -len(SWAP_SUFFIX)]))
+    if swaps:
+        fsync_dir(directory)
+
+
 def _remove_leftovers(directory: Path) -> None:
+    _complete_swaps(directory)
     present_logs = {p.name[: -len(LOG_SUFFIX)] for p in directory.glob(f"*{LOG_SUFFIX}")}
     for p in directory.iterdir():
         if p.name.endswith(CLEANUP_SUFFIXES):

@@ -107,6 +107,11 @@ class LogManager:
         with self._lock:
             return list(self._logs.values())
 
+    def logs_with_dirs(self) -> list[tuple[Path, TopicPartition, UnifiedLog]]:
+        """(log dir, partition, log) of every log: what the log cleaner walks."""
+        with self._lock:
+            return [(self._log_dir_of[tp], tp, ulog) for tp, ulog in self._logs.items()]
+
     def partitions(self) -> list[TopicPartition]:
         with self._lock:
             return list(self._logs)
