@@ -165,7 +165,7 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
 
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
-    from strata.cluster.metadata import ClusterMetadata
+    from strata.cluster.metadata import SENDFILE_PROP, ClusterMetadata
     from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
     from strata.coordinator.offsets_log import ReplicaOffsetsLog
     from strata.coordinator.producer_id_manager import ProducerIdManager
@@ -177,6 +177,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.cluster.client_quotas import ClientQuotaStore
     from strata.server.metrics import ClientQuotaCollector
     from strata.server.quotas import ClientQuotaManager
+    from strata.log.log_cleaner import LogCleaner
+    from strata.server.log_cleaner_metrics import LogCleanerCollector
 
     node_id = _int(props, "node.id", 1)
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
@@ -188,6 +190,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler, dir_failures=metadata.dir_failures)
     manager.startup()
+    cleaner = LogCleaner.from_properties(props, manager.logs_with_dirs)
+    if cleaner is not None:
+        cleaner.startup()
     watchers = PartitionWatchers()
     replica_manager = ReplicaManager(
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
@@ -219,9 +224,12 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     metrics_server = start_metrics_server(props, manager, rlm, metadata)
     if metrics_server is not None:
         metrics_server.registry.register(ClientQuotaCollector(ctx.quotas))
+        if cleaner is not None:
+            metrics_server.registry.register(LogCleanerCollector(cleaner))
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
-                         idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000))
+                         idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000),
+                         sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false")
     await server.start()
     adv_host, adv_port = parse_listener(props.get("advertised.listeners") or
                                         props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
@@ -254,6 +262,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if rlm is not None:
         rlm.shutdown()
     scheduler.shutdown(run_pending=False)
+    if cleaner is not None:
+        cleaner.shutdown()
     manager.shutdown()
     log.info("clean shutdown complete")
 

@@ -106,6 +106,7 @@ EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
 # (its active segment's log file; index maps hold none), one more is kept per partition for
 # older segments, and DESCRIPTORS_RESERVED stay for connections and the remote tier.
 MAX_BROKER_PARTITIONS_PROP = "max.broker.partitions"
+SENDFILE_PROP = "strata.fetch.sendfile.enable"
 DESCRIPTORS_PER_PARTITION = 1
 DESCRIPTORS_RESERVED = 4096
 
@@ -386,6 +387,27 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                      "The default cleanup policy for segments."),
     "log.cleaner.delete.retention.ms": _BrokerKey(_T.LONG, "86400000", "The amount of time to "
                                                   "retain tombstone markers for compacted topics."),
+    "log.cleaner.enable": _BrokerKey(_T.BOOLEAN, "true", "Enable the log cleaner process to "
+                                     "run on the server."),
+    "log.cleaner.threads": _BrokerKey(_T.INT, "1", "The number of background threads to use "
+                                      "for log cleaning."),
+    "log.cleaner.dedupe.buffer.size": _BrokerKey(_T.LONG, "134217728", "The total memory used "
+                                                 "for log deduplication across all cleaner "
+                                                 "threads."),
+    "log.cleaner.io.max.bytes.per.second": _BrokerKey(_T.DOUBLE, "1.7976931348623157E308",
+                                                      "The log cleaner will be throttled so that "
+                                                      "the sum of its read and write i/o will be "
+                                                      "less than this value on average."),
+    "log.cleaner.backoff.ms": _BrokerKey(_T.LONG, "15000", "The amount of time to sleep when "
+                                         "there are no logs to clean."),
+    "log.cleaner.min.cleanable.ratio": _BrokerKey(_T.DOUBLE, "0.5", "The minimum ratio of "
+                                                  "dirty log to total log for a log to be "
+                                                  "eligible for cleaning."),
+    "log.cleaner.min.compaction.lag.ms": _BrokerKey(_T.LONG, "0", "The minimum time a message "
+                                                    "will remain uncompacted in the log."),
+    "log.cleaner.max.compaction.lag.ms": _BrokerKey(_T.LONG, str(LONG_MAX), "The maximum time "
+                                                    "a message will remain ineligible for "
+                                                    "compaction in the log."),
     "log.segment.delete.delay.ms": _BrokerKey(_T.LONG, "60000", "The amount of time to wait "
                                               "before deleting a file from the filesystem."),
     "log.preallocate": _BrokerKey(_T.BOOLEAN, "false",
@@ -407,6 +429,9 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                            "partitions this broker hosts; CreateTopics and "
                                            "CreatePartitions beyond it get POLICY_VIOLATION. "
                                            "Unset: derived from the open-file limit."),
+    SENDFILE_PROP: _BrokerKey(_T.BOOLEAN, "true", "Strata: Fetch sends local records from the "
+                              "segment file with sendfile (zero-copy); false copies them "
+                              "through the broker's memory."),
     "min.insync.replicas": _BrokerKey(_T.INT, "1", "The minimum number of in-sync replicas "
                                       "for acks=all."),
     "compression.type": _BrokerKey(_T.STRING, "producer",

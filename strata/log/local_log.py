@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from strata.common.clock import Clock
+from strata.common.files import fsync_dir
 from strata.common.scheduler import Scheduler
 from strata.common.types import TopicPartition
 from strata.log.indexes import AbortedTxn
 from strata.log.log_config import LogConfig
-from strata.log.segment import DELETED_SUFFIX, LogSegment
+from strata.log.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
 from strata.protocol import records as rec
+from strata.protocol.file_region import FileRegion
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class LogOffsetMetadata(NamedTuple):
 
 class FetchDataInfo(NamedTuple):
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes | memoryview     # a view for remote reads (of a cached chunk or read buffer)
+    records: bytes | memoryview | FileRegion  # a view for remote reads; a region for sendfile
     first_entry_incomplete: bool = False
     aborted_transactions: list[AbortedTxn] | None = None
 
@@ -169,10 +171,12 @@ class LocalLog:
     # ---- reads ------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_length: int, min_one_message: bool,
-             max_offset_metadata: LogOffsetMetadata, include_aborted_txns: bool) -> FetchDataInfo:
+             max_offset_metadata: LogOffsetMetadata, include_aborted_txns: bool,
+             as_region: bool = False) -> FetchDataInfo:
         """Whole batches from ``start_offset`` below ``max_offset_metadata`` (exclusive).
 
-        The caller has checked ``start_offset`` lies within the local log.
+        The caller has checked ``start_offset`` lies within the local log. With ``as_region``
+        the records are a ``FileRegion`` of the segment file (for sendfile) instead of bytes.
         """
         upper = max_offset_metadata
         seg = self.floor_segment(start_offset)
@@ -183,12 +187,13 @@ class LocalLog:
                 break
             else:
                 max_position = seg.size
-            got = seg.read(start_offset, max_length, max_position, min_one_message)
+            got = seg.read(start_offset, max_length, max_position, min_one_message, as_region)
             if got is not None:
                 meta = LogOffsetMetadata(start_offset, seg.base_offset, got.position)
                 aborted = None
                 if include_aborted_txns:
-                    headers = list(rec.iter_headers(got.data))
+                    headers = list(got.data.headers() if isinstance(got.data, FileRegion)
+                                   else rec.iter_headers(got.data))
                     upper = headers[-1].next_offset if headers else start_offset
                     aborted = self.collect_aborted_transactions(start_offset, upper)
                 return FetchDataInfo(meta, got.data, False, aborted)
@@ -247,6 +252,24 @@ class LocalLog:
             seg.change_file_suffixes("", DELETED_SUFFIX)
             self._scheduler.schedule_once(f"delete-{seg.log_path.name}", seg.delete_files,
                                           self.config.get("file.delete.delay.ms"))
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap a flushed ``.cleaned`` segment in for ``old`` (Kafka's ``replaceSegments``).
+
+        Crash-safe order: ``.cleaned`` -> ``.swap``; each old segment -> ``.deleted``; ``.swap``
+        -> final name. ``load_log`` completes a swap it finds and drops ``.cleaned`` files.
+        """
+        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.directory)
+        for seg in old:
+            if self._segments.get(seg.base_offset) is seg:
+                self._remove_segment(seg.base_offset)
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+            self._scheduler.schedule_once(f"delete-{seg.log_path.name}", seg.delete_files,
+                                          self.config.get("file.delete.delay.ms"))
+        new.change_file_suffixes(SWAP_SUFFIX, "")
+        fsync_dir(self.directory)
+        self.add_segment(new)
 
     # ---- durability -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from strata.common.errors import CorruptRecordError
 from strata.log.indexes import (
     AbortedTxn, IndexOffsetOverflowError, OffsetIndex, TimeIndex, TransactionIndex)
 from strata.protocol import records as rec
+from strata.protocol.file_region import FileRegion, whole_batches_length
 from strata.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 SNAPSHOT_SUFFIX = ".snapshot"
 INT32_MAX = 2**31 - 1
 _SCAN_BLOCK = 16 * 1024
@@ -63,7 +66,7 @@ class TimestampAndOffset(NamedTuple):
 class SegmentRead(NamedTuple):
     """Whole batches read from one segment, starting at ``position``."""
 
-    data: bytes
+    data: bytes | FileRegion
     position: int
 
 
@@ -231,11 +234,12 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = True) -> SegmentRead | None:
+             min_one_message: bool = True, as_region: bool = False) -> SegmentRead | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
 
         With ``min_one_message`` the first batch is returned whole even when larger (KIP-74).
         ``max_position`` (exclusive) bounds the read, e.g. at the high watermark.
+        ``as_region`` gives the same bytes as a ``FileRegion`` of this file (for sendfile).
         None when the offset is beyond this segment.
         """
         found = self.translate_offset(start_offset)
@@ -247,6 +251,9 @@ class LogSegment:
         budget = min(limit - found.position, max(max_size, found.size if min_one_message else 0))
         if budget <= 0:
             return SegmentRead(b"", found.position)
+        if as_region:
+            return SegmentRead(FileRegion.of_whole_batches(self._fd, found.position, budget),
+                               found.position)
         data = os.pread(self._fd, budget, found.position)
         return SegmentRead(_whole_batches(data), found.position)
 
@@ -530,12 +537,6 @@ def find_offset_in_batch(buf, header: BatchHeader, timestamp: int,
 
 def _whole_batches(data: bytes) -> bytes:
     """``data`` cut after its last complete batch (reads never hand out a torn batch)."""
-    end = 0
     n = len(data)
-    unpack = rec.BASE_OFFSET_LENGTH.unpack_from
-    while end + LOG_OVERHEAD <= n:
-        size = unpack(data, end)[1] + LOG_OVERHEAD
-        if end + size > n:
-            break
-        end += size
+    end = whole_batches_length(lambda pos, size: data, n, n)
     return data if end == n else data[:end]

@@ -283,7 +283,7 @@ class UnifiedLog:
         seg = self.local_log.active_segment
         cfg = self.config
         if seg.should_roll(segment_bytes=cfg.effective_segment_bytes,
-                           segment_ms=cfg.get("segment.ms"), messages_size=messages_size,
+                           segment_ms=cfg.max_segment_ms, messages_size=messages_size,
                            max_timestamp_in_messages=max_timestamp,
                            max_offset_in_messages=max_offset, now_ms=self._clock.milliseconds()):
             return self.roll(first_offset)
@@ -306,8 +306,9 @@ class UnifiedLog:
 
     def read(self, start_offset: int, max_length: int,
              isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
-             min_one_message: bool = True) -> FetchDataInfo:
-        """Whole batches from ``start_offset`` up to the isolation's bound.
+             min_one_message: bool = True, as_region: bool = False) -> FetchDataInfo:
+        """Whole batches from ``start_offset`` up to the isolation's bound (``as_region``: as a
+        ``FileRegion`` of the segment file, which stays readable after this lock is released).
 
         Offsets outside [local log start offset, log end offset] raise OffsetOutOfRangeError;
         the caller routes offsets still in the remote tier elsewhere before calling.
@@ -330,7 +331,7 @@ class UnifiedLog:
                 return FetchDataInfo(LogOffsetMetadata(start_offset), b"", False,
                                      [] if isolation is FetchIsolation.TXN_COMMITTED else None)
             return self.local_log.read(start_offset, max_length, min_one_message, upper,
-                                       isolation is FetchIsolation.TXN_COMMITTED)
+                                       isolation is FetchIsolation.TXN_COMMITTED, as_region)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets: the special timestamps, or the first record at or after ``timestamp``."""

@@ -87,6 +87,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from strata.common.errors import ErrorCode, KafkaError
+from strata.protocol.file_region import FileRegion
 
 __all__ = [
     "API_VERSIONS",
@@ -788,7 +789,8 @@ _ZERO_COPY_MIN = 16 * 1024  # chunks at least this large are kept by reference, 
 
 
 class _Sink:
-    """A write-only file for kio's writer: small writes are coalesced, large ones referenced."""
+    """A write-only file for kio's writer: small writes are coalesced, large ones and file
+    regions referenced (kio only takes ``len()`` of a records value before writing it)."""
 
     __slots__ = ("parts", "current")
 
@@ -798,7 +800,7 @@ class _Sink:
 
     def write(self, data) -> int:
         n = len(data)
-        if n >= _ZERO_COPY_MIN:
+        if n >= _ZERO_COPY_MIN or isinstance(data, FileRegion):
             self.parts.append(data)
             self.current = bytearray()
             self.parts.append(self.current)
@@ -823,7 +825,8 @@ def encode_response_parts(request: DecodedRequest, response_body) -> list:
     """The response frame (length prefix, header, body) as a list of buffers for ``writelines``.
 
     Large ``bytes``/``memoryview`` values in the body (records) are included by reference, not
-    copied; do not mutate them until the buffers have been written.
+    copied; do not mutate them until the buffers have been written. A ``FileRegion`` records
+    value stays a ``FileRegion`` part, for the connection to send with ``sendfile``.
     """
     cls = type(response_body)
     if cls.__api_key__ != request.api_key or cls.__version__ != request.api_version:
@@ -839,7 +842,8 @@ def encode_response_parts(request: DecodedRequest, response_body) -> list:
 def encode_response(request: DecodedRequest, response_body) -> bytes:
     """The complete response frame, including the 4-byte length prefix."""
     parts = encode_response_parts(request, response_body)
-    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(
+        p.read() if isinstance(p, FileRegion) else p for p in parts)
 
 
 def api_versions_response(api_version: int, code: int = ErrorCode.NONE,

@@ -107,7 +107,9 @@ class ReplicaManager:
     # ---- fetch ------------------------------------------------------------------------------
 
     def read(self, tp: TopicPartition, fetch_offset: int, max_bytes: int,
-             isolation: FetchIsolation, min_one_message: bool) -> ReadResult:
+             isolation: FetchIsolation, min_one_message: bool, *,
+             as_region: bool = False) -> ReadResult:
+        """The records at ``fetch_offset``; local ones as a ``FileRegion`` with ``as_region``."""
         ulog, error = self._hosted(tp)
         if ulog is None:
             return ReadResult(error)
@@ -115,7 +117,7 @@ class ReplicaManager:
         if remote is not None:
             return remote
         try:
-            info = ulog.read(fetch_offset, max_bytes, isolation, min_one_message)
+            info = ulog.read(fetch_offset, max_bytes, isolation, min_one_message, as_region)
         except Exception as exc:  # noqa: BLE001
             # Local retention may have deleted the segment since the check above: the offset
             # is then in the remote tier (Kafka's out-of-range handling looks again too).

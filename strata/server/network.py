@@ -8,6 +8,12 @@ the event loop leave in one write (one send syscall for a pipelined burst, not o
 the next request waits while the transport is above its high-water mark, so a slow reader
 cannot make the broker buffer without bound.
 
+Zero-copy Fetch: a response part that is a ``FileRegion`` (records in a segment file) is sent
+with ``os.sendfile`` on the connection's socket once the transport's buffer is empty; the parts
+after it wait in ``_pending`` behind it, so responses stay in order, and the next request waits
+while more than the high-water mark is pending. Without a plain socket (TLS, or
+``sendfile=False``) regions are read into memory and written like any other part.
+
 A frame whose length is negative or above ``socket.request.max.bytes``, or that the codec
 cannot parse, closes that connection only. An unsupported ApiVersions version is answered
 with the v0 fallback; any other unsupported version closes the connection (Kafka's behaviour).
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 from collections import deque
 from typing import Awaitable, Callable
@@ -27,11 +34,14 @@ from strata.common.errors import ErrorCode
 from strata.protocol.codec import (
     ApiKey, DecodedRequest, MalformedRequest, UnsupportedVersion, encode_api_versions_fallback,
     encode_response_parts, error_response, parse_request)
+from strata.protocol.file_region import FileRegion
 
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">i")
 _FLUSH_BYTES = 1 << 20  # queued response bytes that are written at once instead of at turn end
+_HIGH_WATER = 4 * 1024 * 1024  # transport buffer, and bytes pending behind a region, above
+                               # which the next request waits
 
 # A handler returns the response body, or None when no response is sent (Produce acks=0).
 Handler = Callable[[DecodedRequest, "ConnectionInfo"], Awaitable[object | None]]
@@ -52,6 +62,14 @@ class ConnectionInfo:
 
 
 class KafkaConnection(asyncio.Protocol):
+    """One client connection; called on the event loop's thread only.
+
+    Output order: ``_out`` (this turn's responses), then ``_pending`` (everything from the first
+    unsent region on), then the transport. Nothing is given to the transport while
+    ``_pending`` is non-empty except by ``_pump``, and a region is sent only while the
+    transport's buffer is empty. A region's descriptor is closed once sent or dropped.
+    """
+
     def __init__(self, server: "KafkaServer", connection_id: int):
         self._server = server
         self._id = connection_id
@@ -64,9 +82,15 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = False
         self._drained = asyncio.Event()
         self._drained.set()
+        self._transport_paused = False
         self._out: list = []          # response parts not yet handed to the transport
         self._out_bytes = 0
         self._flush_scheduled = False
+        self._sock = None             # the socket, when regions may be sent with sendfile
+        self._poll_fd = -1            # a dup of it, to wait for writability while a region waits
+        self._pending: deque = deque()  # parts from the first unsent region on, in order
+        self._pending_bytes = 0
+        self._close_when_sent = False
         self._task: asyncio.Task | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
         self._handling = False
@@ -78,7 +102,10 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id)
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        sock = transport.get_extra_info("socket")
+        if self._server.sendfile and sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._sock = sock
         self._server._connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._process())
         self._touch()
@@ -124,12 +151,21 @@ class KafkaConnection(asyncio.Protocol):
         self._server._connections.discard(self)
         if self._idle_handle is not None:
             self._idle_handle.cancel()
+        self._release_output()
 
     def pause_writing(self) -> None:
-        self._drained.clear()
+        self._transport_paused = True
+        self._update_drained()
 
     def resume_writing(self) -> None:
-        self._drained.set()
+        self._transport_paused = False
+        self._update_drained()
+
+    def _update_drained(self) -> None:
+        if self._closed or not (self._transport_paused or self._pending_bytes > _HIGH_WATER):
+            self._drained.set()
+        else:
+            self._drained.clear()
 
     # ---- processing -------------------------------------------------------------------------
 
@@ -220,6 +256,8 @@ class KafkaConnection(asyncio.Protocol):
         """Queue a response; it leaves with the others of this loop turn (or at once if large)."""
         if self._closed:
             return
+        if self._sock is None:
+            parts = [_copied(p) if isinstance(p, FileRegion) else p for p in parts]
         self._out.extend(parts)
         self._out_bytes += sum(len(part) for part in parts)
         if self._out_bytes >= _FLUSH_BYTES:
@@ -233,7 +271,69 @@ class KafkaConnection(asyncio.Protocol):
         if not self._out or self._transport is None or self._transport.is_closing():
             return
         out, self._out, self._out_bytes = self._out, [], 0
-        self._transport.writelines(out)
+        if self._pending or any(isinstance(p, FileRegion) for p in out):
+            self._pending.extend(out)
+            self._pending_bytes += sum(len(p) for p in out)
+            self._pump()
+        else:
+            self._transport.writelines(out)
+
+    def _pump(self) -> None:
+        """Send pending parts in order: bytes through the transport, a region with sendfile
+        once the transport has written everything before it; wait for writability when the
+        socket is full."""
+        transport, pending = self._transport, self._pending
+        while pending:
+            if not isinstance(pending[0], FileRegion):
+                run = []
+                while pending and not isinstance(pending[0], FileRegion):
+                    run.append(pending.popleft())
+                self._pending_bytes -= sum(len(p) for p in run)
+                transport.writelines(run)
+                continue
+            region = pending[0]
+            if transport.get_write_buffer_size():
+                return self._wait_writable()
+            try:
+                sent = os.sendfile(self._sock.fileno(), region.fd, region.position + region.sent,
+                                   region.length - region.sent)
+            except (BlockingIOError, InterruptedError):
+                return self._wait_writable()
+            except OSError as exc:
+                log.info("closing %s: sendfile failed: %s", self.info.peer, exc)
+                return self.abort()
+            if sent == 0:   # the file is shorter than the region: the frame cannot be completed
+                log.error("closing %s: %r ends early", self.info.peer, region)
+                return self.abort()
+            region.sent += sent
+            self._pending_bytes -= sent
+            if region.sent == region.length:
+                pending.popleft()
+                region.close()
+        if self._poll_fd >= 0:
+            asyncio.get_running_loop().remove_writer(self._poll_fd)
+        self._update_drained()
+        if self._close_when_sent:
+            transport.close()
+
+    def _wait_writable(self) -> None:
+        if self._poll_fd < 0:
+            self._poll_fd = os.dup(self._sock.fileno())  # the loop refuses a transport's own fd
+        asyncio.get_running_loop().add_writer(self._poll_fd, self._pump)
+        self._update_drained()
+
+    def _release_output(self) -> None:
+        """Drop unsent output (the connection is gone): close regions and the poll descriptor."""
+        for part in (*self._out, *self._pending):
+            if isinstance(part, FileRegion):
+                part.close()
+        self._out, self._out_bytes = [], 0
+        self._pending.clear()
+        self._pending_bytes = 0
+        if self._poll_fd >= 0:
+            asyncio.get_running_loop().remove_writer(self._poll_fd)
+            os.close(self._poll_fd)
+            self._poll_fd = -1
 
     def _touch(self) -> None:
         idle_ms = self._server.idle_timeout_ms
@@ -253,18 +353,39 @@ class KafkaConnection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._flush()  # answers already made go out before the close
-            self._transport.close()
+            if self._pending:
+                self._close_when_sent = True   # _pump closes once the last region is sent
+            else:
+                self._transport.close()
         self._closed = True
         self._wakeup.set()
 
+    def abort(self) -> None:
+        """Close at once, dropping unsent output (a response that cannot be completed)."""
+        self._closed = True
+        self._wakeup.set()
+        self._release_output()
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _copied(region: FileRegion) -> bytes:
+    try:
+        return region.read()
+    finally:
+        region.close()
+
 
 class KafkaServer:
-    """Accepts connections on one listener and feeds their requests to ``handler``."""
+    """Accepts connections on one listener and feeds their requests to ``handler``.
+
+    ``sendfile=False`` sends file regions as copies (the copying path, for comparison)."""
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 9092, *,
                  max_request_size: int = 104_857_600, max_queued_requests: int = 64,
-                 idle_timeout_ms: int = 600_000):
+                 idle_timeout_ms: int = 600_000, sendfile: bool = True):
         self.handler = handler
+        self.sendfile = sendfile
         self.host = host
         self.port = port
         self.max_request_size = max_request_size

@@ -4,6 +4,8 @@ Sessionless (session id 0): every request is a full fetch, which every client ac
 first partition with data may exceed the limits by one batch (KIP-74); then the response's
 ``max_bytes`` bounds the rest. Offsets in the remote tier are read on the remote log reader
 pool, every such partition of the request in parallel (Kafka up to 4.1 serves only the first).
+Local records are answered as ``FileRegion``s of the segment files, which the connection sends
+with ``sendfile`` (zero-copy); remote ones are bytes already in memory.
 While the remote fetch quota (KIP-956) is exceeded no remote read starts: those partitions
 answer no records and no error (as Kafka's ReplicaManager), and the Fetch waits for the other
 partitions as usual.
@@ -20,13 +22,15 @@ from strata.common.types import TopicPartition
 from strata.log.unified_log import FetchIsolation
 from strata.protocol import records as rec
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.file_region import FileRegion
 
 READ_COMMITTED = 1
 ZSTD_MIN_FETCH_VERSION = 10
 
 
-def _has_zstd(data: bytes) -> bool:
-    return any(h.compression == rec.Compression.ZSTD for h in rec.iter_headers(data))
+def _has_zstd(data) -> bool:
+    headers = data.headers() if isinstance(data, FileRegion) else rec.iter_headers(data)
+    return any(h.compression == rec.Compression.ZSTD for h in headers)
 
 
 class _RemoteRead(NamedTuple):
@@ -50,7 +54,8 @@ def _read_all(ctx, request, isolation):
         for p in t.partitions:
             tp = TopicPartition(t.topic, p.partition)
             budget = min(p.partition_max_bytes, max(remaining, 0))
-            r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one)
+            r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
+                                         as_region=True)
             if r.remote is not None:
                 rlm = ctx.replica_manager.remote_log_manager
                 if throttle_ms is None:
@@ -77,6 +82,12 @@ def _fetch_throttle_ms(rlm) -> int:
     """Kafka's ``getFetchThrottleTimeMs``: > 0 while the remote fetch quota is exceeded."""
     check = getattr(rlm, "fetch_throttle_time_ms", None)
     return check() if check is not None else 0
+
+
+def _close_regions(results) -> None:
+    for _, r in results:
+        if isinstance(r.records, FileRegion):
+            r.records.close()
 
 
 def _check_zstd(request, r):
@@ -135,6 +146,7 @@ async def handle(ctx, request):
         left = deadline - loop.time()
         if total >= body.min_bytes or errors or left <= 0 or not partitions:
             break
+        _close_regions(results)   # read again after the wait: hold no descriptors while parked
         if not await ctx.fetch_watchers.wait_any(partitions, left) and ctx.fetch_watchers.closed:
             break
     rc = response_class(request.api_key, request.api_version)

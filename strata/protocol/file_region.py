@@ -1,0 +1,100 @@
+"""Record bytes left in a segment file, for zero-copy Fetch (``sendfile`` to the socket).
+
+A Fetch response's records field may be a ``FileRegion`` instead of bytes: the codec keeps it
+as its own part and the connection sends it with ``os.sendfile``; where that cannot be used the
+region is read into memory (``read``) and sent as bytes, so both paths put the same bytes on the
+wire.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator
+
+from strata.protocol.records import BASE_OFFSET_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+
+_WALK_BLOCK = 16 * 1024   # bytes read per pread while walking batch lengths in a file
+
+
+def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: int) -> int:
+    """Bytes of the complete batches at the start of a ``length``-byte range.
+
+    ``read(pos, n)`` returns the range's bytes ``[pos, pos + n)``; it is called once per
+    ``block`` of small batches, or once per batch when batches are larger than ``block``.
+    """
+    unpack = BASE_OFFSET_LENGTH.unpack_from
+    end = 0
+    buf, buf_start = b"", 0
+    while end + LOG_OVERHEAD <= length:
+        if end + LOG_OVERHEAD > buf_start + len(buf):
+            buf_start = end
+            buf = read(end, min(block, length - end))
+            if len(buf) < LOG_OVERHEAD:
+                break
+        size = unpack(buf, end - buf_start)[1] + LOG_OVERHEAD
+        if size <= LOG_OVERHEAD or end + size > length:
+            break
+        end += size
+    return end
+
+
+class FileRegion:
+    """``length`` bytes at ``position`` of a file, through a descriptor this object owns.
+
+    The descriptor is a ``dup`` of the segment's, taken under the log's lock, so the bytes stay
+    readable after retention closes and deletes the segment (as Kafka's FileRecords keep their
+    channel open). ``close`` releases it; it is idempotent, and also runs when the region is
+    garbage collected, so a region dropped unsent (an error answer, a long-poll retry, a lost
+    connection) leaks nothing. ``sent`` counts bytes already handed to the socket. Used by one
+    thread at a time: the log's reader creates it, then the event loop owns it.
+    """
+
+    __slots__ = ("fd", "position", "length", "sent")
+
+    def __init__(self, fd: int, position: int, length: int):
+        self.fd = os.dup(fd)
+        self.position = position
+        self.length = length
+        self.sent = 0
+
+    @classmethod
+    def of_whole_batches(cls, fd: int, position: int, budget: int) -> "FileRegion | bytes":
+        """The complete batches among the ``budget`` bytes at ``position`` of ``fd`` (the same
+        cut as reading them and trimming a torn tail); ``b""`` when there are none."""
+        length = whole_batches_length(lambda pos, n: os.pread(fd, n, position + pos),
+                                      budget, _WALK_BLOCK)
+        return cls(fd, position, length) if length else b""
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        """The region's bytes (the copying fallback)."""
+        data = os.pread(self.fd, self.length, self.position)
+        if len(data) != self.length:
+            raise OSError(f"file region of {self.length} bytes at {self.position} "
+                          f"reads only {len(data)}")
+        return data
+
+    def headers(self) -> Iterator[BatchHeader]:
+        """Headers of the region's batches (positions relative to the region)."""
+        pos = 0
+        while pos + HEADER_SIZE <= self.length:
+            head = os.pread(self.fd, HEADER_SIZE, self.position + pos)
+            if len(head) < HEADER_SIZE:
+                return
+            found = BatchHeader(*HEADER.unpack(head), pos)
+            if found.size < HEADER_SIZE:
+                return
+            yield found
+            pos += found.size
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    __del__ = close
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
