@@ -17,6 +17,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Send ``sig`` to a running ``proc`` and wait; SIGKILL it after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None):
         self.data_dir = Path(data_dir)
@@ -61,13 +72,7 @@ class BrokerProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig, timeout)
         self._log.close()
         code = self.proc.returncode
         self.proc = None

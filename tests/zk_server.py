@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from broker_process import free_port
+from broker_process import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = ROOT / "scripts" / "zookeeper-run.sh"
@@ -108,12 +108,7 @@ class ZooKeeperServer:
             return
         if self.proc.poll() is None:
             self.resume()  # a stopped JVM would not act on SIGTERM
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig, timeout)
         self._log.close()
         self.proc = None
 

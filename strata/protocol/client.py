@@ -10,7 +10,7 @@ import struct
 from kio.serial import entity_reader, entity_writer
 
 __all__ = ["EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP", "Connection",
-           "client_frame", "fetch_request", "framed", "list_offset", "roundtrip"]
+           "client_frame", "fetch_request", "framed", "list_offset", "recv_exact", "roundtrip"]
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
@@ -31,7 +31,7 @@ def framed(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -64,8 +64,8 @@ class Connection:
         """Send ``body``; its decoded response."""
         self._correlation_id += 1
         self.sock.sendall(framed(client_frame(body, self._correlation_id, self.client_id)))
-        size = struct.unpack(">i", _recv_exact(self.sock, 4))[0]
-        payload = _recv_exact(self.sock, size)
+        size = struct.unpack(">i", recv_exact(self.sock, 4))[0]
+        payload = recv_exact(self.sock, size)
         _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
         resp, _ = entity_reader(response_cls)(payload, pos)
         return resp

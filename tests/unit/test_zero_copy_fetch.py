@@ -31,7 +31,7 @@ from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
-from strata.protocol.client import client_frame, framed
+from strata.protocol.client import client_frame, framed, recv_exact
 
 TOPIC = "t"
 SEGMENT_BYTES = 64 * 1024
@@ -131,16 +131,6 @@ def fetch_request(version: int, partitions: list[tuple[int, int, int]], max_byte
                 max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
                 session_epoch=-1, topics=(make(cls, "topics", topic=TOPIC, partitions=by_partition),),
                 forgotten_topics_data=(), rack_id="")
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def exchange(port: int, request, correlation_id: int = 7) -> bytes:
