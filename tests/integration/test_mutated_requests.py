@@ -216,7 +216,9 @@ def test_mutated_real_client_requests_get_kafka_errors_or_close_only_their_conne
     proxy = RecordingProxy(broker_port)
     broker = BrokerProcess(tmp_path, port=broker_port, overrides={
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",
-        "group.initial.rebalance.delay.ms": "0", "socket.request.max.bytes": str(1 << 20)})
+        "group.initial.rebalance.delay.ms": "0", "socket.request.max.bytes": str(1 << 20),
+        # the first connection idles through the whole run and must outlive it
+        "connections.max.idle.ms": str(int(max(600, FUZZ_SECONDS + 300) * 1000))})
     with broker:
         _client_traffic(f"127.0.0.1:{proxy.port}")
         proxy.recording = False
