@@ -169,9 +169,10 @@ def find_kafka_libs(explicit: str | None = None) -> tuple[Path | None, str]:
     return None, f"Kafka {version} jars not installed in {libs} (run scripts/kafka-dist.sh / make kafka-dist)"
 
 
-def java_command(libs: Path, main_class: str, *args: str, jvm: list[str] | None = None) -> list[str]:
+def java_command(libs: Path, main_class: str, *args: str, jvm: list[str] | None = None,
+                 log4j: Path | None = None) -> list[str]:
     cmd = ["java", *(jvm if jvm is not None else ["-Xmx512m"])]
-    log4j = libs.parent / "log4j2.properties"
+    log4j = log4j or libs.parent / "log4j2.properties"
     if log4j.is_file():
         cmd.append(f"-Dlog4j2.configurationFile={log4j}")
     return [*cmd, "-cp", f"{libs}{os.sep}*", main_class, *args]
@@ -190,7 +191,8 @@ class KafkaBroker(Broker):
 
     system = "kafka"
 
-    def __init__(self, data_dir: Path, libs: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, libs: Path, overrides: dict[str, str] | None = None,
+                 log4j: Path | None = None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         port, controller_port = free_port(), free_port()
         props = {
@@ -224,7 +226,7 @@ class KafkaBroker(Broker):
         out = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"{shlex.join(fmt)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
-        argv = java_command(libs, "kafka.Kafka", str(self.props_path), jvm=KAFKA_JVM)
+        argv = java_command(libs, "kafka.Kafka", str(self.props_path), jvm=KAFKA_JVM, log4j=log4j)
         super().__init__(data_dir, argv, port)
 
     def remote_dir(self) -> Path:
@@ -232,14 +234,15 @@ class KafkaBroker(Broker):
 
 
 def make_broker(system: str, data_dir: Path, libs: Path | None,
-                overrides: dict[str, str] | None = None) -> Broker:
+                overrides: dict[str, str] | None = None, log4j: Path | None = None) -> Broker:
+    """``log4j``: a log4j2 config for Kafka in place of the quiet default (WARN to stderr)."""
     props = {**COMMON_BROKER, **(overrides or {})}
     if system == "strata":
         return StrataBroker(data_dir, props)
     if system == "kafka":
         if libs is None:
             raise RuntimeError("Kafka's jars are not installed")
-        return KafkaBroker(data_dir, libs, props)
+        return KafkaBroker(data_dir, libs, props, log4j=log4j)
     raise ValueError(f"unknown system {system!r}")
 
 
