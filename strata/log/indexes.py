@@ -576,6 +576,13 @@ class OffsetIndex(AbstractIndex):
                 return None
             return self._parse(self._mmap, slot)
 
+    def batch_position_at_or_below(self, position: int) -> int:
+        """The greatest indexed batch start at or below ``position`` (0 when none is)."""
+        with self._lock:
+            self._check_open()
+            slot = self._largest_lower_bound_slot(position, by_value=True)
+            return 0 if slot < 0 else self._value(self._mmap, slot)
+
     def truncate_to(self, offset: int) -> None:
         """Remove all entries with offset >= ``offset``."""
         with self._lock:

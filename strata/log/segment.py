@@ -252,8 +252,10 @@ class LogSegment:
         if budget <= 0:
             return SegmentRead(b"", found.position)
         if as_region:
-            return SegmentRead(FileRegion.of_whole_batches(self._fd, found.position, budget),
-                               found.position)
+            boundary = self.offset_index.batch_position_at_or_below(found.position + budget)
+            return SegmentRead(FileRegion.of_whole_batches(
+                self._fd, found.position, budget, max(boundary - found.position, 0)),
+                found.position)
         data = os.pread(self._fd, budget, found.position)
         return SegmentRead(_whole_batches(data), found.position)
 

@@ -16,14 +16,17 @@ from strata.protocol.records import BASE_OFFSET_LENGTH, HEADER, HEADER_SIZE, LOG
 _WALK_BLOCK = 16 * 1024   # bytes read per pread while walking batch lengths in a file
 
 
-def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: int) -> int:
+def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: int,
+                         start: int = 0) -> int:
     """Bytes of the complete batches at the start of a ``length``-byte range.
 
-    ``read(pos, n)`` returns the range's bytes ``[pos, pos + n)``; it is called once per
-    ``block`` of small batches, or once per batch when batches are larger than ``block``.
+    ``start`` is a batch boundary known to lie in the range (everything before it is whole
+    batches), where the walk begins. ``read(pos, n)`` returns the range's bytes
+    ``[pos, pos + n)``; it is called once per ``block`` of small batches, or once per batch when
+    batches are larger than ``block``.
     """
     unpack = BASE_OFFSET_LENGTH.unpack_from
-    end = 0
+    end = start
     buf, buf_start = b"", 0
     while end + LOG_OVERHEAD <= length:
         if end + LOG_OVERHEAD > buf_start + len(buf):
@@ -58,11 +61,14 @@ class FileRegion:
         self.sent = 0
 
     @classmethod
-    def of_whole_batches(cls, fd: int, position: int, budget: int) -> "FileRegion | bytes":
+    def of_whole_batches(cls, fd: int, position: int, budget: int,
+                         boundary: int = 0) -> "FileRegion | bytes":
         """The complete batches among the ``budget`` bytes at ``position`` of ``fd`` (the same
-        cut as reading them and trimming a torn tail); ``b""`` when there are none."""
+        cut as reading them and trimming a torn tail); ``b""`` when there are none.
+        ``boundary`` (relative to ``position``) is a batch start known from the offset index:
+        only the batches after it are walked, so the records are not read into memory."""
         length = whole_batches_length(lambda pos, n: os.pread(fd, n, position + pos),
-                                      budget, _WALK_BLOCK)
+                                      budget, _WALK_BLOCK, boundary)
         return cls(fd, position, length) if length else b""
 
     def __len__(self) -> int:

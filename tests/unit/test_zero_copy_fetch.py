@@ -330,3 +330,32 @@ def test_a_parked_long_poll_holds_no_segment_descriptors(broker):
         head = recv_exact(sock, 4)
         frame = head + recv_exact(sock, struct.unpack(">i", head)[0])
     assert frame == exchange(broker.port("copying"), request)
+
+
+def test_a_region_walks_only_past_the_last_indexed_batch_and_cuts_as_the_copy_does(tmp_path):
+    """With sparse index entries every few batches, a region's length (walked from the last
+    indexed batch start in range) equals the copying path's whole-batch cut, for every budget."""
+    from strata.common.clock import SYSTEM_CLOCK
+    from strata.log.segment import LogSegment
+    seg = LogSegment(tmp_path, 0, index_interval_bytes=700, max_index_size=1 << 16,
+                     roll_jitter_ms=0, clock=SYSTEM_CLOCK)
+    offset = 0
+    for i in range(40):
+        data = build_batch([SimpleRecord(b"v" * (50 + 37 * i), b"k", timestamp=1_700_000_000_000)]
+                           * (1 + i % 3), base_offset=offset)
+        headers = list(iter_headers(data))
+        seg.append(headers[-1].last_offset, 1_700_000_000_000, headers[-1].last_offset, data,
+                   headers)
+        offset = headers[-1].next_offset
+    assert seg.offset_index.entries > 5
+    try:
+        for start in (0, 7, 30):
+            for budget in range(1, seg.size + 1, 53):
+                copied = seg.read(start, budget, min_one_message=False)
+                region = seg.read(start, budget, min_one_message=False, as_region=True)
+                assert len(region.data) == len(copied.data), (start, budget)
+                if copied.data:
+                    assert region.data.read() == copied.data
+                    region.data.close()
+    finally:
+        seg.close()
