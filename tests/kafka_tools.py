@@ -120,6 +120,14 @@ def _install() -> tuple[Path | None, str]:
     return libs, ""
 
 
+def require_kafka_dist() -> None:
+    """Skip the calling test (or module fixture) with the reason when Kafka's jars are missing."""
+    import pytest
+    ok, reason = kafka_dist_available()
+    if not ok:
+        pytest.skip(reason)
+
+
 def kafka_dist_available() -> tuple[bool, str]:
     """(True, "") if java+mvn exist and the Kafka jars are installed, else (False, reason)."""
     libs, reason = _install()

@@ -18,16 +18,14 @@ from broker_process import BrokerProcess
 from kafka_tools import (
     BROKER_API_VERSIONS, CONSOLE_PRODUCER, KAFKA_ACLS, KAFKA_FEATURES, KAFKA_TOPICS,
     KAFKA_TRANSACTIONS, LEADER_ELECTION, PRODUCER_PERF, REASSIGN_PARTITIONS,
-    kafka_dist_available, run_kafka_class)
+    require_kafka_dist, run_kafka_class)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
 def kafka_tools_or_skip():
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
 
 
 @pytest.fixture(scope="module")

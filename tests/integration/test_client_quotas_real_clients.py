@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from broker_process import BrokerProcess, free_port
-from kafka_tools import KAFKA_CONFIGS, kafka_dist_available, run_kafka_class
+from kafka_tools import KAFKA_CONFIGS, require_kafka_dist, run_kafka_class
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,7 @@ def configs(b, *args: str) -> str:
 
 
 def test_kafka_configs_sets_and_describes_client_and_user_quotas_that_survive_a_restart(tmp_path):
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
     with BrokerProcess(tmp_path) as b:
         out = configs(b, "--entity-type", "clients", "--entity-name", "app", "--alter",
                       "--add-config", "producer_byte_rate=1048576,request_percentage=50.5")

@@ -22,7 +22,7 @@ import pytest
 
 from broker_process import BrokerProcess, free_port
 from kafka_tools import (
-    CONSUMER_GROUPS, kafka_dist_available, kafka_java_command, kafka_libs, run_kafka_class)
+    CONSUMER_GROUPS, require_kafka_dist, kafka_java_command, kafka_libs, run_kafka_class)
 from test_consumer_groups import (
     NO_DELAY, as_records, assert_clean_log, committed, consumer, make_records, poll_messages,
     produce)
@@ -37,9 +37,7 @@ OFFSET_INVALID = -1001  # librdkafka's "no committed offset"
 
 @pytest.fixture
 def kafka_tools():
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
 
 
 def admin(b: BrokerProcess) -> AdminClient:

@@ -16,7 +16,7 @@ import pytest
 from broker_process import BrokerProcess
 from kafka_tools import (
     CONSOLE_CONSUMER, CONSOLE_PRODUCER, CONSUMER_GROUPS, CONSUMER_PERF, DELETE_RECORDS,
-    GET_OFFSETS, KAFKA_CONFIGS, KAFKA_TOPICS, PRODUCER_PERF, kafka_dist_available,
+    GET_OFFSETS, KAFKA_CONFIGS, KAFKA_TOPICS, PRODUCER_PERF, require_kafka_dist,
     run_kafka_class)
 
 pytestmark = pytest.mark.slow
@@ -24,9 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def kafka_tools_or_skip():
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kafka_tools import (
-    dump_log_segments, dump_reports_index_errors, kafka_dist_available, parse_dump_batches)
+    dump_log_segments, dump_reports_index_errors, require_kafka_dist, parse_dump_batches)
 from strata.common.clock import MockClock
 from strata.log.log_cleaner import Cleaner, OffsetMap, log_to_clean
 from strata.log.log_config import LogConfig
@@ -23,9 +23,7 @@ RETENTION = 60_000
 
 @pytest.fixture(scope="module", autouse=True)
 def kafka_tools_or_skip():
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
 
 
 def test_dump_log_segments_reads_cleaned_segments_and_their_indexes(tmp_path):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from broker_process import BrokerProcess
-from kafka_tools import KAFKA_CONFIGS, KAFKA_TOPICS, kafka_dist_available, run_kafka_class
+from kafka_tools import KAFKA_CONFIGS, KAFKA_TOPICS, require_kafka_dist, run_kafka_class
 from tiered_support import TIERED_BROKER, list_offset, offsets, wait_for
 
 pytestmark = pytest.mark.slow
@@ -80,9 +80,7 @@ def produce(b, topic, records, **conf) -> list:
 
 
 def kafka_tool(main_class, *args) -> str:
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
     result = run_kafka_class(main_class, *args)
     assert result.returncode == 0, f"{main_class} {args} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout

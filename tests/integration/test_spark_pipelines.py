@@ -221,10 +221,8 @@ def test_usage_counts_multipart_uploads_and_chunk_reads_of_large_segments():
 
 
 def test_kafka_log_dirs_tool_reads_strata_describe_log_dirs(tiered_topic):
-    from kafka_tools import LOG_DIRS, kafka_dist_available, run_kafka_class
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    from kafka_tools import LOG_DIRS, require_kafka_dist, run_kafka_class
+    require_kafka_dist()
     tt = tiered_topic
     result = run_kafka_class(LOG_DIRS, "--bootstrap-server", tt.bootstrap, "--describe",
                              "--topic-list", tt.topic)

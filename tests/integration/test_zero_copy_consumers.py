@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_process import BrokerProcess
-from kafka_tools import CONSOLE_CONSUMER, kafka_dist_available, run_kafka_class
+from kafka_tools import CONSOLE_CONSUMER, require_kafka_dist, run_kafka_class
 
 kafka = pytest.importorskip("kafka")
 
@@ -77,9 +77,7 @@ def test_kafka_python_reads_every_record_through_sendfile(broker):
 
 @pytest.mark.slow
 def test_kafka_console_consumer_reads_every_record_through_sendfile(broker):
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    require_kafka_dist()
     result = run_kafka_class(CONSOLE_CONSUMER, "--bootstrap-server", broker.bootstrap,
                              "--topic", TOPIC, "--from-beginning", "--max-messages", str(COUNT),
                              "--command-property", "max.partition.fetch.bytes=60000",

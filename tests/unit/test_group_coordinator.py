@@ -1029,10 +1029,8 @@ def test_java_string_hashcode_and_partition_for_known_group_ids():
 @pytest.mark.slow
 def test_kafka_dump_log_segments_decodes_our_records(tmp_path):
     """Kafka's own offsets decoder (kafka-dump-log --offsets-decoder) reads what we write."""
-    from kafka_tools import dump_log_segments, kafka_dist_available
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    from kafka_tools import dump_log_segments, require_kafka_dist
+    require_kafka_dist()
     from strata.protocol.records import SimpleRecord, build_batch
     member = MemberMetadataValue("m-1", "cli", "/127.0.0.1", 45_000, 300_000, b"\x00\x01",
                                  b"\x00\x02", "inst-1")

@@ -432,10 +432,8 @@ def kafka_serde(tmp_path_factory):
     """A function that feeds lines to the compiled Java checker and returns its output lines."""
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("cross-check with Kafka needs a JDK (java and javac on PATH)")
-    from kafka_tools import kafka_dist_available, kafka_libs
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    from kafka_tools import require_kafka_dist, kafka_libs
+    require_kafka_dist()
     libs = kafka_libs()
     if not any(SERDE_CLASS in zipfile.ZipFile(jar).namelist() for jar in libs.glob("kafka-storage-*.jar")):
         pytest.skip(f"no RemoteLogMetadataSerde in {libs}")

@@ -260,10 +260,8 @@ def test_truncation_recomputes_the_max_timestamp_from_the_last_time_index_entry(
 def test_kafka_dump_log_segments_accepts_indexes_of_overflowing_appends(tmp_path):
     """Apache Kafka's DumpLogSegments (sanity check and verify) on the full-index layouts."""
     from kafka_tools import (dump_log_segments, dump_reports_index_errors,
-                             kafka_dist_available)
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+                             require_kafka_dist)
+    require_kafka_dist()
     clock = MockClock(T0)
     directory = tmp_path / "t-0"
     ulog = open_log(directory, dict(TINY_INDEX, **{"index.interval.bytes": 0}), clock)

@@ -114,10 +114,8 @@ public class FormatterCheck {
 def test_lines_match_kafkas_remote_log_metadata_formatter(tmp_path):
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("cross-check with Kafka needs a JDK (java and javac on PATH)")
-    from kafka_tools import kafka_dist_available, kafka_libs
-    ok, reason = kafka_dist_available()
-    if not ok:
-        pytest.skip(reason)
+    from kafka_tools import require_kafka_dist, kafka_libs
+    require_kafka_dist()
     libs = kafka_libs()
     serde = "org/apache/kafka/server/log/remote/metadata/storage/serialization/RemoteLogMetadataSerde.class"
     if not any(serde in zipfile.ZipFile(jar).namelist() for jar in libs.glob("kafka-storage-*.jar")):
