@@ -51,6 +51,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from strata.replication.replica_manager import PartitionState
 from strata.common.config import ConfigType, load_properties
 from strata.common.errors import (
     ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError, KafkaStorageError)
@@ -486,8 +487,22 @@ def _build_image(topics: Iterable[TopicInfo], configs: dict[str, LogConfig]) -> 
 ConfigValidator = Callable[[str, LogConfig, "LogConfig | None"], None]
 
 
+class BrokerInfo(NamedTuple):
+    """A live broker as clients see it: id, the endpoint they connect to, rack."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
 class ClusterMetadata:
-    """Cluster id, node id and the topics of a single-node cluster, durable in one log dir."""
+    """Cluster id, node id and the topics of a single-node cluster, durable in one log dir.
+
+    ``ZkClusterMetadata`` (``zk_metadata.py``) is the same interface for a broker of a
+    ZooKeeper cluster: handlers ask for ``live_brokers``, ``partition_state`` and
+    ``controller_id`` and never know which one runs.
+    """
 
     def __init__(self, log_dir: Path, node_id: int, broker_props: Mapping[str, str]):
         self.log_dir = Path(log_dir)
@@ -526,6 +541,22 @@ class ClusterMetadata:
     @property
     def controller_id(self) -> int:
         return self.node_id
+
+    # Where clients reach this broker; set by the broker once it listens.
+    advertised_endpoint: tuple[str, int] = ("", 0)
+    rack: str | None = None
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        host, port = self.advertised_endpoint
+        return [BrokerInfo(self.node_id, host, port, self.rack)]
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """Leader, epoch, ISR and replicas of a partition; None if it does not exist."""
+        info = self._image.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        node = (self.node_id,)
+        return PartitionState(self.node_id, 0, node, node)
 
     @property
     def remote_storage_system_enabled(self) -> bool:
@@ -789,16 +820,17 @@ class ClusterMetadata:
             partitions = self._num_partitions if num_partitions == -1 else num_partitions
             rf = self._default_replication_factor if replication_factor == -1 else replication_factor
             check_records_per_operation(1 + partitions + len(overrides))
-            self._check_placement(partitions, rf)
+            placement = self._check_placement(
+                partitions, rf, [assignments[i] for i in range(len(assignments))] if assignments else None)
             self._check_broker_partitions(partitions)
             info = TopicInfo(name, random_kafka_uuid(), partitions, overrides)
             if validate_only:
                 return info
-            self._add_topic(info, config)
+            self._add_topic(info, config, placement)
             log.info("created topic %s (%s) with %d partitions%s", name,
                      uuid_to_kafka_str(info.topic_id), partitions,
                      f" and configs {overrides}" if overrides else "")
-            self._notify("on_topic_created", info)
+            self._announce("on_topic_created", info)
             return info
 
     def partition_count(self) -> int:
@@ -814,8 +846,10 @@ class ClusterMetadata:
                 f"{MAX_BROKER_PARTITIONS_PROP}={self.max_broker_partitions}.",
                 code=ErrorCode.POLICY_VIOLATION)
 
-    def _check_placement(self, partitions: int, replication_factor: int) -> None:
-        """Kafka's StripedReplicaPlacer checks, for a cluster of this one broker."""
+    def _check_placement(self, partitions: int, replication_factor: int,
+                         manual: list[list[int]] | None = None) -> list[list[int]]:
+        """Kafka's StripedReplicaPlacer checks, for a cluster of this one broker; the replicas
+        of each partition (``manual`` when given, already checked)."""
         if partitions <= 0:
             raise KafkaError(f"Invalid number of partitions {partitions}",
                              code=ErrorCode.INVALID_PARTITIONS)
@@ -828,6 +862,7 @@ class ClusterMetadata:
                              f"The target replication factor of {replication_factor} cannot be "
                              "reached because only 1 broker(s) are registered.",
                              code=ErrorCode.INVALID_REPLICATION_FACTOR)
+        return manual or [[self.node_id]] * partitions
 
     def _check_assignments(self, assignments: Iterable[list[int]], expected_rf: int | None) -> int:
         """Kafka's checks of a manual placement on this one-broker cluster; its replication factor."""
@@ -858,7 +893,37 @@ class ClusterMetadata:
         """Kafka's checks of a partition reassignment's target replicas (INVALID_REPLICA_ASSIGNMENT)."""
         self._check_assignments([replicas], None)
 
-    def _add_topic(self, info: TopicInfo, config: LogConfig) -> None:
+    def _place_new_partitions(self, info: TopicInfo, new_total: int,
+                              assignments: list[list[int]] | None) -> list[list[int]]:
+        """Replicas of the partitions CreatePartitions adds (``assignments`` checked)."""
+        if assignments is not None:
+            self._check_assignments(assignments, 1)
+            return assignments
+        return [[self.node_id]] * (new_total - info.partitions)
+
+    def _internal_replication_factor(self, name: str) -> int:
+        """The replication factor of a broker-managed topic: one, on one broker."""
+        return 1
+
+    def _announce(self, method: str, *args: Any) -> None:
+        """Tell listeners of a change this node just made (a cluster announces what it reads
+        back from its store instead)."""
+        self._notify(method, *args)
+
+    def _grow_topic(self, info: TopicInfo, updated: TopicInfo, placement: list[list[int]]) -> None:
+        topics = dict(self._image.topics)
+        topics[info.name] = updated
+        self._commit(topics, dict(self._image.configs))
+
+    def _set_topic_config(self, updated: TopicInfo, config: LogConfig) -> None:
+        topics = dict(self._image.topics)
+        topics[updated.name] = updated
+        configs = dict(self._image.configs)
+        configs[updated.name] = config
+        self._commit(topics, configs)
+
+    def _add_topic(self, info: TopicInfo, config: LogConfig,
+                   placement: list[list[int]] | None = None) -> None:
         image = self._image
         topics = dict(image.topics)
         topics[info.name] = info
@@ -884,10 +949,11 @@ class ClusterMetadata:
             overrides = {k: str(v) for k, v in (configs or {}).items()}
             config = self._validate_configs(name, overrides, None)
             info = TopicInfo(name, random_kafka_uuid(), int(partitions), overrides)
-            self._add_topic(info, config)
+            self._add_topic(info, config, self._check_placement(
+                int(partitions), self._internal_replication_factor(name)))
             log.info("created internal topic %s (%s) with %d partitions", name,
                      uuid_to_kafka_str(info.topic_id), partitions)
-            self._notify("on_topic_created", info)
+            self._announce("on_topic_created", info)
             return info
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -928,7 +994,7 @@ class ClusterMetadata:
         configs = {n: c for n, c in image.configs.items() if n != info.name}
         self._commit(topics, configs)
         log.info("deleted topic %s (%s)", info.name, uuid_to_kafka_str(info.topic_id))
-        self._notify("on_topic_deleted", info)
+        self._announce("on_topic_deleted", info)
         return info
 
     def create_partitions(self, name: str, new_total: int, validate_only: bool = False,
@@ -953,17 +1019,15 @@ class ClusterMetadata:
                     raise KafkaError(f"Attempted to add {added} additional partition(s), but only "
                                      f"{len(assignments)} assignment(s) were specified.",
                                      code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-                self._check_assignments(assignments, 1)
+            placement = self._place_new_partitions(info, new_total, assignments)
             check_records_per_operation(new_total - info.partitions)
             self._check_broker_partitions(new_total - info.partitions)
             updated = replace(info, partitions=new_total)
             if validate_only:
                 return updated
-            topics = dict(self._image.topics)
-            topics[name] = updated
-            self._commit(topics, dict(self._image.configs))
+            self._grow_topic(info, updated, placement)
             log.info("topic %s: partitions %d -> %d", name, info.partitions, new_total)
-            self._notify("on_partitions_created", updated, info.partitions)
+            self._announce("on_partitions_created", updated, info.partitions)
             return updated
 
     # ---- topic configs -------------------------------------------------------------------------
@@ -1037,13 +1101,9 @@ class ClusterMetadata:
         updated = replace(info, configs=overrides)
         if validate_only or overrides == info.configs:
             return updated
-        topics = dict(self._image.topics)
-        topics[info.name] = updated
-        configs = dict(self._image.configs)
-        configs[info.name] = config
-        self._commit(topics, configs)
+        self._set_topic_config(updated, config)
         log.info("topic %s: config overrides now %s", info.name, overrides)
-        self._notify("on_topic_config_changed", updated, config)
+        self._announce("on_topic_config_changed", updated, config)
         return updated
 
     # ---- dynamic broker configs ----------------------------------------------------------------

@@ -1,8 +1,11 @@
 """ReplicaManager: the partitions this broker leads, and the produce/fetch/list-offsets paths.
 
-Single node today: this broker leads every partition at leader epoch 0, the ISR is itself, so
-an append is committed (high watermark = log end offset) as soon as it is in the log, for
-acks=1 and acks=all alike. Replication will add followers behind the same methods.
+One broker alone leads every partition at leader epoch 0. In a cluster the controller's
+partition states arrive through ``apply_states``: this broker serves as leader only the
+partitions it leads, at their leader epoch, and answers the others with Kafka's errors
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). Until replication lands
+the ISR's followers copy nothing, so an append is committed (high watermark = log end offset)
+as soon as it is in the leader's log.
 
 Synchronous and thread-safe (each log has its own lock); the server awaits nothing here.
 ``on_append`` is called with the partition after every append, to wake delayed fetches.
@@ -11,17 +14,35 @@ Synchronous and thread-safe (each log has its own lock); the server awaits nothi
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple
+import threading
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
-from strata.common.types import TopicPartition
+from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.log_manager import LogManager
 from strata.log.producer_state import AppendOrigin
 from strata.log.unified_log import LATEST_TIMESTAMP, FetchIsolation, UnifiedLog
 
 log = logging.getLogger(__name__)
 
-LEADER_EPOCH = 0
+LEADER_EPOCH = 0  # the one-broker setup's leader epoch, forever
+
+
+class PartitionState(NamedTuple):
+    """One partition as the controller last set it (Kafka's LeaderAndIsr partition state)."""
+
+    leader: int                 # -1: no leader
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int = 0
+
+
+class StateChange(NamedTuple):
+    """What ``apply_states`` did: partitions this broker started or stopped leading."""
+
+    became_leader: tuple[TopicPartition, ...] = ()
+    stopped_leading: tuple[TopicPartition, ...] = ()
 
 
 class AppendResult(NamedTuple):
@@ -59,19 +80,115 @@ def _code(exc: Exception) -> ErrorCode:
 
 class ReplicaManager:
     def __init__(self, log_manager: LogManager, partitions: Callable[[str], int | None],
-                 on_append: Callable[[TopicPartition], None] | None = None):
+                 on_append: Callable[[TopicPartition], None] | None = None, *,
+                 broker_id: int = -1, clustered: bool = False):
         self.log_manager = log_manager
         self._partitions = partitions
         self._on_append = on_append or (lambda tp: None)
         # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
         self.remote_log_manager = None
+        self.broker_id = broker_id
+        # In a cluster, the state of each partition hosted here; None: one broker leads all.
+        self._states: dict[TopicPartition, PartitionState] | None = {} if clustered else None
+        self._states_lock = threading.Lock()
 
-    def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
-        """The partition's log, created on first use; None if the partition does not exist."""
+    # ---- leadership -------------------------------------------------------------------------
+
+    @property
+    def clustered(self) -> bool:
+        return self._states is not None
+
+    def state(self, tp: TopicPartition) -> PartitionState | None:
+        """The partition's state here; the one-broker setup leads every partition."""
+        if self._states is None:
+            return PartitionState(self.broker_id, LEADER_EPOCH, (self.broker_id,), (self.broker_id,))
+        return self._states.get(tp)
+
+    def is_leader(self, tp: TopicPartition) -> bool:
+        st = self.state(tp)
+        return st is not None and st.leader == self.broker_id
+
+    def led_partitions(self, topic: str | None = None) -> list[TopicPartition]:
+        if self._states is None:
+            return []
+        return [tp for tp, st in self._states.items()
+                if st.leader == self.broker_id and (topic is None or tp.topic == topic)]
+
+    def apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
+        """Kafka's becomeLeaderOrFollower/stopReplicas for the partitions given (None: this
+        broker no longer hosts it). A state older than the one held (lower leader epoch, or the
+        same leader epoch at a lower partition epoch) is ignored, so no stale controller or
+        late read moves a partition back. A new leader stamps its epoch into the leader epoch
+        cache at its log end offset (Kafka's makeLeader)."""
+        if self._states is None:
+            raise RuntimeError("apply_states needs a clustered ReplicaManager")
+        with self._states_lock:
+            return self._apply_states(states)
+
+    def _apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
+        gained, lost = [], []
+        for tp, st in states.items():
+            old = self._states.get(tp)
+            if st is None:
+                if old is not None:
+                    del self._states[tp]
+                    if old.leader == self.broker_id:
+                        lost.append(tp)
+                continue
+            if old is not None and (st.leader_epoch, st.partition_epoch) < (old.leader_epoch, old.partition_epoch):
+                log.info("ignoring stale state of %s: epoch %d/%d, holding %d/%d", tp,
+                         st.leader_epoch, st.partition_epoch, old.leader_epoch, old.partition_epoch)
+                continue
+            was_leader = old is not None and old.leader == self.broker_id
+            now_leader = st.leader == self.broker_id
+            if now_leader or self.broker_id in st.replicas:
+                try:
+                    ulog = self.get_log(tp, create=True)
+                except KafkaError as exc:
+                    log.error("cannot host %s: %s", tp, exc)
+                    ulog = None
+                if now_leader and ulog is not None and (not was_leader or old.leader_epoch != st.leader_epoch):
+                    ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
+                    ulog.update_high_watermark(ulog.log_end_offset)
+            self._states[tp] = st
+            if now_leader and not was_leader:
+                gained.append(tp)
+            elif was_leader and not now_leader:
+                lost.append(tp)
+        return StateChange(tuple(gained), tuple(lost))
+
+    def leader_log(self, tp: TopicPartition, current_leader_epoch: int = UNDEFINED_EPOCH,
+                   require_leader: bool = True) -> tuple[UnifiedLog | None, ErrorCode, int]:
+        """(log, NONE, leader epoch) when this broker may serve ``tp``, else (None, error, -1).
+
+        Kafka's order: an unknown partition is UNKNOWN_TOPIC_OR_PARTITION (NOT_LEADER_OR_FOLLOWER
+        when the topic exists but the replica is not here); a client's ``current_leader_epoch``
+        below ours is FENCED_LEADER_EPOCH, above it UNKNOWN_LEADER_EPOCH; then a broker that
+        does not lead it (with ``require_leader``) is NOT_LEADER_OR_FOLLOWER."""
+        st = self.state(tp)
+        if st is None:
+            count = self._partitions(tp.topic)
+            known = count is not None and 0 <= tp.partition < count
+            return None, (ErrorCode.NOT_LEADER_OR_FOLLOWER if known
+                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
+        if current_leader_epoch != UNDEFINED_EPOCH and current_leader_epoch != st.leader_epoch:
+            return None, (ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < st.leader_epoch
+                          else ErrorCode.UNKNOWN_LEADER_EPOCH), -1
+        if require_leader and st.leader != self.broker_id:
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        ulog, error = self._hosted(tp)
+        return ulog, error, st.leader_epoch if ulog is not None else -1
+
+    def get_log(self, tp: TopicPartition, create: bool | None = None) -> UnifiedLog | None:
+        """The partition's log; None if the partition does not exist. One broker creates it
+        on first use; in a cluster only ``apply_states`` does (``create``)."""
         count = self._partitions(tp.topic)
         if count is None or not 0 <= tp.partition < count:
             return None
-        return self.log_manager.get_log(tp) or self.log_manager.get_or_create_log(tp)
+        found = self.log_manager.get_log(tp)
+        if found is not None or not (self._states is None if create is None else create):
+            return found
+        return self.log_manager.get_or_create_log(tp)
 
     def _hosted(self, tp: TopicPartition) -> tuple[UnifiedLog | None, ErrorCode]:
         """The partition's log, or None and why: UNKNOWN_TOPIC_OR_PARTITION, or the
@@ -86,13 +203,13 @@ class ReplicaManager:
 
     def append(self, tp: TopicPartition, records: bytes | None, *, produce_version: int | None,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
-        ulog, error = self._hosted(tp)
+        ulog, error, epoch = self.leader_log(tp)
         if ulog is None:
             return AppendResult(error)
         if not records:
             return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
         try:
-            info = ulog.append_as_leader(records, LEADER_EPOCH, origin=origin,
+            info = ulog.append_as_leader(records, epoch, origin=origin,
                                          produce_version=produce_version)
             if not info.duplicate:
                 ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
@@ -108,9 +225,9 @@ class ReplicaManager:
 
     def read(self, tp: TopicPartition, fetch_offset: int, max_bytes: int,
              isolation: FetchIsolation, min_one_message: bool, *,
-             as_region: bool = False) -> ReadResult:
+             as_region: bool = False, current_leader_epoch: int = UNDEFINED_EPOCH) -> ReadResult:
         """The records at ``fetch_offset``; local ones as a ``FileRegion`` with ``as_region``."""
-        ulog, error = self._hosted(tp)
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
         if ulog is None:
             return ReadResult(error)
         remote = self._remote_read(ulog, fetch_offset, isolation)
@@ -143,8 +260,9 @@ class ReplicaManager:
     # ---- list offsets -----------------------------------------------------------------------
 
     def list_offset(self, tp: TopicPartition, timestamp: int, isolation: FetchIsolation,
-                    from_consumer: bool = True) -> OffsetResult:
-        ulog, error = self._hosted(tp)
+                    from_consumer: bool = True,
+                    current_leader_epoch: int = UNDEFINED_EPOCH) -> OffsetResult:
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
         if ulog is None:
             return OffsetResult(error)
         try:
@@ -176,7 +294,7 @@ class ReplicaManager:
         watermark is the log start offset this leaves, as in Kafka. The segments below it go
         in the retention task (``log.retention.check.interval.ms``), never in the request,
         so time or size retention cannot move the answer past the requested offset."""
-        ulog, error = self._hosted(tp)
+        ulog, error, _ = self.leader_log(tp)
         if ulog is None:
             return error, -1
         try:
@@ -189,3 +307,14 @@ class ReplicaManager:
         except Exception as exc:  # noqa: BLE001
             return _code(exc), -1
         return ErrorCode.NONE, ulog.log_start_offset
+
+    # ---- offset for leader epoch ------------------------------------------------------------
+
+    def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                             epoch: int) -> tuple[ErrorCode, int, int]:
+        """OffsetForLeaderEpoch: (error, the largest epoch <= ``epoch``, its end offset)."""
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
+        if ulog is None:
+            return error, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        found = ulog.leader_epoch_cache.end_offset_for(epoch, ulog.log_end_offset)
+        return ErrorCode.NONE, found.leader_epoch, found.offset

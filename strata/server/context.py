@@ -20,9 +20,15 @@ class BrokerContext:
     fetch_watchers: PartitionWatchers = field(default_factory=PartitionWatchers)
     auto_create_topics: bool = True
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
+    offsets_log: Any = None            # strata.coordinator.offsets_log.ReplicaOffsetsLog
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
     client_quotas: ClientQuotaStore = field(default_factory=ClientQuotaStore)  # in memory by default
     quotas: Any = None                 # strata.server.quotas.ClientQuotaManager; None: not enforced
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     fetch_max_bytes: int = 57_671_680    # fetch.max.bytes: caps a Fetch request's max_bytes
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher
+
+    def __post_init__(self) -> None:
+        # Clients learn this broker's endpoint from the metadata (Metadata, FindCoordinator, ...)
+        if self.advertised_host and hasattr(self.metadata, "advertised_endpoint"):
+            self.metadata.advertised_endpoint = (self.advertised_host, self.advertised_port)

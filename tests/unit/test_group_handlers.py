@@ -27,6 +27,8 @@ from strata.protocol.codec import (
     request_class,
     response_class,
 )
+from strata.cluster.metadata import BrokerInfo
+from strata.replication.replica_manager import PartitionState
 from strata.server.context import BrokerContext
 from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import ConnectionInfo
@@ -42,12 +44,22 @@ PEER = ConnectionInfo("10.1.2.3:50123", 1)
 
 
 class Topics:
+    """The metadata of one broker (node 1) leading every partition of these topics."""
+
+    advertised_endpoint = ("", 0)
+
     def __init__(self, **partitions: int):
         self.partitions = {OFFSETS_TOPIC: 50, **partitions}
 
     def topic(self, name):
         n = self.partitions.get(name)
         return None if n is None else SimpleNamespace(name=name, partitions=n)
+
+    def live_brokers(self):
+        return [BrokerInfo(1, *self.advertised_endpoint)]
+
+    def partition_state(self, topic, partition):
+        return PartitionState(1, 0, (1,), (1,)) if self.topic(topic) else None
 
 
 class Client:

@@ -1,4 +1,4 @@
-"""DescribeCluster v0-1: this broker, the cluster id and the controller (this node)."""
+"""DescribeCluster v0-1: the live brokers, the cluster id and the controller."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ async def handle(ctx, request):
                     endpoint_type=endpoint_type, cluster_id=ctx.metadata.cluster_id,
                     controller_id=-1, brokers=(),
                     cluster_authorized_operations=authz.OMITTED)
-    brokers = (make(rc, "brokers", broker_id=ctx.node_id, host=ctx.advertised_host,
-                    port=ctx.advertised_port, rack=None),)
+    brokers = tuple(make(rc, "brokers", broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in ctx.metadata.live_brokers())
     return make(rc, endpoint_type=ENDPOINT_BROKERS, cluster_id=ctx.metadata.cluster_id,
-                controller_id=ctx.node_id, brokers=brokers,
+                controller_id=ctx.metadata.controller_id, brokers=brokers,
                 cluster_authorized_operations=authz.operations(
                     authz.CLUSTER, body.include_cluster_authorized_operations))

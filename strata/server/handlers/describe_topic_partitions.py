@@ -60,7 +60,7 @@ async def handle(ctx, request):
         end = min(info.partitions, first + remaining)
         topics.append(make(rc, "topics", name=name, topic_id=info.topic_id,
                            is_internal=is_internal_topic(name),
-                           partitions=partition_entries(ctx, rc, "topics.partitions", first, end),
+                           partitions=partition_entries(ctx, rc, "topics.partitions", name, first, end),
                            topic_authorized_operations=authz.TOPIC))
         if end < info.partitions:
             next_cursor = make(rc, "next_cursor", topic_name=name, partition_index=end)

@@ -55,7 +55,8 @@ def _read_all(ctx, request, isolation):
             tp = TopicPartition(t.topic, p.partition)
             budget = min(p.partition_max_bytes, max(remaining, 0))
             r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
-                                         as_region=True)
+                                         as_region=True,
+                                         current_leader_epoch=getattr(p, "current_leader_epoch", -1))
             if r.remote is not None:
                 rlm = ctx.replica_manager.remote_log_manager
                 if throttle_ms is None:

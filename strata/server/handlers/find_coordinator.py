@@ -1,4 +1,5 @@
-"""FindCoordinator v0-6: this node coordinates every group; transactions are not supported yet.
+"""FindCoordinator v0-6: a group's coordinator is the leader of its ``__consumer_offsets``
+partition (made on first use when missing); transactions are not supported yet.
 
 From v4 a request names several keys and each key gets its own answer (v0-3: one key, one
 answer). A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client
@@ -9,8 +10,11 @@ INVALID_REQUEST, as Kafka answers without a share coordinator.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import NamedTuple
 
+from strata.cluster.metadata import BrokerInfo
 from strata.common.errors import ErrorCode, KafkaError
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.protocol.codec import kio_error_code, make, response_class
@@ -29,19 +33,49 @@ def transactions_not_supported(transactional_id: str) -> str:
             f"transactional.id)")
 
 
+log = logging.getLogger(__name__)
+
+
 class Lookup(NamedTuple):
     error: ErrorCode
     message: str | None = None
+    node: BrokerInfo | None = None
+
+
+def _unavailable() -> Lookup:
+    return Lookup(ErrorCode.COORDINATOR_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE_MESSAGE)
+
+
+def _group_coordinator(ctx, key: str) -> Lookup:
+    """The live leader of the group's partition; this broker only once it has loaded it."""
+    gc = ctx.group_coordinator
+    if gc is None or ctx.metadata.topic(OFFSETS_TOPIC) is None:
+        return _unavailable()
+    partition = gc.partition_for(key)
+    st = ctx.metadata.partition_state(OFFSETS_TOPIC, partition)
+    if st is None:
+        return _unavailable()
+    if st.leader == ctx.node_id and partition not in gc.owned_partitions:
+        return _unavailable()  # loading, or shutting down
+    node = next((b for b in ctx.metadata.live_brokers() if b.node_id == st.leader), None)
+    return _unavailable() if node is None else Lookup(ErrorCode.NONE, node=node)
+
+
+async def _ensure_offsets_topic(ctx) -> None:
+    """Kafka makes ``__consumer_offsets`` at the first FindCoordinator that needs it; until
+    enough brokers are up for its replication factor, groups get COORDINATOR_NOT_AVAILABLE."""
+    if ctx.metadata.topic(OFFSETS_TOPIC) is not None or ctx.offsets_log is None:
+        return
+    try:
+        await asyncio.to_thread(ctx.offsets_log.ensure_topic)
+    except KafkaError as exc:
+        log.info("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
 
 
 def _coordinator_for(ctx, key_type: int, key: str) -> Lookup:
-    """NONE when this node coordinates ``key``, else the error and its message."""
+    """The coordinator of ``key``, else the error and its message."""
     if key_type == KEY_TYPE_GROUP:
-        gc = ctx.group_coordinator
-        if (gc is None or ctx.metadata.topic(OFFSETS_TOPIC) is None
-                or gc.partition_for(key) not in gc.owned_partitions):  # e.g. shutting down
-            return Lookup(ErrorCode.COORDINATOR_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE_MESSAGE)
-        return Lookup(ErrorCode.NONE)
+        return _group_coordinator(ctx, key)
     if key_type == KEY_TYPE_TRANSACTION:
         return Lookup(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                       transactions_not_supported(key))
@@ -57,14 +91,16 @@ def _node(ctx, found: Lookup, no_message: str | None) -> dict:
     if found.error != ErrorCode.NONE:
         return dict(error_code=kio_error_code(found.error), node_id=-1, host="", port=-1,
                     error_message=found.message if found.message is not None else no_message)
-    return dict(error_message=no_message, node_id=ctx.node_id, host=ctx.advertised_host,
-                port=ctx.advertised_port)
+    return dict(error_message=no_message, node_id=found.node.node_id, host=found.node.host,
+                port=found.node.port)
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
     key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
+    if key_type == KEY_TYPE_GROUP:
+        await _ensure_offsets_topic(ctx)
     if request.api_version >= FIRST_BATCHED_VERSION:
         return make(rc, coordinators=tuple(
             make(rc, "coordinators", key=key,

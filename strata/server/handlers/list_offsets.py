@@ -26,7 +26,8 @@ async def handle(ctx, request):
     for t in body.topics:
         partitions = []
         for p in t.partitions:
-            args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer)
+            args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer,
+                    getattr(p, "current_leader_epoch", -1))
             if p.timestamp >= 0 and ctx.replica_manager.remote_log_manager is not None:
                 # may search remote time indexes: off the event loop
                 r = await asyncio.to_thread(ctx.replica_manager.list_offset, *args)

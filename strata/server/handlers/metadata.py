@@ -1,4 +1,5 @@
-"""Metadata: brokers, controller, cluster id, and topics with their partitions (this node leads all)."""
+"""Metadata: live brokers, controller, cluster id, and topics with each partition's leader,
+leader epoch, replicas, ISR and offline replicas (from ``ClusterMetadata``, one broker or many)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import logging
 from strata.cluster.metadata import is_internal_topic
 from strata.common.errors import ErrorCode, InvalidRequestError, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
-from strata.replication.replica_manager import LEADER_EPOCH
 from strata.server import authz
 
 log = logging.getLogger(__name__)
@@ -53,15 +53,29 @@ def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
         return ErrorCode(exc.code)
 
 
-def partition_entries(ctx, rc, path: str, first: int, end: int) -> tuple:
-    """Partitions ``first`` to ``end - 1`` as Metadata and DescribeTopicPartitions describe them:
-    this node is the leader and the only replica (no ELR; fields a version lacks are dropped)."""
-    node = (ctx.node_id,)
-    return tuple(
-        make(rc, path, partition_index=p, leader_id=ctx.node_id, leader_epoch=LEADER_EPOCH,
-             replica_nodes=node, isr_nodes=node, offline_replicas=(),
-             eligible_leader_replicas=(), last_known_elr=())
-        for p in range(first, end))
+def partition_entries(ctx, rc, path: str, topic: str, first: int, end: int) -> tuple:
+    """Partitions ``first`` to ``end - 1`` as Metadata and DescribeTopicPartitions describe them
+    (no ELR; fields a version lacks are dropped). Without a live leader: LEADER_NOT_AVAILABLE,
+    leader -1, as Kafka answers."""
+    live = {b.node_id for b in ctx.metadata.live_brokers()}
+    out = []
+    for p in range(first, end):
+        st = ctx.metadata.partition_state(topic, p)
+        if st is None:
+            continue
+        leader = st.leader if st.leader in live else -1
+        out.append(make(
+            rc, path, partition_index=p, leader_id=leader, leader_epoch=st.leader_epoch,
+            error_code=kio_error_code(ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE),
+            replica_nodes=st.replicas, isr_nodes=st.isr,
+            offline_replicas=tuple(r for r in st.replicas if r not in live),
+            eligible_leader_replicas=(), last_known_elr=()))
+    return tuple(out)
+
+
+def broker_entries(ctx, rc, path: str) -> tuple:
+    return tuple(make(rc, path, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in ctx.metadata.live_brokers())
 
 
 async def handle(ctx, request):
@@ -76,14 +90,12 @@ async def handle(ctx, request):
         info = ctx.metadata.topic(name) if error is None else None
         partitions = ()
         if info is not None:
-            partitions = partition_entries(ctx, rc, "topics.partitions", 0, info.partitions)
+            partitions = partition_entries(ctx, rc, "topics.partitions", name, 0, info.partitions)
         topics.append(make(
             rc, "topics", error_code=kio_error_code(error or ErrorCode.NONE), name=name,
             topic_id=info.topic_id if info else topic_id, is_internal=name is not None and is_internal_topic(name),
             partitions=partitions, topic_authorized_operations=authz.operations(authz.TOPIC, topic_ops and info is not None)))
-    brokers = (make(rc, "brokers", node_id=ctx.node_id, host=ctx.advertised_host,
-                    port=ctx.advertised_port, rack=None),)
-    return make(rc, brokers=brokers, cluster_id=ctx.metadata.cluster_id,
-                controller_id=ctx.node_id, topics=tuple(topics),
+    return make(rc, brokers=broker_entries(ctx, rc, "brokers"), cluster_id=ctx.metadata.cluster_id,
+                controller_id=ctx.metadata.controller_id, topics=tuple(topics),
                 cluster_authorized_operations=authz.operations(
                     authz.CLUSTER, getattr(body, "include_cluster_authorized_operations", False)))
