@@ -46,18 +46,22 @@ def parse_listener(value: str) -> tuple[str, int]:
 
 
 class _LogsFollowMetadata:
-    """Keeps the logs in step with topic changes: create, delete, add partitions, configs."""
+    """Keeps the logs in step with topic changes: create, delete, add partitions, configs.
+    In a cluster a log is made when its partition's state names this broker (``_ReplicasFollowStates``)."""
 
-    def __init__(self, manager: LogManager, metadata, remote_log_manager=None):
+    def __init__(self, manager: LogManager, metadata, remote_log_manager=None, *,
+                 create_logs: bool = True):
         self.manager = manager
         self.metadata = metadata
         self.remote_log_manager = remote_log_manager
+        self.create_logs = create_logs
 
     def on_topic_created(self, info) -> None:
-        for p in range(info.partitions):
-            self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
+        self.on_partitions_created(info, 0)
 
     def on_partitions_created(self, info, old_count) -> None:
+        if not self.create_logs:
+            return
         for p in range(old_count, info.partitions):
             self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
 
@@ -85,6 +89,61 @@ class _LogsFollowMetadata:
         """Dynamic broker configs changed: the remote copy/fetch quotas apply at once."""
         if self.remote_log_manager is not None:
             self.remote_log_manager.reconfigure(rlm_config)
+
+
+class _ReplicasFollowStates:
+    """A cluster broker's partition states from ZooKeeper, applied: the ReplicaManager leads or
+    follows, a replica moved off this broker is deleted, and the group coordinator loads the
+    ``__consumer_offsets`` partitions this broker starts leading and unloads those it stops
+    leading (on the event loop)."""
+
+    def __init__(self, replica_manager, manager: LogManager, metadata, loop, group_coordinator):
+        self.replica_manager = replica_manager
+        self.manager = manager
+        self.metadata = metadata
+        self.loop = loop
+        self.group_coordinator = group_coordinator
+
+    def on_partition_states(self, states) -> None:
+        from strata.coordinator.offsets_records import OFFSETS_TOPIC
+        change = self.replica_manager.apply_states(states)
+        for tp, st in states.items():
+            if st is None and self.metadata.topic(tp.topic) is not None:
+                self.manager.delete_log(tp)  # reassigned away (a deleted topic's go with it)
+        gained = [tp.partition for tp in change.became_leader if tp.topic == OFFSETS_TOPIC]
+        lost = [tp.partition for tp in change.stopped_leading if tp.topic == OFFSETS_TOPIC]
+        if lost:
+            self.loop.call_soon_threadsafe(self.group_coordinator.unload, lost)
+        if gained:
+            self.loop.call_soon_threadsafe(self.group_coordinator.load, gained)
+
+
+def _join_cluster(props: dict[str, str], node_id: int):
+    """The ZooKeeper client when ``zookeeper.connect`` is set (connected, top-level paths
+    made), else None."""
+    from strata.cluster.zk.client import StrataZkClient
+    from strata.cluster.zk.config import ZkClientConfig
+    config = ZkClientConfig.from_properties(props)
+    if config is None:
+        return None
+    if props.get("remote.log.storage.system.enable", "false").strip().lower() == "true":
+        raise SystemExit("remote.log.storage.system.enable=true is not supported with "
+                         "zookeeper.connect yet: tiered storage across replicas is issue 27")
+    zk = StrataZkClient(config).start()
+    zk.create_top_level_paths()
+    log.info("broker %d connected to ZooKeeper at %s", node_id, config.connect)
+    return zk
+
+
+def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rack: str | None):
+    """``/brokers/ids/N`` now and again after every new session (Kafka's registration)."""
+    from strata.cluster.image import BrokerRegistration, Endpoint
+    from strata.cluster.zk.client import StateChangeHandler
+    listener = (props.get("inter.broker.listener.name") or "PLAINTEXT").strip()
+    registration = BrokerRegistration(node_id, rack, (Endpoint(listener, host, port),))
+    zk.register_broker(registration)
+    zk.register_state_change_handler(StateChangeHandler(
+        "broker-registration", after_initializing_session=lambda: zk.register_broker(registration)))
 
 
 def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
@@ -178,14 +237,22 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.server.metrics import ClientQuotaCollector
     from strata.server.quotas import ClientQuotaManager
     from strata.log.log_cleaner import LogCleaner
+    from strata.coordinator.offsets_records import OFFSETS_TOPIC
     from strata.server.log_cleaner_metrics import LogCleanerCollector
 
-    node_id = _int(props, "node.id", 1)
+    node_id = _int(props, "node.id", _int(props, "broker.id", 1))
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
     log_dirs[0].mkdir(parents=True, exist_ok=True)
     host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
     raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
-    metadata = ClusterMetadata(log_dirs[0], node_id, props)
+    loop = asyncio.get_running_loop()
+    zk = _join_cluster(props, node_id)
+    if zk is not None:
+        from strata.cluster.zk_metadata import ZkClusterMetadata
+        metadata = ZkClusterMetadata(log_dirs[0], node_id, props, zk)
+    else:
+        metadata = ClusterMetadata(log_dirs[0], node_id, props)
+    metadata.rack = props.get("broker.rack") or None
     scheduler = KafkaScheduler(threads=2)
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler, dir_failures=metadata.dir_failures)
@@ -196,27 +263,43 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     watchers = PartitionWatchers()
     replica_manager = ReplicaManager(
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
-        on_append=_notify_from_any_thread(asyncio.get_running_loop(), watchers.notify))
+        on_append=_notify_from_any_thread(loop, watchers.notify),
+        broker_id=node_id, clustered=zk is not None)
     tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
     rlm = tiering[0] if tiering else None
     replica_manager.remote_log_manager = rlm
     if rlm is not None:
         metadata.config_validator = rlm.validate_topic_config
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata, rlm))
+    metadata.add_listener(_LogsFollowMetadata(manager, metadata, rlm, create_logs=zk is None))
+    producer_ids = ProducerIdManager(log_dirs[0]) if zk is None else ProducerIdManager(
+        log_dirs[0], allocate_block=lambda: (
+            (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
-                        producer_ids=ProducerIdManager(log_dirs[0]),
+                        producer_ids=producer_ids,
                         fetch_max_bytes=_int(props, "fetch.max.bytes", 57_671_680))
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)
     ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)
     offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
+    ctx.offsets_log = offsets_log
+    if zk is None:
+        offsets_partitions = offsets_log.ensure_topic()
+    else:  # made at the first FindCoordinator, once enough brokers are up (as Kafka does)
+        metadata.start_view()
+        existing = metadata.topic(OFFSETS_TOPIC)
+        offsets_partitions = existing.partitions if existing else offsets_log.configured_partitions
     group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
-                                       offsets_topic_num_partitions=offsets_log.ensure_topic())
+                                       offsets_topic_num_partitions=offsets_partitions)
     ctx.group_coordinator = GroupCoordinator(
         offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
-    ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
+    if zk is None:
+        ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
+    else:
+        follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop, ctx.group_coordinator)
+        metadata.add_listener(follow)
+        follow.on_partition_states(metadata.hosted_states())  # what the first image said
     metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it
     if rlm is not None:
         ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
@@ -235,6 +318,16 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                                         props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
     ctx.advertised_host = adv_host or socket.getfqdn()
     ctx.advertised_port = adv_port or server.port
+    metadata.advertised_endpoint = (ctx.advertised_host, ctx.advertised_port)
+    controller = None
+    if zk is not None:
+        from strata.cluster.controller import ControllerService, LoggingNoticeSink
+        await asyncio.to_thread(_register, zk, node_id, props, ctx.advertised_host,
+                                ctx.advertised_port, metadata.rack)
+        controller = ControllerService(
+            zk, node_id, LoggingNoticeSink(),
+            unclean_leader_election_enable=props.get(
+                "unclean.leader.election.enable", "false").strip().lower() == "true").start()
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
                                 _int(props, "log.retention.check.interval.ms", 300_000))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,
@@ -254,6 +347,12 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     log.info("shutting down: no new connections, finishing in-flight requests")
     # first, so that parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) at once
     # instead of holding the server's grace period
+    if zk is not None:
+        # Leaving ZooKeeper first hands this broker's leaderships to the others at once.
+        if controller is not None:
+            controller.close()
+        metadata.close()
+        zk.close()
     ctx.group_coordinator.shutdown()
     watchers.close()  # long-polling fetches answer now
     await server.stop()

@@ -43,6 +43,17 @@ class NoticeSink(Protocol):
     def deliver(self, broker_id: int, notices: Sequence[Notice], controller_epoch: int) -> None: ...
 
 
+class LoggingNoticeSink:
+    """The brokers' sink: a broker learns its partitions from ZooKeeper itself (the state
+    znodes the controller has just written, through ``zk.view``), so the notices are only
+    logged, as Kafka's state-change log records the requests it sends."""
+
+    def deliver(self, broker_id: int, notices: Sequence[Notice], controller_epoch: int) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            for notice in notices:
+                log.debug("controller epoch %d: to broker %d: %s", controller_epoch, broker_id, notice)
+
+
 # --- the queue's own events (watch callbacks and session changes enqueue them) -------------
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from kazoo.exceptions import (
     BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
     RolledBackError, RuntimeInconsistency, SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.cache import TreeCache, TreeEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
@@ -431,6 +432,15 @@ class StrataZkClient:
             raise _error(result, f"setting {z.topic_path(assignment.topic)}")
         return result.version
 
+    def admin_set_topic_assignment(self, assignment: z.TopicAssignment) -> None:
+        """AdminZkClient's rewrite of ``/brokers/topics/T`` (CreatePartitions from any broker):
+        conditional on ``assignment.zk_version``; ZooKeeperError when it changed meanwhile."""
+        try:
+            self._call(self._zk.set, z.topic_path(assignment.topic), assignment.encode(),
+                       assignment.zk_version)
+        except (BadVersionError, NoNodeError) as e:
+            raise _error(e, f"setting {z.topic_path(assignment.topic)}") from None
+
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, z.TopicAssignment]:
         names = sorted(topics)
         found = self._get_many([z.topic_path(t) for t in names])
@@ -652,6 +662,49 @@ class StrataZkClient:
     def _watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
         self.make_sure_persistent_path_exists(path)
         ChildrenWatch(self._zk, path, lambda children: _guarded(path, callback, children))
+
+
+    def tree(self, path: str, on_change: Callable[[], None]) -> "ZkTree":
+        """A live in-memory copy of the subtree at ``path`` (kazoo's TreeCache: a data and a
+        children watch per znode, refreshed after reconnection and session expiry);
+        ``on_change`` is called on kazoo's thread after every change it applies."""
+        self.make_sure_persistent_path_exists(path)
+        return ZkTree(self._zk, path, on_change)
+
+
+class ZkTree:
+    """Read side of ``StrataZkClient.tree``: ``data``/``children`` answer from memory.
+
+    ``initialized`` turns true once the whole subtree has been read, false again when the
+    session is lost, until it has been read anew.
+    """
+
+    def __init__(self, zk: KazooClient, path: str, on_change: Callable[[], None]):
+        self.path = path
+        self.initialized = False
+        self._on_change = on_change
+        self._cache = TreeCache(zk, path)
+        self._cache.listen(self._event)
+        self._cache.listen_fault(lambda e: log.error("tree cache of %s failed: %r", path, e))
+        self._cache.start()
+
+    def _event(self, event: Any) -> None:
+        if event.event_type == TreeEvent.INITIALIZED:
+            self.initialized = True
+        elif event.event_type == TreeEvent.CONNECTION_LOST:
+            self.initialized = False
+        _guarded(self.path, lambda _: self._on_change(), None)
+
+    def data(self, path: str) -> tuple[bytes, Any] | None:
+        """(data, stat) of the cached znode, or None."""
+        found = self._cache.get_data(path)
+        return None if found is None else (found.data, found.stat)
+
+    def children(self, path: str) -> list[str]:
+        return sorted(self._cache.get_children(path) or ())
+
+    def close(self) -> None:
+        self._cache.close()
 
 
 def _guarded(path: str, callback: Callable[[Any], None], value: Any) -> None:

@@ -1,0 +1,366 @@
+"""``ZkClusterMetadata``: ``ClusterMetadata`` for a broker of a ZooKeeper cluster.
+
+The same interface as the one-broker ``ClusterMetadata`` (everything above ``cluster/`` uses it
+without knowing which runs), with ZooKeeper as the store:
+
+- writes (CreateTopics, CreatePartitions, DeleteTopics, topic configs) go to ZooKeeper as
+  Kafka 3.9's ``AdminZkClient`` writes them, from any broker: ``/config/topics/T`` then
+  ``/brokers/topics/T`` with the placement made here over the registered brokers (rack-aware),
+  a deletion mark under ``/admin/delete_topics``, the config znode plus its change
+  notification. The controller (``ControllerService``, on whichever broker holds
+  ``/controller``) turns them into partition states;
+- reads come from ``ZkMetadataView``: each image it builds is diffed against what this broker
+  holds, and listeners hear about it (``on_topic_created``, ``on_topic_deleted``,
+  ``on_partitions_created``, ``on_topic_config_changed``, and ``on_partition_states`` with the
+  states of the partitions this broker hosts or stopped hosting). Every broker, the one that
+  made a change included, learns it this way, on the view's thread, in ZooKeeper's order;
+- a write returns once this broker's view holds it (and, for new partitions, their leaders),
+  or after ``zookeeper.metadata.wait.ms``.
+
+Threads: API methods may be called from any thread (one at a time, under the metadata lock);
+listeners are called on the view's thread, never under the metadata lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from strata.cluster.image import Endpoint, MetadataImage
+from strata.cluster.metadata import (
+    BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
+from strata.cluster.replica_assignment import (
+    assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
+from strata.cluster.zk import znodes as z
+from strata.cluster.zk.client import StrataZkClient, ZkNodeExistsError, ZooKeeperError
+from strata.cluster.zk.view import ZkMetadataView
+from strata.common.errors import ErrorCode, KafkaError
+from strata.common.files import atomic_write
+from strata.common.types import TopicPartition, uuid_to_kafka_str
+from strata.log.log_config import LogConfig
+from strata.replication.replica_manager import PartitionState
+
+log = logging.getLogger(__name__)
+
+METADATA_WAIT_MS = "zookeeper.metadata.wait.ms"   # Strata's: how long a write waits for the view
+DEFAULT_METADATA_WAIT_MS = 30_000
+INTERNAL_RF_KEYS = {"__consumer_offsets": ("offsets.topic.replication.factor", 3),
+                    "__remote_log_metadata": ("remote.log.metadata.topic.replication.factor", 3),
+                    "__transaction_state": ("transaction.state.log.replication.factor", 3)}
+
+
+class ZkClusterMetadata(ClusterMetadata):
+    def __init__(self, log_dir: Path, node_id: int, broker_props: Mapping[str, str],
+                 zk: StrataZkClient):
+        self.zk = zk
+        self.view_image = MetadataImage()
+        self._view_changed = threading.Condition()
+        self._view: ZkMetadataView | None = None
+        super().__init__(log_dir, node_id, broker_props)
+        self._wait_s = self._int_prop(METADATA_WAIT_MS, DEFAULT_METADATA_WAIT_MS) / 1000
+
+    # ---- start and stop ------------------------------------------------------------------------
+
+    def start_view(self) -> None:
+        """Read the cluster from ZooKeeper, then follow it (listeners hear the first image)."""
+        self._view = ZkMetadataView(self.zk, self._on_image).start(self._wait_s)
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
+
+    # ---- identity ------------------------------------------------------------------------------
+
+    def _load_or_write_meta_properties(self):
+        """meta.properties with the cluster id of ``/cluster/id`` (made from ours if absent).
+        A log dir of another cluster is refused (Kafka's InconsistentClusterIdException)."""
+        existed = (self.log_dir / "meta.properties").exists()
+        cluster_id, directory_id = super()._load_or_write_meta_properties()
+        stored = self.zk.create_or_get_cluster_id(cluster_id)
+        if stored != cluster_id:
+            if existed:
+                raise MetaPropertiesError(
+                    f"The Cluster ID {stored} doesn't match stored clusterId Some({cluster_id}) "
+                    f"in meta.properties. The broker is trying to join the wrong cluster. "
+                    f"Configured zookeeper.connect may be wrong.")
+            (self.log_dir / "meta.properties").unlink()
+            self.cluster_id = stored
+            return self._rewrite_meta_properties(stored)
+        return cluster_id, directory_id
+
+    def _rewrite_meta_properties(self, cluster_id: str):
+        path = self.log_dir / "meta.properties"
+        directory_id = random_directory_id()
+        atomic_write(path, (f"node.id={self.node_id}\n"
+                            f"directory.id={uuid_to_kafka_str(directory_id)}\n"
+                            f"version=1\ncluster.id={cluster_id}\n").encode())
+        return cluster_id, directory_id
+
+    @property
+    def controller_id(self) -> int:
+        return self._view.controller_id if self._view is not None else -1
+
+    def _load_topics(self):
+        return _build_image([], {})  # the view fills it
+
+    def _persist(self, topics, broker_configs=None) -> None:
+        super()._persist([], broker_configs)  # topics live in ZooKeeper; broker configs here
+
+    # ---- brokers and partitions ----------------------------------------------------------------
+
+    def live_brokers(self, listener: str | None = None) -> list[BrokerInfo]:
+        """Registered brokers with their endpoint on ``listener`` (the first one by default)."""
+        out = []
+        for b in sorted(self.view_image.brokers.values(), key=lambda b: b.id):
+            ep = _endpoint(b.endpoints, listener)
+            if ep is not None:
+                out.append(BrokerInfo(b.id, ep.host, ep.port, b.rack))
+        return out
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        t = self.view_image.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.assignment):
+            return None
+        reg = t.partitions.get(partition)
+        replicas = t.assignment[partition]
+        if reg is None:
+            return PartitionState(-1, -1, (), replicas, -1)
+        return PartitionState(reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch)
+
+    # ---- placement -----------------------------------------------------------------------------
+
+    def _registered(self) -> list[tuple[int, str | None]]:
+        return brokers_for_placement(self.view_image.brokers.values())
+
+    def _check_placement(self, partitions: int, replication_factor: int,
+                         manual: list[list[int]] | None = None) -> list[list[int]]:
+        if manual is not None:
+            return manual
+        brokers = self._registered()
+        if replication_factor > len(brokers):
+            raise KafkaError(f"Replication factor: {replication_factor} larger than available "
+                             f"brokers: {len(brokers)}.", code=ErrorCode.INVALID_REPLICATION_FACTOR)
+        found = assign_replicas_to_brokers(brokers, partitions, replication_factor)
+        return [found[p] for p in range(partitions)]
+
+    def _check_assignments(self, assignments, expected_rf):
+        known = {b.id for b in self.view_image.brokers.values()}
+        rf = expected_rf
+        for brokers in assignments:
+            if not brokers:
+                raise KafkaError("The manual partition assignment includes an empty replica list.",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            unknown = [b for b in brokers if b not in known]
+            if unknown:
+                raise KafkaError(f"The manual partition assignment includes broker {unknown[0]}, "
+                                 "but no such broker is registered.",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            if len(set(brokers)) != len(brokers):
+                raise KafkaError(f"The manual partition assignment includes the broker "
+                                 f"{brokers[0]} more than once.",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            if rf is None:
+                rf = len(brokers)
+            elif len(brokers) != rf:
+                raise KafkaError(f"The manual partition assignment includes a partition with "
+                                 f"{len(brokers)} replica(s), but this is not consistent with "
+                                 f"previous partitions, which have {rf} replica(s).",
+                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        return rf if rf is not None else -1
+
+    def _place_new_partitions(self, info: TopicInfo, new_total: int, assignments):
+        existing = self.view_image.topics[info.name].assignment
+        if assignments is not None:
+            self._check_assignments(assignments, len(existing[0]))
+        return new_partitions_assignment(existing, new_total, self._registered(), assignments)
+
+    def _internal_replication_factor(self, name: str) -> int:
+        """The topic's ``*.replication.factor``: broker-managed topics wait for enough brokers
+        (COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's do."""
+        key, default = INTERNAL_RF_KEYS.get(name, (None, 1))
+        wanted = self._int_prop(key, default) if key else default
+        live = len(self._registered())
+        if wanted > live:
+            raise KafkaError(f"Number of alive brokers '{live}' does not meet the required "
+                             f"replication factor '{wanted}' for the {name} topic (configured "
+                             f"via '{key}'). This error can be ignored if the cluster is starting "
+                             "up and not all brokers are up yet.",
+                             code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return wanted
+
+    def _check_broker_partitions(self, added: int) -> None:
+        pass  # max.broker.partitions is checked per broker when it hosts (apply_states)
+
+    def partition_count(self) -> int:
+        return sum(1 for t in self.view_image.topics.values()
+                   for r in t.assignment if self.node_id in r)
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def _add_topic(self, info: TopicInfo, config: LogConfig, placement=None) -> None:
+        assignment = z.TopicAssignment(info.name, info.topic_id, {
+            p: z.ReplicaAssignment(tuple(r)) for p, r in enumerate(placement)})
+        with _zk_errors("creating topic " + info.name):
+            if self.zk.path_exists(z.topic_path(info.name)):
+                raise ZkNodeExistsError(z.topic_path(info.name))
+            self.zk.set_or_create_entity_configs("topics", info.name, dict(info.configs))
+            self.zk.create_topic_assignment(assignment)
+        self._wait(lambda img: (t := img.topics.get(info.name)) is not None
+                   and t.topic_id == info.topic_id)
+        # then, briefly, for the leaders (clients retry LEADER_NOT_AVAILABLE meanwhile)
+        self._wait(lambda img: len(img.topics[info.name].partitions) == info.partitions
+                   if info.name in img.topics else True, timeout_s=min(self._wait_s, 10), quiet=True)
+
+    def _remove_topic(self, info: TopicInfo) -> TopicInfo:
+        with _zk_errors("deleting topic " + info.name):
+            try:
+                self.zk.create_delete_topic_path(info.name)
+            except ZooKeeperError as exc:
+                if "exists" not in str(exc):
+                    raise
+        self._wait(lambda img: (t := img.topics.get(info.name)) is None
+                   or t.topic_id != info.topic_id)
+        log.info("deleted topic %s (%s)", info.name, uuid_to_kafka_str(info.topic_id))
+        return info
+
+    def _grow_topic(self, info: TopicInfo, updated: TopicInfo, placement) -> None:
+        current = self.zk.get_topic_assignments([info.name]).get(info.name)
+        if current is None or current.topic_id != info.topic_id:
+            raise KafkaError(f"The topic '{info.name}' does not exist.",
+                             code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        parts = dict(current.partitions)
+        for i, replicas in enumerate(placement):
+            parts[info.partitions + i] = z.ReplicaAssignment(tuple(replicas))
+        with _zk_errors("adding partitions to " + info.name):
+            self.zk.admin_set_topic_assignment(z.TopicAssignment(
+                info.name, info.topic_id, parts, current.zk_version))
+        self._wait(lambda img: (t := img.topics.get(info.name)) is not None
+                   and len(t.partitions) >= updated.partitions)
+
+    def _set_topic_config(self, updated: TopicInfo, config: LogConfig) -> None:
+        with _zk_errors("changing the configs of " + updated.name):
+            self.zk.change_entity_config("topics", updated.name, dict(updated.configs))
+        self._wait(lambda img: (t := img.topics.get(updated.name)) is not None
+                   and dict(t.configs) == dict(updated.configs))
+
+    def _announce(self, method: str, *args: Any) -> None:
+        pass  # listeners hear every change from the view, this broker's own included
+
+    def _wait(self, done: Callable[[MetadataImage], bool], timeout_s: float | None = None,
+              quiet: bool = False) -> None:
+        """Until the view shows ``done``, or ``zookeeper.metadata.wait.ms`` (REQUEST_TIMED_OUT:
+        the change is in ZooKeeper and will still be applied; ``quiet``: just return)."""
+        deadline = time.monotonic() + (self._wait_s if timeout_s is None else timeout_s)
+        with self._view_changed:
+            while not done(self.view_image):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if quiet:
+                        return
+                    raise KafkaError("The change was written to ZooKeeper but this broker has "
+                                     "not seen it applied yet", code=ErrorCode.REQUEST_TIMED_OUT)
+                self._view_changed.wait(left)
+
+    # ---- the view ------------------------------------------------------------------------------
+
+    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
+        """Everything this broker learns of the cluster passes here, on the view's thread."""
+        held = self._image.topics
+        topics: dict[str, TopicInfo] = {}
+        for name, t in new.topics.items():
+            prev = held.get(name)
+            topics[name] = TopicInfo(name, t.topic_id, len(t.assignment), dict(t.configs)) \
+                if prev is None or prev.topic_id != t.topic_id or prev.partitions != len(t.assignment) \
+                or prev.configs != dict(t.configs) else prev
+        configs = {n: (self._image.configs[n] if held.get(n) is topics[n] else
+                       self._make_config(topics[n].configs, n)) for n in topics}
+        states = self._hosted_states(old, new)
+        gone_states = {tp: s for tp, s in states.items() if s is None}
+        if gone_states:
+            self._notify("on_partition_states", gone_states)
+        self._image = _build_image(topics.values(), configs)
+        self.view_image = new
+        for name, info in held.items():
+            if name not in topics or topics[name].topic_id != info.topic_id:
+                log.info("topic %s (%s) deleted", name, uuid_to_kafka_str(info.topic_id))
+                self._notify("on_topic_deleted", info)
+        for name, info in topics.items():
+            prev = held.get(name)
+            if prev is None or prev.topic_id != info.topic_id:
+                self._notify("on_topic_created", info)
+            elif prev is not info:
+                if prev.partitions < info.partitions:
+                    self._notify("on_partitions_created", info, prev.partitions)
+                if prev.configs != info.configs:
+                    self._notify("on_topic_config_changed", info, configs[name])
+        live = {tp: s for tp, s in states.items() if s is not None}
+        if live:
+            self._notify("on_partition_states", live)
+        with self._view_changed:
+            self._view_changed.notify_all()
+
+    def hosted_states(self) -> dict[TopicPartition, PartitionState | None]:
+        """The state of every partition this broker hosts, as the view holds it now."""
+        return self._hosted_states(MetadataImage(), self.view_image)
+
+    def _hosted_states(self, old: MetadataImage, new: MetadataImage
+                       ) -> dict[TopicPartition, PartitionState | None]:
+        """The states of partitions this broker hosts that changed; None for those it stopped
+        hosting (topic deleted, or moved off this broker)."""
+        me = self.node_id
+        out: dict[TopicPartition, PartitionState | None] = {}
+        for name, t in new.topics.items():
+            before = old.topics.get(name)
+            if before is not None and before.topic_id != t.topic_id:
+                before = None
+            for p, replicas in enumerate(t.assignment):
+                reg = t.partitions.get(p)
+                was = before is not None and p < len(before.assignment) and me in before.assignment[p]
+                if me not in replicas:
+                    if was:
+                        out[TopicPartition(name, p)] = None
+                    continue
+                if reg is None:
+                    continue
+                if before is not None and was and before.partitions.get(p) == reg \
+                        and before.assignment[p] == replicas:
+                    continue
+                out[TopicPartition(name, p)] = PartitionState(
+                    reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch)
+        for name, t in old.topics.items():
+            now = new.topics.get(name)
+            if now is not None and now.topic_id == t.topic_id:
+                continue
+            for p, replicas in enumerate(t.assignment):
+                if me in replicas:
+                    out.setdefault(TopicPartition(name, p), None)
+        return out
+
+
+def _endpoint(endpoints: tuple[Endpoint, ...], listener: str | None) -> Endpoint | None:
+    for ep in endpoints:
+        if listener is None or ep.listener == listener:
+            return ep
+    return None
+
+
+class _zk_errors:
+    """ZooKeeper failures of an admin write as Kafka's errors (an existing topic included)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, ZooKeeperError):
+            return False
+        if isinstance(exc, ZkNodeExistsError):
+            raise KafkaError(f"Topic already exists ({self.what}).",
+                             code=ErrorCode.TOPIC_ALREADY_EXISTS) from exc
+        raise KafkaError(f"ZooKeeper failed {self.what}: {exc}",
+                         code=ErrorCode.UNKNOWN_SERVER_ERROR) from exc
