@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ spark-kafka-dist: venv
 
 run: venv
 	$(VENV)/bin/strata serve --config config/server.properties
+
+# ZooKeeper and three brokers (ports 9092-9094) with zookeeper.connect set; data under data/cluster/.
+run-cluster: venv system-deps
+	@bash scripts/run-cluster.sh
 
 test: venv system-deps kafka-dist spark-kafka-dist
 	$(VENV)/bin/pytest -q

@@ -29,9 +29,11 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None):
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None,
+                 config: Path | None = None):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.config = config  # a server.properties file (``--config``); None = embedded defaults
         self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
                           "log.dirs": str(self.data_dir / "kafka-logs"),
                           **(overrides or {})}
@@ -42,14 +44,26 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> "BrokerProcess":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
         args = [sys.executable, "-m", "strata.cli.main", "serve"]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
+        return args
+
+    def start(self, timeout: float = 30) -> "BrokerProcess":
+        return self.launch().wait_listening(timeout)
+
+    def launch(self) -> "BrokerProcess":
+        """Start the process without waiting for it to listen."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def wait_listening(self, timeout: float = 30) -> "BrokerProcess":
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
