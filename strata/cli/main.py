@@ -21,6 +21,9 @@ from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.log_manager import LogManager
 
 log = logging.getLogger("strata")
+# How long SIGTERM waits for the controller to move this broker's leaderships away (Kafka
+# retries controlled.shutdown.max.retries=3 times, 5 s apart).
+CONTROLLED_SHUTDOWN_WAIT_S = 15
 
 
 def read_server_properties(path: str | None, overrides: list[str]) -> dict[str, str]:
@@ -324,10 +327,16 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         from strata.cluster.controller import ControllerService, LoggingNoticeSink
         await asyncio.to_thread(_register, zk, node_id, props, ctx.advertised_host,
                                 ctx.advertised_port, metadata.rack)
+        rebalance = props.get("auto.leader.rebalance.enable", "true").strip().lower() == "true"
         controller = ControllerService(
             zk, node_id, LoggingNoticeSink(),
             unclean_leader_election_enable=props.get(
-                "unclean.leader.election.enable", "false").strip().lower() == "true").start()
+                "unclean.leader.election.enable", "false").strip().lower() == "true",
+            leader_imbalance_per_broker_percentage=_int(
+                props, "leader.imbalance.per.broker.percentage", 10),
+            auto_leader_rebalance_interval_s=_int(
+                props, "leader.imbalance.check.interval.seconds", 300) if rebalance else None).start()
+        metadata.controller = controller
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
                                 _int(props, "log.retention.check.interval.ms", 300_000))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,
@@ -348,7 +357,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     # first, so that parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) at once
     # instead of holding the server's grace period
     if zk is not None:
-        # Leaving ZooKeeper first hands this broker's leaderships to the others at once.
+        if props.get("controlled.shutdown.enable", "true").strip().lower() == "true":
+            drained = await asyncio.to_thread(metadata.controlled_shutdown, CONTROLLED_SHUTDOWN_WAIT_S)
+            log.info("controlled shutdown: %s", "leaderships moved" if drained
+                     else f"not drained after {CONTROLLED_SHUTDOWN_WAIT_S} s; stopping anyway")
+        # Leaving ZooKeeper hands whatever this broker still leads to the others at once.
         if controller is not None:
             controller.close()
         metadata.close()

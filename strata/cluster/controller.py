@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from strata.cluster import controller_logic
 from strata.cluster.controller_events import (
-    BrokerFailed, BrokerRegistered, ControllerFailover, ControllerResult, CreatePartitionState,
+    AutoLeaderRebalance, ControlledShutdownRequested, BrokerFailed, BrokerRegistered, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, Notice, PartitionsAdded, SetTopicAssignment, TopicCreated,
     TopicDeleted, UpdatePartitionState, Write)
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
@@ -97,6 +97,16 @@ class _TopicDeletion:
 
 
 @dataclass(frozen=True)
+class _ControlledShutdowns:
+    pass
+
+
+@dataclass(frozen=True)
+class _Rebalance:
+    pass
+
+
+@dataclass(frozen=True)
 class _Submitted:
     event: object
     future: Future
@@ -147,8 +157,13 @@ class ControllerService:
 
     def __init__(self, zk: StrataZkClient, broker_id: int, sink: NoticeSink, *,
                  unclean_leader_election_enable: bool = False,
-                 leader_imbalance_per_broker_percentage: int = 10):
+                 leader_imbalance_per_broker_percentage: int = 10,
+                 auto_leader_rebalance_interval_s: float | None = None):
+        """``auto_leader_rebalance_interval_s``: ``leader.imbalance.check.interval.seconds``
+        when ``auto.leader.rebalance.enable``, else None."""
         self.zk = zk
+        self._rebalance_interval = auto_leader_rebalance_interval_s
+        self._stopped = threading.Event()
         self.broker_id = broker_id
         self.sink = sink
         self._unclean = unclean_leader_election_enable
@@ -183,7 +198,15 @@ class ControllerService:
             after_initializing_session=lambda: self._put(_Reelect())))
         self._thread.start()
         self._put(_Startup())
+        if self._rebalance_interval:
+            threading.Thread(target=self._rebalance_timer, name=f"controller-{self.broker_id}-rebalance",
+                             daemon=True).start()
         return self
+
+    def _rebalance_timer(self) -> None:
+        while not self._stopped.wait(self._rebalance_interval):
+            if self._active:
+                self._put(_Rebalance())
 
     def submit(self, event: object) -> Future:
         """Queues a controller event (ControlledShutdownRequested, AlterPartition, ElectLeaders,
@@ -195,6 +218,7 @@ class ControllerService:
 
     def close(self) -> None:
         """Resigns (deleting ``/controller`` if held, so another broker takes over at once)."""
+        self._stopped.set()
         self._clear_and_put(_Stop())
         self._thread.join()
         self.zk.unregister_state_change_handler(self._handler_name)
@@ -318,6 +342,7 @@ class ControllerService:
         self._decide_and_write(None)
         self._log_live_brokers()
         self._put(_TopicDeletion())
+        self._put(_ControlledShutdowns())
 
     def _maybe_resign(self) -> None:
         if self._active and self.zk.get_controller_id() != self.broker_id:
@@ -350,6 +375,7 @@ class ControllerService:
         self.zk.watch_broker_ids(lambda _ids: self._put(_BrokerChange()))
         self.zk.watch_topics(lambda _names: self._put(_TopicChange()))
         self.zk.watch_topic_deletions(lambda _names: self._put(_TopicDeletion()))
+        self.zk.watch_controlled_shutdowns(lambda _names: self._put(_ControlledShutdowns()))
 
     def _watch_topics(self, names: Iterable[str]) -> None:
         for name in names:
@@ -385,6 +411,14 @@ class ControllerService:
             if len(replicas) <= old:
                 return []
             return [PartitionsAdded(item.topic, len(replicas), assignment=replicas[old:])]
+        if isinstance(item, _ControlledShutdowns):
+            # a broker asks once per epoch; one still draining keeps its flag in the image
+            return [ControlledShutdownRequested(b, epoch)
+                    for b, epoch in sorted(self.zk.get_controlled_shutdowns().items())
+                    if (reg := image.brokers.get(b)) is not None and reg.alive
+                    and not reg.in_controlled_shutdown]
+        if isinstance(item, _Rebalance):
+            return [AutoLeaderRebalance()]
         if isinstance(item, _TopicDeletion):
             marked = self.zk.get_topic_deletions()
             unknown = [t for t in marked if t not in image.topics]

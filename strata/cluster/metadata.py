@@ -51,11 +51,11 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from strata.replication.replica_manager import PartitionState
 from strata.common.config import ConfigType, load_properties
 from strata.common.errors import (
     ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError, KafkaStorageError)
 from strata.common.files import atomic_write, descriptor_limit
+from strata.common.types import TopicPartition
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.log.log_dir_failure import LogDirFailureChannel
@@ -65,6 +65,7 @@ from strata.tiered.config import (
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
     inherited_local_retention_caps, validate_broker_remote_storage,
     validate_stored_topic_remote_storage, validate_topic_remote_storage)
+from strata.replication.replica_manager import PartitionState
 
 log = logging.getLogger(__name__)
 
@@ -487,6 +488,9 @@ def _build_image(topics: Iterable[TopicInfo], configs: dict[str, LogConfig]) -> 
 ConfigValidator = Callable[[str, LogConfig, "LogConfig | None"], None]
 
 
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
 class BrokerInfo(NamedTuple):
     """A live broker as clients see it: id, the endpoint they connect to, rack."""
 
@@ -549,6 +553,23 @@ class ClusterMetadata:
     def live_brokers(self) -> list[BrokerInfo]:
         host, port = self.advertised_endpoint
         return [BrokerInfo(self.node_id, host, port, self.rack)]
+
+    def elect_leaders(self, partitions: list[TopicPartition] | None, election_type: int
+                      ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """ElectLeaders: per partition (every partition for None) the error and message. One
+        broker is every partition's preferred leader: no election is ever needed."""
+        if partitions is None:
+            return {}
+        out = {}
+        for tp in partitions:
+            info = self._image.topics.get(tp.topic)
+            if info is None:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {tp.topic}")
+            elif not 0 <= tp.partition < info.partitions:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {tp}")
+            else:
+                out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
+        return out
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         """Leader, epoch, ISR and replicas of a partition; None if it does not exist."""

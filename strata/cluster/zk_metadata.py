@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from strata.cluster.image import Endpoint, MetadataImage
+from strata.cluster.controller_events import ElectionType, ElectLeaders, UncleanLeaderElectionChanged
+from strata.cluster.image import UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, MetadataImage
 from strata.cluster.metadata import (
-    BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
+    ELECTION_NOT_NEEDED_MESSAGE, BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
@@ -59,6 +60,7 @@ class ZkClusterMetadata(ClusterMetadata):
         self.view_image = MetadataImage()
         self._view_changed = threading.Condition()
         self._view: ZkMetadataView | None = None
+        self.controller = None  # this broker's ControllerService, once started
         super().__init__(log_dir, node_id, broker_props)
         self._wait_s = self._int_prop(METADATA_WAIT_MS, DEFAULT_METADATA_WAIT_MS) / 1000
 
@@ -71,6 +73,25 @@ class ZkClusterMetadata(ClusterMetadata):
     def close(self) -> None:
         if self._view is not None:
             self._view.close()
+
+    def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Asks the controller to move this broker's leaderships away (Kafka's controlled
+        shutdown) and waits until the view shows none that another live ISR member could take,
+        or ``timeout_s``; True when drained."""
+        reg = self.zk.get_broker(self.node_id)
+        if reg is None:
+            return False
+        self.zk.request_controlled_shutdown(self.node_id, reg.epoch)
+
+        def drained(img: MetadataImage) -> bool:
+            live = {b for b in img.brokers if b != self.node_id}
+            return not any(r.leader == self.node_id and live.intersection(r.isr)
+                           for t in img.topics.values() for r in t.partitions.values())
+        try:
+            self._wait(drained, timeout_s=timeout_s)
+            return True
+        except KafkaError:
+            return False
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -129,6 +150,31 @@ class ZkClusterMetadata(ClusterMetadata):
         if reg is None:
             return PartitionState(-1, -1, (), replicas, -1)
         return PartitionState(reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch)
+
+    def elect_leaders(self, partitions, election_type):
+        """Only the active controller elects; any other broker answers NOT_CONTROLLER (the
+        client then asks the controller Metadata names)."""
+        wanted = list(partitions) if partitions is not None else [
+            TopicPartition(n, p) for n, t in self.view_image.topics.items()
+            for p in range(len(t.assignment))]
+        controller = self.controller
+        if controller is None or not controller.is_active:
+            return {tp: (ErrorCode.NOT_CONTROLLER, None) for tp in wanted}
+        try:
+            result = controller.submit(ElectLeaders(tuple(wanted), ElectionType(election_type))
+                                       ).result(self._wait_s)
+        except KafkaError as exc:
+            return {tp: (ErrorCode(exc.code), str(exc)) for tp in wanted}
+        out = {}
+        for tp, code in result.response.items():
+            message = ELECTION_NOT_NEEDED_MESSAGE if code == ErrorCode.ELECTION_NOT_NEEDED else None
+            out[tp] = (code, message)
+        # the answer once this broker has seen the new leaders
+        elected = {tp for tp, (code, _) in out.items() if code == ErrorCode.NONE}
+        self._wait(lambda img: all(
+            (r := img.registration(tp)) is not None and r == result.image.registration(tp)
+            for tp in elected), quiet=True)
+        return out
 
     # ---- placement -----------------------------------------------------------------------------
 
@@ -296,6 +342,10 @@ class ZkClusterMetadata(ClusterMetadata):
                     self._notify("on_partitions_created", info, prev.partitions)
                 if prev.configs != info.configs:
                     self._notify("on_topic_config_changed", info, configs[name])
+                    if prev.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE) != \
+                            info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE):
+                        self._tell_controller(UncleanLeaderElectionChanged(
+                            _bool(info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)), name))
         live = {tp: s for tp, s in states.items() if s is not None}
         if live:
             self._notify("on_partition_states", live)
@@ -305,6 +355,14 @@ class ZkClusterMetadata(ClusterMetadata):
     def hosted_states(self) -> dict[TopicPartition, PartitionState | None]:
         """The state of every partition this broker hosts, as the view holds it now."""
         return self._hosted_states(MetadataImage(), self.view_image)
+
+    def _tell_controller(self, event: object) -> None:
+        """Hands ``event`` to this broker's controller when it is the active one (every broker
+        sees a config change; the active controller acts on it)."""
+        controller = self.controller
+        if controller is not None and controller.is_active:
+            controller.submit(event).add_done_callback(
+                lambda f: f.exception() and log.info("controller refused %s: %s", event, f.exception()))
 
     def _hosted_states(self, old: MetadataImage, new: MetadataImage
                        ) -> dict[TopicPartition, PartitionState | None]:
@@ -338,6 +396,10 @@ class ZkClusterMetadata(ClusterMetadata):
                 if me in replicas:
                     out.setdefault(TopicPartition(name, p), None)
         return out
+
+
+def _bool(value: str | None) -> bool | None:
+    return None if value is None else value.strip().lower() == "true"
 
 
 def _endpoint(endpoints: tuple[Endpoint, ...], listener: str | None) -> Endpoint | None:

@@ -252,9 +252,10 @@ class StrataZkClient:
             return []
 
     def _create(self, path: str, data: bytes = b"", *, sequence: bool = False,
-                makepath: bool = True) -> str:
+                makepath: bool = True, ephemeral: bool = False) -> str:
         try:
-            return self._call(self._zk.create, path, data, sequence=sequence, makepath=makepath)
+            return self._call(self._zk.create, path, data, sequence=sequence, makepath=makepath,
+                              ephemeral=ephemeral)
         except NodeExistsError as e:
             raise ZkNodeExistsError(f"{path} already exists") from e
 
@@ -331,6 +332,23 @@ class StrataZkClient:
     def watch_broker_ids(self, callback: Callable[[list[int]], None]) -> None:
         """Calls back with the sorted live broker ids now and after every change."""
         self._watch_children(z.BROKER_IDS_PATH, lambda ids: callback(sorted(int(i) for i in ids)))
+
+    def request_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> None:
+        """Creates the ephemeral ``/admin/controlled_shutdown/N`` (gone with the session)."""
+        path = f"{z.CONTROLLED_SHUTDOWN_PATH}/{broker_id}"
+        try:
+            self._create(path, str(broker_epoch).encode(), ephemeral=True)
+        except ZkNodeExistsError:
+            self._call(self._zk.set, path, str(broker_epoch).encode())
+
+    def get_controlled_shutdowns(self) -> dict[int, int]:
+        """Broker id -> broker epoch of every pending controlled shutdown request."""
+        names = [c for c in self._children(z.CONTROLLED_SHUTDOWN_PATH) if c.isdigit()]
+        found = self._get_many([f"{z.CONTROLLED_SHUTDOWN_PATH}/{n}" for n in names])
+        return {int(n): int(f[0] or b"-1") for n, f in zip(names, found) if f is not None}
+
+    def watch_controlled_shutdowns(self, callback: Callable[[list[str]], None]) -> None:
+        self._watch_children(z.CONTROLLED_SHUTDOWN_PATH, callback)
 
     # --- controller ----------------------------------------------------------------------
 

@@ -45,6 +45,9 @@ CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+# Strata's, where Kafka sent a ControlledShutdown request to the controller: an ephemeral
+# /admin/controlled_shutdown/N holding the broker epoch asks the controller to drain broker N.
+CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -56,7 +59,7 @@ CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 
 # ZkData.PersistentZkPaths: created at startup by every broker.
 PERSISTENT_PATHS = (CONSUMERS_PATH, BROKER_IDS_PATH, TOPICS_PATH, CONFIG_CHANGES_PATH,
-                    DELETE_TOPICS_PATH, BROKER_SEQUENCE_ID_PATH, ISR_CHANGE_NOTIFICATION_PATH,
+                    DELETE_TOPICS_PATH, CONTROLLED_SHUTDOWN_PATH, BROKER_SEQUENCE_ID_PATH, ISR_CHANGE_NOTIFICATION_PATH,
                     PRODUCER_ID_BLOCK_PATH, LOG_DIR_EVENT_NOTIFICATION_PATH) + tuple(
     f"{CONFIG_PATH}/{t}" for t in CONFIG_ENTITY_TYPES)
 
