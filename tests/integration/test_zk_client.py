@@ -144,6 +144,9 @@ def test_znodes_are_written_with_kafkas_field_names_and_types(new_client, raw, c
     assert raw.get_children(f"{chroot}/config/changes") == ["config_change_0000000000"]
     assert raw.get(f"{chroot}/config/changes/config_change_0000000000")[0] == \
         b'{"version":2,"entity_path":"topics/orders"}'
+    # notifications older than 15 minutes go when the next one is written
+    client.purge_config_change_notifications(z.now_ms() + 1)
+    assert raw.get_children(f"{chroot}/config/changes") == []
 
     client.allocate_producer_id_block(1)
     assert raw.get(f"{chroot}/latest_producer_id_block")[0] == \

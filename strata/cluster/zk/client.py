@@ -26,6 +26,7 @@ from strata.common.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # ZkNodeChangeNotificationListener's changeExpirationMs
 _RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 _ABORTED = (RolledBackError, RuntimeInconsistency)  # other ops of a failed multi
 
@@ -611,9 +612,17 @@ class StrataZkClient:
 
     def change_entity_config(self, entity_type: str, entity_name: str,
                              config: Mapping[str, str]) -> None:
-        """AdminZkClient.changeConfigs: the config znode, then its change notification."""
+        """AdminZkClient.changeConfigs: the config znode, then its change notification;
+        notifications older than Kafka's 15 minutes go (brokers read the config znodes)."""
         self.set_or_create_entity_configs(entity_type, entity_name, config)
         self.create_config_change_notification(f"{entity_type}/{entity_name}")
+        self.purge_config_change_notifications(z.now_ms() - CONFIG_CHANGE_EXPIRATION_MS)
+
+    def purge_config_change_notifications(self, created_before_ms: int) -> None:
+        names = [c for c in self._children(z.CONFIG_CHANGES_PATH) if c.startswith(z.CONFIG_CHANGE_PREFIX)]
+        found = self._get_many([f"{z.CONFIG_CHANGES_PATH}/{n}" for n in names])
+        self.delete_config_change_notifications(
+            n for n, f in zip(names, found) if f is not None and f[1].ctime < created_before_ms)
 
     def get_config_change_notifications(self) -> list[tuple[str, str]]:
         """(node name, entity path) of each pending notification, oldest first."""

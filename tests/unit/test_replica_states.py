@@ -1,0 +1,96 @@
+"""A clustered ReplicaManager follows the controller's partition states: it serves as leader only
+what it leads, at the leader epoch, answers the rest with Kafka's errors, and never moves back
+to an older state."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.common.errors import ErrorCode
+from strata.common.scheduler import ImmediateScheduler
+from strata.common.types import TopicPartition
+from strata.log.log_config import LogConfig
+from strata.log.log_manager import LogManager
+from strata.log.unified_log import FetchIsolation
+from strata.protocol import records as rec
+from strata.replication.replica_manager import PartitionState, ReplicaManager
+
+TP = TopicPartition("t", 0)
+ME = 2
+
+
+@pytest.fixture
+def rm(tmp_path):
+    manager = LogManager([tmp_path], LogConfig({}), scheduler=ImmediateScheduler())
+    manager.startup()
+    yield ReplicaManager(manager, lambda topic: 2 if topic == "t" else None,
+                         broker_id=ME, clustered=True)
+    manager.shutdown()
+
+
+def batch() -> bytes:
+    return rec.build_batch([rec.SimpleRecord(b"v", b"k")])
+
+
+def test_a_partition_without_a_state_here_is_not_led(rm):
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert rm.append(TopicPartition("t", 5), batch(), produce_version=9).error == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert rm.append(TopicPartition("u", 0), batch(), produce_version=9).error == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert rm.get_log(TP) is None  # a cluster makes logs only for hosted partitions
+
+
+def test_a_leader_appends_at_its_leader_epoch_and_a_follower_refuses(rm):
+    change = rm.apply_states({TP: PartitionState(ME, 4, (ME, 3), (ME, 3))})
+    assert change.became_leader == (TP,)
+    r = rm.append(TP, batch(), produce_version=9)
+    assert r.error == ErrorCode.NONE
+    ulog = rm.get_log(TP)
+    assert ulog.leader_epoch_cache.latest_epoch() == 4
+    change = rm.apply_states({TP: PartitionState(3, 5, (3,), (ME, 3))})
+    assert change.stopped_leading == (TP,)
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert rm.read(TP, 0, 1000, FetchIsolation.HIGH_WATERMARK, True).error == \
+        ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_state_older_than_the_one_held_is_ignored(rm):
+    rm.apply_states({TP: PartitionState(3, 7, (3, ME), (ME, 3), 9)})
+    change = rm.apply_states({TP: PartitionState(ME, 6, (ME,), (ME, 3), 8)})  # a stale controller
+    assert change.became_leader == ()
+    assert rm.state(TP).leader_epoch == 7 and rm.state(TP).leader == 3
+    # same leader epoch, newer partition epoch (an ISR change): taken
+    rm.apply_states({TP: PartitionState(3, 7, (3,), (ME, 3), 10)})
+    assert rm.state(TP).isr == (3,)
+
+
+def test_client_leader_epochs_are_checked_as_kafka_checks_them(rm):
+    rm.apply_states({TP: PartitionState(ME, 4, (ME,), (ME,))})
+    assert rm.list_offset(TP, -1, FetchIsolation.HIGH_WATERMARK, current_leader_epoch=3).error == \
+        ErrorCode.FENCED_LEADER_EPOCH
+    assert rm.list_offset(TP, -1, FetchIsolation.HIGH_WATERMARK, current_leader_epoch=5).error == \
+        ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert rm.list_offset(TP, -1, FetchIsolation.HIGH_WATERMARK, current_leader_epoch=4).error == \
+        ErrorCode.NONE
+    assert rm.end_offset_for_epoch(TP, 3, 4)[0] == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_a_replica_no_longer_hosted_is_dropped(rm):
+    rm.apply_states({TP: PartitionState(ME, 1, (ME,), (ME,))})
+    change = rm.apply_states({TP: None})
+    assert change.stopped_leading == (TP,)
+    assert rm.state(TP) is None
+
+
+def test_one_broker_leads_every_partition_at_epoch_zero(tmp_path):
+    manager = LogManager([tmp_path], LogConfig({}), scheduler=ImmediateScheduler())
+    manager.startup()
+    try:
+        rm = ReplicaManager(manager, lambda topic: 1, broker_id=1)
+        assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+        assert rm.state(TP) == PartitionState(1, 0, (1,), (1,))
+        with pytest.raises(RuntimeError):
+            rm.apply_states({TP: None})
+    finally:
+        manager.shutdown()
