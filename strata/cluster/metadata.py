@@ -500,6 +500,35 @@ class BrokerInfo(NamedTuple):
     rack: str | None = None
 
 
+@dataclass(frozen=True)
+class AlterPartitionItem:
+    """One partition of an AlterPartition request: the leader's proposed ISR and the epochs it
+    was based on. ``isr_broker_epochs`` (v3) holds each new ISR member's broker epoch, -1 for
+    unchecked; None for v2."""
+
+    topic_id: uuid.UUID | None
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    leader_recovery_state: int = 0
+    isr_broker_epochs: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class AlterPartitionItemResult:
+    """AlterPartition's answer for one partition: its error, and with NONE its state now."""
+
+    topic_id: uuid.UUID | None
+    partition: int
+    error: ErrorCode
+    leader_id: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+    leader_recovery_state: int = 0
+
+
 class ClusterMetadata:
     """Cluster id, node id and the topics of a single-node cluster, durable in one log dir.
 
@@ -570,6 +599,13 @@ class ClusterMetadata:
             else:
                 out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
         return out
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        items: list[AlterPartitionItem]) -> list[AlterPartitionItemResult]:
+        """AlterPartition (a leader's ISR change), one result per item; a KafkaError refuses
+        the whole request (its code is the response's top-level error). One broker has no
+        followers and no controller to ask: NOT_CONTROLLER, as Kafka's non-controller says."""
+        raise KafkaError(f"Broker {self.node_id} is not the controller", ErrorCode.NOT_CONTROLLER)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         """Leader, epoch, ISR and replicas of a partition; None if it does not exist."""

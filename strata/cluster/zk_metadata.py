@@ -23,16 +23,19 @@ listeners are called on the view's thread, never under the metadata lock.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from strata.cluster.controller_events import ElectionType, ElectLeaders, UncleanLeaderElectionChanged
-from strata.cluster.image import UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, MetadataImage
+from strata.cluster.controller_events import (
+    AlterPartition, ElectionType, ElectLeaders, UncleanLeaderElectionChanged)
+from strata.cluster.image import (
+    UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage)
 from strata.cluster.metadata import (
-    ELECTION_NOT_NEEDED_MESSAGE, BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
+    ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
@@ -175,6 +178,59 @@ class ZkClusterMetadata(ClusterMetadata):
             (r := img.registration(tp)) is not None and r == result.image.registration(tp)
             for tp in elected), quiet=True)
         return out
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        items: list[AlterPartitionItem]) -> list[AlterPartitionItemResult]:
+        """AlterPartition on the active controller: one AlterPartition event per item, the
+        answers awaited up to ``zookeeper.metadata.wait.ms``. Top-level errors (raised, as
+        Kafka's ZooKeeper controller answers them): NOT_CONTROLLER here or if the controller
+        resigns meanwhile, STALE_BROKER_EPOCH for a sender that is not the registered broker
+        ``broker_id``, REQUEST_TIMED_OUT when the controller does not answer in time (the
+        sender retries; a retry of an applied change is answered NONE). Blocks: call it off
+        the event loop."""
+        controller = self.controller
+        if controller is None or not controller.is_active:
+            raise KafkaError(f"Broker {self.node_id} is not the controller",
+                             ErrorCode.NOT_CONTROLLER)
+        image = controller.image  # the controller's own, to name topics the view lacks yet
+        names = {t.topic_id: name for img in (image, self.view_image) if img is not None
+                 for name, t in img.topics.items()}
+        results: list[AlterPartitionItemResult | None] = [None] * len(items)
+        pending: list[tuple[int, concurrent.futures.Future]] = []
+        for i, item in enumerate(items):
+            error = _alter_partition_item_error(item, names, image)
+            if error is not None:
+                results[i] = AlterPartitionItemResult(item.topic_id, item.partition, error)
+                continue
+            pending.append((i, controller.submit(AlterPartition(
+                broker_id, broker_epoch, names[item.topic_id], item.partition, item.leader_epoch,
+                item.partition_epoch, tuple(item.new_isr),
+                LeaderRecoveryState(item.leader_recovery_state), item.topic_id))))
+        deadline = time.monotonic() + self._wait_s
+        for i, future in pending:
+            item = items[i]
+            try:
+                response = future.result(max(0.0, deadline - time.monotonic())).response
+            except concurrent.futures.TimeoutError:
+                raise KafkaError("The controller did not answer AlterPartition in time",
+                                 ErrorCode.REQUEST_TIMED_OUT) from None
+            except KafkaError as exc:
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    raise
+                results[i] = AlterPartitionItemResult(
+                    item.topic_id, item.partition, ErrorCode(exc.code))
+                continue
+            if response.error == ErrorCode.STALE_BROKER_EPOCH:  # the sender's, not the partition's
+                raise KafkaError(f"Broker {broker_id}'s epoch {broker_epoch} is stale",
+                                 ErrorCode.STALE_BROKER_EPOCH)
+            reg = response.registration
+            if response.error != ErrorCode.NONE or reg is None:
+                results[i] = AlterPartitionItemResult(item.topic_id, item.partition, response.error)
+            else:
+                results[i] = AlterPartitionItemResult(
+                    item.topic_id, item.partition, ErrorCode.NONE, reg.leader, reg.leader_epoch,
+                    tuple(reg.isr), reg.partition_epoch, int(reg.leader_recovery_state))
+        return results
 
     # ---- placement -----------------------------------------------------------------------------
 
@@ -396,6 +452,23 @@ class ZkClusterMetadata(ClusterMetadata):
                 if me in replicas:
                     out.setdefault(TopicPartition(name, p), None)
         return out
+
+
+def _alter_partition_item_error(item: AlterPartitionItem, names: Mapping,
+                                image: MetadataImage | None) -> ErrorCode | None:
+    """What refuses an AlterPartition item before it reaches the controller's logic: an
+    unknown topic id, a leader recovery state that is not one, or (v3) a new ISR member whose
+    given broker epoch is not its registration's (KRaft's INELIGIBLE_REPLICA)."""
+    if item.topic_id not in names:
+        return ErrorCode.UNKNOWN_TOPIC_ID
+    if item.leader_recovery_state not in tuple(LeaderRecoveryState):
+        return ErrorCode.INVALID_REQUEST
+    if item.isr_broker_epochs is not None and image is not None:
+        for member, epoch in zip(item.new_isr, item.isr_broker_epochs):
+            reg = image.brokers.get(member)
+            if epoch != -1 and (reg is None or reg.epoch != epoch):
+                return ErrorCode.INELIGIBLE_REPLICA
+    return None
 
 
 def _bool(value: str | None) -> bool | None:

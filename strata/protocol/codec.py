@@ -254,6 +254,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.ALTER_PARTITION: (2, 3),  # broker to controller; errors are top-level only
 }
 
 

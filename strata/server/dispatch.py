@@ -7,8 +7,9 @@ import logging
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
-    alter_client_quotas, alter_configs, alter_partition_reassignments, api_versions, create_acls,
-    create_partitions, create_topics, delete_acls, delete_groups, delete_records, delete_topics,
+    alter_client_quotas, alter_configs, alter_partition, alter_partition_reassignments,
+    api_versions, create_acls, create_partitions, create_topics, delete_acls, delete_groups,
+    delete_records, delete_topics,
     describe_acls, describe_client_quotas, describe_cluster, describe_configs, describe_groups,
     describe_log_dirs, describe_producers, describe_topic_partitions, describe_transactions,
     describe_user_scram_credentials, elect_leaders, fetch, find_coordinator,
@@ -59,6 +60,7 @@ HANDLERS = {
     ApiKey.ELECT_LEADERS: elect_leaders.handle,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments.handle,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments.handle,
+    ApiKey.ALTER_PARTITION: alter_partition.handle,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials.handle,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: get_telemetry_subscriptions.handle,

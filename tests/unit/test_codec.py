@@ -196,7 +196,8 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
     assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
-    assert len(API_VERSIONS) == 42
+    assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
+    assert len(API_VERSIONS) == 43
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -725,7 +726,7 @@ TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
                   ApiKey.API_VERSIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
                   ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                   ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
-                  ApiKey.PUSH_TELEMETRY}
+                  ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}
