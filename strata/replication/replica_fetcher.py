@@ -1,0 +1,610 @@
+"""The follower side of replication: Kafka's ReplicaFetcherManager and ReplicaFetcherThread.
+
+A follower copies its partitions from their leaders with Fetch v12 requests (``replica_id`` =
+this broker, sessionless). Partitions are spread over fetcher threads keyed by (leader id,
+fetcher id), the fetcher id being a stable hash of the partition modulo ``num.replica.fetchers``,
+as in Kafka. Each thread sends one Fetch for all its ready partitions and, per partition answered:
+
+- records: appended with ``append_as_follower`` (whole batches; a trailing partial batch is
+  left for the next fetch), then the high watermark follows the leader's (never above our log
+  end) and the log start offset follows the leader's when it is higher;
+- a diverging epoch (KIP-320): the log is truncated to where it agrees with the leader, as
+  Kafka's ``getOffsetTruncationState`` decides, and fetching goes on from there;
+- OFFSET_OUT_OF_RANGE: truncated to the leader's end (ListOffsets latest) when ours is past it,
+  else restarted at the leader's log start offset when ours is below it (Kafka's
+  ``fetchOffsetAndTruncate``);
+- OFFSET_MOVED_TO_TIERED_STORAGE: the partition is marked failed (KIP-405 follower catch-up
+  is not built yet) until the next leader or epoch change;
+- other errors (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
+  ...): that partition backs off ``replica.fetch.backoff.ms``; new metadata brings the leader.
+
+A failed request (connection refused or dropped, timeout, undecodable answer) closes the
+connection and backs off every partition of the request; the thread reconnects afterwards.
+Records move as bytes: only batch headers are read.
+
+Locks: the manager's lock is taken before a fetcher's, never the other way round. A fetcher
+holds its lock while it handles an answer, so a partition removed or moved is never written by
+its old fetcher afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from strata.common.errors import CorruptRecordError, ErrorCode, InvalidRecordError
+from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
+from strata.log.unified_log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, UnifiedLog
+
+__all__ = ["ReplicaFetcherManager", "ReplicaFetcherThread", "fetcher_id"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NUM_FETCHERS = 1
+DEFAULT_MAX_WAIT_MS = 500
+DEFAULT_MIN_BYTES = 1
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+DEFAULT_BACKOFF_MS = 1000
+DEFAULT_SOCKET_TIMEOUT_MS = 30_000
+
+_BACK_OFF = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
+
+
+def _java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as an unsigned 32-bit value."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h
+
+
+def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
+    """Kafka's ``getFetcherId``: ``abs(31 * topic.hashCode + partition) % num_fetchers``
+    (stable across processes, unlike Python's ``hash``)."""
+    h = (31 * _java_string_hash(tp.topic) + tp.partition) & 0x7FFFFFFF
+    return h % max(1, num_fetchers)
+
+
+def _code(value) -> int:
+    return int(getattr(value, "value", value))
+
+
+@dataclass
+class _PartitionState:
+    epoch: int                  # the leader epoch we fetch at
+    delay_until: float = 0.0    # time.monotonic() before which it is not fetched
+    lag: int | None = None      # leader's high watermark - our log end, from the last answer
+    failed: bool = False        # stopped until the next leader or epoch change
+
+
+class ReplicaFetcherThread(threading.Thread):
+    """Fetches the partitions one leader leads for this broker (one of ``num_fetchers``)."""
+
+    def __init__(self, manager: "ReplicaFetcherManager", leader_id: int, fetcher_index: int):
+        super().__init__(name=f"ReplicaFetcherThread-{fetcher_index}-{leader_id}", daemon=True)
+        self.manager = manager
+        self.leader_id = leader_id
+        self.fetcher_index = fetcher_index
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._states: dict[TopicPartition, _PartitionState] = {}   # insertion order = fetch order
+        self._stopping = threading.Event()
+        self._conn: Any = None
+
+    # ---- membership (called by the manager) -------------------------------------------------
+
+    def add(self, tp: TopicPartition, epoch: int) -> None:
+        """Fetch ``tp`` at ``epoch``. The same epoch again changes nothing; another epoch
+        updates it (clearing a failure and a back-off). Progress lives in the log itself."""
+        with self._cond:
+            st = self._states.get(tp)
+            if st is not None and st.epoch == epoch:
+                return
+            if st is None:
+                self._states[tp] = _PartitionState(epoch)
+            else:
+                st.epoch, st.delay_until, st.failed = epoch, 0.0, False
+            self._cond.notify_all()
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        with self._cond:
+            for tp in tps:
+                self._states.pop(tp, None)
+
+    def is_idle(self) -> bool:
+        with self._lock:
+            return not self._states
+
+    def states(self) -> dict[TopicPartition, tuple[int, bool, int | None]]:
+        """tp -> (epoch, failed, lag)."""
+        with self._lock:
+            return {tp: (st.epoch, st.failed, st.lag) for tp, st in self._states.items()}
+
+    def initiate_shutdown(self) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:   # wakes a recv blocked in the leader's long poll
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    self._do_work()
+                except Exception:  # noqa: BLE001 - the thread must survive anything
+                    if self._stopping.is_set():
+                        break
+                    log.exception("%s: unexpected error; backing off all partitions", self.name)
+                    self._close_connection()
+                    with self._cond:
+                        self._delay(list(self._states), self.manager.backoff_ms)
+        finally:
+            self._close_connection()
+
+    def _do_work(self) -> None:
+        with self._cond:
+            ready = self._wait_for_ready()
+            if ready is None:
+                return
+            request, sent = self._build_request(ready)
+        if not sent:
+            return
+        try:
+            response = self._send_fetch(request)
+        except Exception as exc:  # noqa: BLE001 - any failure of the request
+            if self._stopping.is_set():
+                return
+            log.warning("%s: fetch from broker %d failed (%s: %s); backing off %d ms",
+                        self.name, self.leader_id, type(exc).__name__, exc,
+                        self.manager.backoff_ms)
+            self._close_connection()
+            with self._cond:
+                self._delay(sent, self.manager.backoff_ms)
+            return
+        if self._stopping.is_set():
+            return
+        notify: list[TopicPartition] = []
+        with self._cond:
+            self._process_response(response, sent, notify)
+        on_append = self.manager.on_append
+        if on_append is not None:
+            for tp in notify:
+                try:
+                    on_append(tp)
+                except Exception:  # noqa: BLE001
+                    log.exception("%s: on_append(%s) failed", self.name, tp)
+
+    def _wait_for_ready(self) -> list[TopicPartition] | None:
+        """The partitions to fetch now, waiting (lock held) until some are; None to re-check."""
+        now = time.monotonic()
+        ready, wake = [], None
+        for tp, st in self._states.items():
+            if st.failed:
+                continue
+            if st.delay_until <= now:
+                ready.append(tp)
+            elif wake is None or st.delay_until < wake:
+                wake = st.delay_until
+        if ready:
+            return ready
+        self._cond.wait(None if wake is None else max(0.0, wake - now))
+        return None
+
+    def _delay(self, tps: Iterable[TopicPartition], ms: int) -> None:
+        until = time.monotonic() + ms / 1000
+        for tp in tps:
+            st = self._states.get(tp)
+            if st is not None and st.delay_until < until:
+                st.delay_until = until
+
+    def _build_request(self, ready: list[TopicPartition]):
+        """The Fetch for ``ready`` and what was asked per partition: tp -> (offset, epoch)."""
+        from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+        from kio.schema.types import BrokerId, TopicName
+        from kio.static.primitive import i8, i32, i32Timedelta, i64
+        m = self.manager
+        by_topic: dict[str, list] = {}
+        sent: dict[TopicPartition, tuple[int, int]] = {}
+        missing = []
+        for tp in ready:
+            ulog = m.get_log(tp)
+            if ulog is None:
+                missing.append(tp)
+                continue
+            epoch = self._states[tp].epoch
+            with ulog.lock:
+                offset = ulog.log_end_offset
+                last_epoch = ulog.leader_epoch_cache.latest_epoch()
+                start = ulog.log_start_offset
+            sent[tp] = (offset, epoch)
+            by_topic.setdefault(tp.topic, []).append(FetchPartition(
+                partition=i32(tp.partition), current_leader_epoch=i32(epoch),
+                fetch_offset=i64(offset),
+                last_fetched_epoch=i32(last_epoch if last_epoch is not None else -1),
+                log_start_offset=i64(start), partition_max_bytes=i32(m.partition_max_bytes)))
+        if missing:
+            log.debug("%s: no local log yet for %s; backing off", self.name, missing)
+            self._delay(missing, m.backoff_ms)
+        request = FetchRequest(
+            replica_id=BrokerId(m.broker_id),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=m.max_wait_ms)),
+            min_bytes=i32(m.min_bytes), max_bytes=i32(m.max_bytes), isolation_level=i8(0),
+            session_id=i32(0), session_epoch=i32(-1),
+            topics=tuple(FetchTopic(topic=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items()),
+            forgotten_topics_data=())
+        return request, sent
+
+    # ---- the connection ---------------------------------------------------------------------
+
+    def _connection(self):
+        if self._conn is None:
+            endpoint = self.manager.endpoint_of(self.leader_id)
+            if endpoint is None:
+                raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
+            host, port = endpoint
+            self._conn = self.manager.connect(f"{host}:{port}")
+            if self._stopping.is_set():   # shut down while connecting
+                self._close_connection()
+                raise ConnectionError("shutting down")
+        return self._conn
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _send_fetch(self, request):
+        from kio.schema.fetch.v12.response import FetchResponse
+        return self._connection().request(request, FetchResponse)
+
+    def _list_offset(self, tp: TopicPartition, epoch: int, timestamp: int) -> int | None:
+        """The leader's offset for ``timestamp`` (latest or earliest), None on any failure."""
+        from kio.schema.list_offsets.v9.request import (
+            ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
+        from kio.schema.list_offsets.v9.response import ListOffsetsResponse
+        from kio.schema.types import BrokerId, TopicName
+        from kio.static.primitive import i8, i32, i64
+        req = ListOffsetsRequest(
+            replica_id=BrokerId(self.manager.broker_id), isolation_level=i8(0),
+            topics=(ListOffsetsTopic(name=TopicName(tp.topic), partitions=(
+                ListOffsetsPartition(partition_index=i32(tp.partition),
+                                     current_leader_epoch=i32(epoch),
+                                     timestamp=i64(timestamp)),)),))
+        try:
+            resp = self._connection().request(req, ListOffsetsResponse)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: ListOffsets %d for %s failed (%s: %s)", self.name, timestamp, tp,
+                        type(exc).__name__, exc)
+            self._close_connection()
+            return None
+        for t in resp.topics:
+            for p in t.partitions:
+                if t.name == tp.topic and p.partition_index == tp.partition:
+                    code = _code(p.error_code)
+                    if code != ErrorCode.NONE:
+                        log.info("%s: ListOffsets %d for %s answered %s", self.name, timestamp,
+                                 tp, _error_name(code))
+                        return None
+                    return int(p.offset)
+        log.warning("%s: ListOffsets for %s answered without the partition", self.name, tp)
+        return None
+
+    # ---- answers ----------------------------------------------------------------------------
+
+    def _process_response(self, response, sent: dict[TopicPartition, tuple[int, int]],
+                          notify: list[TopicPartition]) -> None:
+        top = _code(response.error_code)
+        if top != ErrorCode.NONE:
+            log.warning("%s: fetch answered %s; backing off", self.name, _error_name(top))
+            self._delay(sent, self.manager.backoff_ms)
+            return
+        errors: list[TopicPartition] = []
+        for t in response.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition_index)
+                asked = sent.get(tp)
+                st = self._states.get(tp)
+                # removed, moved to another epoch, or failed meanwhile: the answer is stale
+                if asked is None or st is None or st.failed or st.epoch != asked[1]:
+                    continue
+                ulog = self.manager.get_log(tp)
+                if ulog is None or ulog.log_end_offset != asked[0]:
+                    continue
+                if not self._process_partition(tp, st, ulog, p, notify):
+                    errors.append(tp)
+        self._delay(errors, self.manager.backoff_ms)
+
+    def _process_partition(self, tp, st: _PartitionState, ulog: UnifiedLog, p,
+                           notify: list[TopicPartition]) -> bool:
+        """Handle one partition's answer; False to back it off."""
+        code = _code(p.error_code)
+        if code == ErrorCode.NONE:
+            return self._process_data(tp, st, ulog, p, notify)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return self._handle_out_of_range(tp, st, ulog)
+        if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            log.error("%s: %s: the leader's log starts in remote storage above our log end %d; "
+                      "a follower cannot catch up from tiered storage yet: partition marked "
+                      "failed until its leader or leader epoch changes",
+                      self.name, tp, ulog.log_end_offset)
+            st.failed = True
+            return True
+        if code in _BACK_OFF:
+            log.debug("%s: %s answered %s; backing off", self.name, tp, _error_name(code))
+        else:
+            log.warning("%s: %s answered %s; backing off", self.name, tp, _error_name(code))
+        return False
+
+    def _process_data(self, tp, st: _PartitionState, ulog: UnifiedLog, p,
+                      notify: list[TopicPartition]) -> bool:
+        diverging = p.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+            # KIP-320: the records (none) are ignored; truncate and fetch again
+            return self._truncate_on_diverging(tp, ulog, int(diverging.epoch),
+                                               int(diverging.end_offset))
+        records = p.records
+        appended = False
+        try:
+            if records:
+                info = ulog.append_as_follower(records)
+                appended = info is not None and info.valid_bytes > 0
+            hw_before = ulog.high_watermark
+            hw = int(p.high_watermark)
+            if hw >= 0:
+                ulog.update_high_watermark(min(hw, ulog.log_end_offset))
+            leader_start = int(p.log_start_offset)
+            if leader_start > ulog.log_start_offset:
+                ulog.maybe_increment_log_start_offset(min(leader_start, ulog.high_watermark),
+                                                      "leader offset incremented")
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            # as Kafka: logged, fetched again (a transient state of the leader's log)
+            log.error("%s: %s: invalid records from the leader at offset %d: %s",
+                      self.name, tp, ulog.log_end_offset, exc)
+            return False
+        except Exception:  # noqa: BLE001 - a storage error or a bug: stop this partition
+            log.exception("%s: %s: failed to append at offset %d; partition marked failed",
+                          self.name, tp, ulog.log_end_offset)
+            st.failed = True
+            return True
+        st.lag = max(0, hw - ulog.log_end_offset) if hw >= 0 else st.lag
+        if appended:
+            # fetch order rotates, so a partition cut short by the response limit goes first later
+            self._states[tp] = self._states.pop(tp)
+        if appended or ulog.high_watermark != hw_before:
+            notify.append(tp)
+        return True
+
+    def _truncate_on_diverging(self, tp, ulog: UnifiedLog, leader_epoch: int,
+                               leader_end_offset: int) -> bool:
+        """Kafka's ``getOffsetTruncationState`` for the leader's (epoch, end offset); False
+        (back off) when that leaves the log as it was, which a correct leader never causes."""
+        with ulog.lock:
+            leo = ulog.log_end_offset
+            ours = ulog.leader_epoch_cache.end_offset_for(leader_epoch, leo)
+            if ours.offset == UNDEFINED_OFFSET or ours.leader_epoch == UNDEFINED_EPOCH:
+                # we have no epoch at or below the leader's: its end offset is the bound
+                target = min(leader_end_offset, leo)
+            elif ours.leader_epoch != leader_epoch:
+                # we never had the leader's epoch: cut to the end of our last epoch below it;
+                # the next fetch names that epoch and the leader answers again if needed
+                target = min(ours.offset, leo)
+            else:
+                target = min(ours.offset, leader_end_offset, leo)
+            log.info("%s: %s diverges from the leader at epoch %d (leader end %d, ours %s); "
+                     "truncating from %d to %d", self.name, tp, leader_epoch, leader_end_offset,
+                     tuple(ours), leo, target)
+            if not ulog.truncate_to(target):
+                log.warning("%s: %s: nothing to truncate for the leader's diverging epoch %d; "
+                            "backing off", self.name, tp, leader_epoch)
+                return False
+            return True
+
+    def _handle_out_of_range(self, tp, st: _PartitionState, ulog: UnifiedLog) -> bool:
+        """Kafka's ``fetchOffsetAndTruncate``; False (back off) when the leader cannot say."""
+        leo = ulog.log_end_offset
+        leader_end = self._list_offset(tp, st.epoch, LATEST_TIMESTAMP)
+        if leader_end is None:
+            return False
+        if leader_end < leo:
+            log.warning("%s: %s: our log end %d is past the leader's %d; truncating",
+                        self.name, tp, leo, leader_end)
+            ulog.truncate_to(leader_end)
+            st.lag = 0
+            return True
+        leader_start = self._list_offset(tp, st.epoch, EARLIEST_TIMESTAMP)
+        if leader_start is None:
+            return False
+        if leader_start > leo:
+            log.warning("%s: %s: our log end %d is below the leader's log start %d; "
+                        "restarting the log there", self.name, tp, leo, leader_start)
+            ulog.truncate_fully_and_start_at(leader_start)
+            st.lag = max(0, leader_end - ulog.log_end_offset)
+            return True
+        # as Kafka, fetch again from our log end, but after a back-off: nothing changed here
+        log.info("%s: %s: offset %d out of range, but within the leader's [%d, %d]; "
+                 "fetching again after a back-off", self.name, tp, leo, leader_start, leader_end)
+        return False
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class ReplicaFetcherManager:
+    """This broker's fetcher threads, one per (leader id, fetcher id). Thread-safe."""
+
+    def __init__(self, broker_id: int, endpoint_of: Callable[[int], tuple[str, int] | None],
+                 get_log: Callable[[TopicPartition], UnifiedLog | None], *,
+                 num_fetchers: int = DEFAULT_NUM_FETCHERS, max_wait_ms: int = DEFAULT_MAX_WAIT_MS,
+                 min_bytes: int = DEFAULT_MIN_BYTES, max_bytes: int = DEFAULT_MAX_BYTES,
+                 partition_max_bytes: int = DEFAULT_PARTITION_MAX_BYTES,
+                 backoff_ms: int = DEFAULT_BACKOFF_MS,
+                 on_append: Callable[[TopicPartition], None] | None = None,
+                 connect: Callable[[str], Any] | None = None,
+                 socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS):
+        if num_fetchers < 1:
+            raise ValueError(f"num.replica.fetchers must be >= 1, got {num_fetchers}")
+        if socket_timeout_ms < max_wait_ms:   # as Kafka's config check: a long poll must fit
+            raise ValueError(f"replica.socket.timeout.ms ({socket_timeout_ms}) must be at least "
+                             f"replica.fetch.wait.max.ms ({max_wait_ms})")
+        self.broker_id = broker_id
+        self.endpoint_of = endpoint_of
+        self.get_log = get_log
+        self.num_fetchers = num_fetchers
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.backoff_ms = backoff_ms
+        self.on_append = on_append
+        self.socket_timeout_ms = socket_timeout_ms
+        self.connect = connect or self._default_connect
+        self._lock = threading.Lock()
+        self._fetchers: dict[tuple[int, int], ReplicaFetcherThread] = {}
+        self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+        self._closed = False
+
+    @classmethod
+    def from_properties(cls, broker_id: int, props: Mapping[str, str],
+                        endpoint_of: Callable[[int], tuple[str, int] | None],
+                        get_log: Callable[[TopicPartition], UnifiedLog | None],
+                        **kwargs) -> "ReplicaFetcherManager":
+        """Kafka's broker configs, with Kafka's defaults; ``kwargs`` as for the constructor."""
+        def num(name: str, default: int) -> int:
+            value = props.get(name)
+            return default if value is None or not str(value).strip() else int(str(value).strip())
+        return cls(broker_id, endpoint_of, get_log,
+                   num_fetchers=num("num.replica.fetchers", DEFAULT_NUM_FETCHERS),
+                   max_wait_ms=num("replica.fetch.wait.max.ms", DEFAULT_MAX_WAIT_MS),
+                   min_bytes=num("replica.fetch.min.bytes", DEFAULT_MIN_BYTES),
+                   max_bytes=num("replica.fetch.response.max.bytes", DEFAULT_MAX_BYTES),
+                   partition_max_bytes=num("replica.fetch.max.bytes", DEFAULT_PARTITION_MAX_BYTES),
+                   backoff_ms=num("replica.fetch.backoff.ms", DEFAULT_BACKOFF_MS),
+                   socket_timeout_ms=num("replica.socket.timeout.ms", DEFAULT_SOCKET_TIMEOUT_MS),
+                   **kwargs)
+
+    def _default_connect(self, address: str):
+        from strata.protocol.client import Connection
+        return Connection(address, timeout=self.socket_timeout_ms / 1000,
+                          client_id=f"broker-{self.broker_id}-fetcher")
+
+    # ---- membership -------------------------------------------------------------------------
+
+    def add_partitions(self, states: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """Follow each partition from (leader id, leader epoch). A partition whose leader
+        changed leaves its old fetcher; an epoch below the one held is stale and ignored; a
+        leader of -1 (none) stops fetching the partition."""
+        idle = []
+        with self._lock:
+            if self._closed:
+                return
+            for tp, (leader, epoch) in states.items():
+                old_key = self._assigned.get(tp)
+                old = self._fetchers.get(old_key) if old_key is not None else None
+                held = old.states().get(tp) if old is not None else None
+                if held is not None and held[0] > epoch:
+                    log.info("ignoring stale leader %d at epoch %d for %s (epoch %d held)",
+                             leader, epoch, tp, held[0])
+                    continue
+                key = (leader, fetcher_id(tp, self.num_fetchers))
+                if old_key is not None and old_key != key:
+                    if old is not None:
+                        old.remove([tp])
+                    del self._assigned[tp]
+                if leader < 0:
+                    continue
+                fetcher = self._fetchers.get(key)
+                if fetcher is None:
+                    fetcher = self._fetchers[key] = ReplicaFetcherThread(self, *key)
+                    fetcher.start()
+                fetcher.add(tp, epoch)
+                self._assigned[tp] = key
+            idle = self._take_idle_locked()
+        self._stop(idle)
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            by_fetcher: dict[tuple[int, int], list[TopicPartition]] = {}
+            for tp in tps:
+                key = self._assigned.pop(tp, None)
+                if key is not None:
+                    by_fetcher.setdefault(key, []).append(tp)
+            for key, group in by_fetcher.items():
+                fetcher = self._fetchers.get(key)
+                if fetcher is not None:
+                    fetcher.remove(group)
+            idle = self._take_idle_locked()
+        self._stop(idle)
+
+    def _take_idle_locked(self) -> list[ReplicaFetcherThread]:
+        idle = [k for k, f in self._fetchers.items() if f.is_idle()]
+        return [self._fetchers.pop(k) for k in idle]
+
+    @staticmethod
+    def _stop(fetchers: list[ReplicaFetcherThread]) -> None:
+        for f in fetchers:
+            f.initiate_shutdown()
+        for f in fetchers:
+            f.join()
+
+    def shutdown(self) -> None:
+        """Stop every fetcher thread, close their connections and join them."""
+        with self._lock:
+            self._closed = True
+            fetchers = list(self._fetchers.values())
+            self._fetchers.clear()
+            self._assigned.clear()
+        self._stop(fetchers)
+
+    # ---- introspection ----------------------------------------------------------------------
+
+    def _snapshot(self) -> list[tuple[int, dict]]:
+        with self._lock:
+            fetchers = list(self._fetchers.values())
+        return [(f.leader_id, f.states()) for f in fetchers]
+
+    def fetching(self) -> dict[TopicPartition, tuple[int, int]]:
+        """tp -> (leader id, leader epoch) of every partition being fetched (failed ones not)."""
+        return {tp: (leader, epoch) for leader, states in self._snapshot()
+                for tp, (epoch, failed, _) in states.items() if not failed}
+
+    def failed_partitions(self) -> dict[TopicPartition, tuple[int, int]]:
+        """tp -> (leader id, leader epoch) of partitions stopped until their next change."""
+        return {tp: (leader, epoch) for leader, states in self._snapshot()
+                for tp, (epoch, failed, _) in states.items() if failed}
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        """The leader's high watermark minus our log end offset at the last answer."""
+        for _, states in self._snapshot():
+            if tp in states:
+                return states[tp][2]
+        return None
+
+    def threads(self) -> dict[tuple[int, int], ReplicaFetcherThread]:
+        """(leader id, fetcher id) -> thread."""
+        with self._lock:
+            return dict(self._fetchers)

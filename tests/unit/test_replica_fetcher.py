@@ -1,0 +1,758 @@
+"""The follower side of replication: fetcher threads copy a leader's log through Fetch v12,
+truncate where they diverge (KIP-320) or fall out of range, and back off on errors.
+
+The leader is a fake connection answering kio FetchResponse/ListOffsetsResponse v12/v9 from a
+real leader-side UnifiedLog (``FakeLeader``), or with scripted errors."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import threading
+import time
+from typing import Callable
+
+import pytest
+from kio.schema.fetch.v12 import response as fr
+from kio.schema.fetch.v12.request import FetchRequest
+from kio.schema.list_offsets.v9 import response as lr
+from kio.schema.list_offsets.v9.request import ListOffsetsRequest
+
+from strata.common.errors import ErrorCode
+from strata.common.types import TopicPartition
+from strata.log.log_config import LogConfig
+from strata.log.unified_log import (
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchIsolation, UnifiedLog)
+from strata.protocol import records as rec
+from strata.protocol.codec import kio_error_code
+from strata.replication.replica_fetcher import ReplicaFetcherManager, fetcher_id
+
+TP = TopicPartition("t", 0)
+ME = 2
+LEADER = 1
+OTHER_LEADER = 3
+DEADLINE = 10.0
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+T0 = 1_700_000_000_000
+
+
+def batch(n: int = 1, value: bytes = b"v", **kw) -> bytes:
+    """Fixed timestamps: equal batches are equal bytes on leader and follower."""
+    return rec.build_batch([rec.SimpleRecord(value + b"%d" % i, b"k%d" % i, timestamp=T0)
+                            for i in range(n)], **kw)
+
+
+def append(ulog: UnifiedLog, epoch: int, count: int = 1, value: bytes = b"v") -> None:
+    for _ in range(count):
+        ulog.append_as_leader(batch(value=value), epoch)
+
+
+def all_bytes(ulog: UnifiedLog) -> bytes:
+    if ulog.log_end_offset == ulog.log_start_offset:
+        return b""
+    return bytes(ulog.read(ulog.log_start_offset, 1 << 30, FetchIsolation.LOG_END).records)
+
+
+def partition(tp: TopicPartition, code: ErrorCode = ErrorCode.NONE, *, hw: int = -1,
+              log_start: int = -1, records: bytes = b"",
+              diverging: tuple[int, int] | None = None) -> fr.PartitionData:
+    extra = {}
+    if diverging is not None:
+        extra["diverging_epoch"] = fr.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+    return fr.PartitionData(partition_index=tp.partition, error_code=kio_error_code(code),
+                            high_watermark=hw, log_start_offset=log_start,
+                            aborted_transactions=None, records=records, **extra)
+
+
+def fetch_response(parts: dict[TopicPartition, fr.PartitionData]) -> fr.FetchResponse:
+    by_topic: dict[str, list] = {}
+    for tp, p in parts.items():
+        by_topic.setdefault(tp.topic, []).append(p)
+    return fr.FetchResponse(
+        throttle_time=datetime.timedelta(0), error_code=kio_error_code(ErrorCode.NONE),
+        responses=tuple(fr.FetchableTopicResponse(topic=t, partitions=tuple(ps))
+                        for t, ps in by_topic.items()))
+
+
+class FakeLeader:
+    """A leader's answers computed from its logs, as Kafka's leader computes them: the
+    diverging epoch for the follower's last fetched epoch first, then out of range, then records
+    (LOG_END isolation, whole batches unless ``cut_batches``: then cut at the partition limit,
+    a partial batch at the end). With nothing to answer it long-polls ``max_wait``.
+    ``script`` (tp -> list of PartitionData) answers a partition before the logs do, and
+    ``sticky`` (tp -> PartitionData) answers it every time."""
+
+    def __init__(self, logs: dict[TopicPartition, UnifiedLog], *, cut_batches: bool = False):
+        self.logs = logs
+        self.cut_batches = cut_batches
+        self.script: dict[TopicPartition, list[fr.PartitionData]] = {}
+        self.sticky: dict[TopicPartition, fr.PartitionData] = {}
+        self.fetches: list[tuple[float, FetchRequest]] = []
+        self.list_offsets: list[ListOffsetsRequest] = []
+        self.answers: list[fr.FetchResponse] = []
+        self.wake = threading.Event()
+
+    def answer_fetch(self, req: FetchRequest) -> fr.FetchResponse:
+        parts = {}
+        for t in req.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                if tp in self.sticky:
+                    parts[tp] = self.sticky[tp]
+                    continue
+                if self.script.get(tp):
+                    parts[tp] = self.script[tp].pop(0)
+                    continue
+                parts[tp] = self._answer(tp, p, req)
+        return fetch_response(parts)
+
+    def _answer(self, tp, p, req) -> fr.PartitionData:
+        ulog = self.logs[tp]
+        with ulog.lock:
+            hw, start, leo = ulog.high_watermark, ulog.log_start_offset, ulog.log_end_offset
+            out_of_range = partition(tp, ErrorCode.OFFSET_OUT_OF_RANGE, hw=hw, log_start=start)
+            if p.last_fetched_epoch >= 0:
+                end = ulog.leader_epoch_cache.end_offset_for(p.last_fetched_epoch, leo)
+                if end.offset < 0 or end.leader_epoch < 0:
+                    return out_of_range
+                if end.leader_epoch < p.last_fetched_epoch or end.offset < p.fetch_offset:
+                    return partition(tp, hw=hw, log_start=start,
+                                     diverging=(end.leader_epoch, end.offset))
+            if p.fetch_offset > leo or p.fetch_offset < start:
+                return out_of_range
+            data = bytes(ulog.read(p.fetch_offset, p.partition_max_bytes,
+                                   FetchIsolation.LOG_END).records)
+            if self.cut_batches:
+                whole = bytes(ulog.read(p.fetch_offset, 1 << 30, FetchIsolation.LOG_END).records)
+                data = whole[:max(p.partition_max_bytes, len(data))]
+        return partition(tp, hw=hw, log_start=start, records=data)
+
+    def answer_list_offsets(self, req: ListOffsetsRequest) -> lr.ListOffsetsResponse:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                ulog = self.logs[TopicPartition(t.name, p.partition_index)]
+                found = ulog.fetch_offset_by_timestamp(p.timestamp)
+                parts.append(lr.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=kio_error_code(ErrorCode.NONE),
+                    timestamp=-1, offset=found.offset, leader_epoch=-1))
+            topics.append(lr.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
+        return lr.ListOffsetsResponse(throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+
+class FakeConnection:
+    def __init__(self, leader: FakeLeader):
+        self.leader = leader
+        self.closed = False
+
+    def request(self, body, response_cls):
+        if self.closed:
+            raise ConnectionError("closed")
+        if isinstance(body, ListOffsetsRequest):
+            self.leader.list_offsets.append(body)
+            return self.leader.answer_list_offsets(body)
+        assert isinstance(body, FetchRequest) and response_cls is fr.FetchResponse
+        self.leader.fetches.append((time.monotonic(), body))
+        resp = self.leader.answer_fetch(body)
+        if not any(p.records or _code(p.error_code) or p.diverging_epoch.epoch >= 0
+                   for t in resp.responses for p in t.partitions):
+            # the leader's long poll: nothing to send, wait for data or max_wait
+            if self.leader.wake.wait(body.max_wait.total_seconds()):
+                self.leader.wake.clear()
+                resp = self.leader.answer_fetch(body)
+        self.leader.answers.append(resp)
+        return resp
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _code(value) -> int:
+    return int(getattr(value, "value", value))
+
+
+class Cluster:
+    """Leaders by broker id, each with its fake connections; the follower's logs."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.leaders: dict[int, FakeLeader] = {}
+        self.connections: list[tuple[int, FakeConnection]] = []
+        self.follower_logs: dict[TopicPartition, UnifiedLog] = {}
+        self.opened: list[UnifiedLog] = []
+        self.refuse_connects = 0
+        self.connect_times: list[float] = []
+
+    def log(self, who: str, tp: TopicPartition = TP) -> UnifiedLog:
+        ulog = UnifiedLog(self.tmp_path / who / f"{tp.topic}-{tp.partition}", LogConfig({}),
+                          topic_partition=tp)
+        self.opened.append(ulog)
+        return ulog
+
+    def follower(self, tp: TopicPartition = TP) -> UnifiedLog:
+        ulog = self.follower_logs[tp] = self.log("follower", tp)
+        return ulog
+
+    def endpoint_of(self, broker: int):
+        return ("leader-host", 9000 + broker) if broker in self.leaders else None
+
+    def connect(self, address: str) -> FakeConnection:
+        self.connect_times.append(time.monotonic())
+        if self.refuse_connects > 0:
+            self.refuse_connects -= 1
+            raise ConnectionRefusedError(f"refused: {address}")
+        broker = int(address.rsplit(":", 1)[1]) - 9000
+        conn = FakeConnection(self.leaders[broker])
+        self.connections.append((broker, conn))
+        return conn
+
+    def manager(self, **kw) -> ReplicaFetcherManager:
+        kw.setdefault("max_wait_ms", 50)
+        kw.setdefault("backoff_ms", 100)
+        return ReplicaFetcherManager(ME, self.endpoint_of, self.follower_logs.get,
+                                     connect=self.connect, **kw)
+
+    def close(self) -> None:
+        for ulog in self.opened:
+            ulog.close()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def managers():
+    made: list[ReplicaFetcherManager] = []
+    yield made
+    for m in made:
+        m.shutdown()
+
+
+def request_partition(req: FetchRequest, tp: TopicPartition = TP):
+    return next(p for t in req.topics if t.topic == tp.topic
+                for p in t.partitions if p.partition == tp.partition)
+
+
+def test_a_follower_copies_the_leaders_batches_and_follows_its_high_watermark(cluster, managers):
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 3)
+    leader_log.update_high_watermark(2)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    appended = []
+    m = cluster.manager(on_append=appended.append, partition_max_bytes=4096)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    assert m.fetching() == {TP: (LEADER, 1)}
+
+    wait_for(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
+    wait_for(lambda: follower.high_watermark == 2, "the follower's HW to reach the leader's")
+    assert all_bytes(follower) == all_bytes(leader_log)
+    assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries()
+    assert TP in appended
+
+    first = leader.fetches[0][1]
+    assert first.replica_id == ME and first.session_id == 0 and first.session_epoch == -1
+    assert first.isolation_level == 0 and first.max_bytes == 10 * 1024 * 1024
+    assert first.min_bytes == 1 and first.max_wait.total_seconds() == 0.05
+    p = request_partition(first)
+    assert (p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch, p.log_start_offset,
+            p.partition_max_bytes) == (0, 1, -1, 0, 4096)
+    wait_for(lambda: request_partition(leader.fetches[-1][1]).fetch_offset == 3,
+             "a fetch from the new log end")
+    p = request_partition(leader.fetches[-1][1])
+    assert p.last_fetched_epoch == 1
+
+    # the HW moves on the leader with no new records: the follower's follows
+    leader_log.update_high_watermark(3)
+    wait_for(lambda: follower.high_watermark == 3, "the follower's HW to advance without data")
+    # new data on the leader
+    append(leader_log, 1, 2)
+    leader.wake.set()
+    wait_for(lambda: follower.log_end_offset == 5, "the new records")
+    wait_for(lambda: m.lag(TP) == 0, "the lag (leader HW - our log end, floored at 0)")
+    assert all_bytes(follower) == all_bytes(leader_log)
+
+
+def test_lag_is_the_leaders_high_watermark_minus_our_log_end(cluster, managers):
+    leader_log = cluster.log("leader")
+    append(leader_log, 0, 2)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    leader_log.update_high_watermark(2)
+    follower = cluster.follower()
+    # the leader claims a HW of 9 with no records: lag 9 - 0; our HW stays at our log end
+    leader.sticky[TP] = partition(TP, hw=9, log_start=0)
+    m = cluster.manager()
+    managers.append(m)
+    assert m.lag(TP) is None
+    m.add_partitions({TP: (LEADER, 0)})
+    wait_for(lambda: m.lag(TP) == 9, "the lag of the first answer")
+    assert follower.high_watermark == 0
+    del leader.sticky[TP]
+    wait_for(lambda: follower.log_end_offset == 2 and m.lag(TP) == 0, "lag 0 once caught up")
+
+
+def test_a_trailing_partial_batch_is_left_for_the_next_fetch(cluster, managers):
+    leader_log = cluster.log("leader")
+    append(leader_log, 2, 6)
+    size = len(batch())
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log}, cut_batches=True)
+    follower = cluster.follower()
+    # each answer: one whole batch and part of the next
+    m = cluster.manager(partition_max_bytes=size + size // 2)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 2)})
+    wait_for(lambda: follower.log_end_offset == 6, "all 6 batches, one per fetch")
+    assert all_bytes(follower) == all_bytes(leader_log)
+    offsets = [request_partition(r).fetch_offset for _, r in leader.fetches]
+    assert offsets[:6] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_diverging_epoch_truncates_the_follower_to_where_it_agrees(cluster, managers):
+    # leader: epoch 1 at 0..2, epoch 3 at 3..4; follower: epoch 1 at 0..2, epoch 2 at 3..5
+    leader_log = cluster.log("leader")
+    follower = cluster.follower()
+    append(leader_log, 1, 3)
+    append(follower, 1, 3)
+    append(leader_log, 3, 2, value=b"new")
+    append(follower, 2, 3, value=b"old")
+    leader_log.update_high_watermark(5)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+
+    wait_for(lambda: follower.leader_epoch_cache.epoch_entries()
+             == leader_log.leader_epoch_cache.epoch_entries(), "the follower's epochs to agree")
+    wait_for(lambda: follower.log_end_offset == 5, "the leader's records after the truncation")
+    assert all_bytes(follower) == all_bytes(leader_log)
+    first = request_partition(leader.fetches[0][1])
+    assert (first.fetch_offset, first.last_fetched_epoch) == (6, 2)
+    diverging = leader.answers[0].responses[0].partitions[0].diverging_epoch
+    assert (diverging.epoch, diverging.end_offset) == (1, 3)
+    second = request_partition(leader.fetches[1][1])
+    assert (second.fetch_offset, second.last_fetched_epoch) == (3, 1)
+
+
+def test_an_epoch_unknown_to_the_follower_truncates_in_steps(cluster, managers):
+    # leader epochs 0@0, 1@2, 3@4; follower 0@0, 2@2: the leader answers (1, 4), which the
+    # follower never had: it cuts to the end of its epoch 0 (2) and asks again
+    leader_log = cluster.log("leader")
+    follower = cluster.follower()
+    append(leader_log, 0, 2)
+    append(follower, 0, 2)
+    append(leader_log, 1, 2, value=b"l1")
+    append(leader_log, 3, 2, value=b"l3")
+    append(follower, 2, 3, value=b"f2")
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+    wait_for(lambda: follower.log_end_offset == 6 and follower.leader_epoch_cache.epoch_entries()
+             == leader_log.leader_epoch_cache.epoch_entries(), "the follower to match the leader")
+    assert all_bytes(follower) == all_bytes(leader_log)
+    asked = [(request_partition(r).fetch_offset, request_partition(r).last_fetched_epoch)
+             for _, r in leader.fetches[:2]]
+    assert asked == [(5, 2), (2, 0)]
+
+
+def test_out_of_range_above_the_leaders_end_truncates_to_it(cluster, managers):
+    leader_log = cluster.log("leader")
+    follower = cluster.follower()
+    append(leader_log, 1, 3)
+    # batches without a leader epoch (an old format): the follower sends no last fetched epoch
+    for offset in range(5):
+        follower.append_as_follower(batch(base_offset=offset))
+    assert follower.leader_epoch_cache.latest_epoch() is None
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 3 and len(leader.fetches) >= 2,
+             "the truncation to the leader's end and the next fetch")
+    assert [(r.replica_id, r.topics[0].partitions[0].timestamp,
+             r.topics[0].partitions[0].current_leader_epoch)
+            for r in leader.list_offsets] == [(ME, LATEST_TIMESTAMP, 1)]
+    assert request_partition(leader.fetches[1][1]).fetch_offset == 3
+    assert follower.log_start_offset == 0
+
+
+def test_out_of_range_below_the_leaders_log_start_restarts_the_log_there(cluster, managers):
+    leader_log = cluster.log("leader")
+    follower = cluster.follower()
+    append(leader_log, 1, 10)
+    leader_log.update_high_watermark(10)
+    leader_log.maybe_increment_log_start_offset(6)
+    append(follower, 1, 2)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 10, "the records from the leader's log start")
+    assert follower.log_start_offset == 6
+    assert [r.topics[0].partitions[0].timestamp for r in leader.list_offsets] == \
+        [LATEST_TIMESTAMP, EARLIEST_TIMESTAMP]
+    assert all_bytes(follower) == all_bytes(leader_log)
+    wait_for(lambda: follower.high_watermark == 10, "the follower's HW")
+
+
+def test_the_follower_log_start_follows_the_leaders(cluster, managers):
+    leader_log = cluster.log("leader")
+    follower = cluster.follower()
+    append(leader_log, 1, 6)
+    leader_log.update_high_watermark(6)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.high_watermark == 6, "the follower to catch up")
+    leader_log.maybe_increment_log_start_offset(4)   # DeleteRecords on the leader
+    leader.wake.set()
+    wait_for(lambda: follower.log_start_offset == 4, "the follower's log start offset")
+
+
+@pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                                  ErrorCode.UNKNOWN_LEADER_EPOCH,
+                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+def test_a_partition_error_backs_the_partition_off(cluster, managers, code):
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 2)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    leader.script[TP] = [partition(TP, code) for _ in range(3)]
+    follower = cluster.follower()
+    m = cluster.manager(backoff_ms=150)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 2, "the fetch after three errors")
+    times = [t for t, _ in leader.fetches[:4]]
+    assert len(times) == 4
+    assert all(b - a >= 0.15 for a, b in zip(times, times[1:])), times
+    assert m.fetching() == {TP: (LEADER, 1)}
+
+
+def test_connection_failures_back_off_and_reconnect(cluster, managers):
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 2)
+    cluster.leaders[LEADER] = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    cluster.refuse_connects = 2
+    m = cluster.manager(backoff_ms=120)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 2, "the fetch after reconnecting")
+    times = cluster.connect_times[:3]
+    assert len(times) == 3 and all(b - a >= 0.12 for a, b in zip(times, times[1:])), times
+
+    # the connection drops mid-flight: it is closed, and a new one is made after the back-off
+    first = cluster.connections[0][1]
+    first.closed = True
+    wait_for(lambda: len(cluster.connections) == 2, "a new connection")
+    assert all(t.is_alive() for t in m.threads().values())
+
+
+def test_an_unknown_leader_endpoint_backs_off_without_crashing(cluster, managers):
+    follower = cluster.follower()
+    m = cluster.manager(backoff_ms=50)
+    managers.append(m)
+    m.add_partitions({TP: (7, 1)})   # broker 7 has no endpoint
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 1)
+    cluster.leaders[7] = FakeLeader({TP: leader_log})
+    wait_for(lambda: follower.log_end_offset == 1, "the fetch once the endpoint is known")
+
+
+def test_offset_moved_to_tiered_storage_marks_the_partition_failed(cluster, managers):
+    tp2 = TopicPartition("t", 1)
+    leader_log, leader_log2 = cluster.log("leader", TP), cluster.log("leader", tp2)
+    append(leader_log2, 1, 2)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log, tp2: leader_log2})
+    leader.script[TP] = [partition(TP, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)]
+    cluster.follower(TP)
+    follower2 = cluster.follower(tp2)
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1), tp2: (LEADER, 1)})
+    wait_for(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition marked failed")
+    assert m.fetching() == {tp2: (LEADER, 1)}
+    wait_for(lambda: follower2.log_end_offset == 2, "the other partition still fetched")
+    n = len(leader.fetches)
+    leader.wake.set()
+    wait_for(lambda: len(leader.fetches) > n, "another fetch")
+    assert all(TP not in {TopicPartition(t.topic, p.partition) for t in r.topics
+                          for p in t.partitions} for _, r in leader.fetches[n:])
+    m.add_partitions({TP: (LEADER, 1)})   # the same state: still failed
+    assert TP in m.failed_partitions()
+    m.add_partitions({TP: (LEADER, 2)})   # a new epoch: fetched again
+    assert m.fetching() == {TP: (LEADER, 2), tp2: (LEADER, 1)}
+    assert m.failed_partitions() == {}
+
+
+def test_a_newer_epoch_keeps_progress_and_a_moved_partition_leaves_its_fetcher(cluster, managers):
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 3)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 3, "the first records")
+    old_thread = m.threads()[(LEADER, 0)]
+
+    m.add_partitions({TP: (LEADER, 2)})
+    assert m.fetching() == {TP: (LEADER, 2)}
+    assert m.threads()[(LEADER, 0)] is old_thread
+    leader.wake.set()
+    wait_for(lambda: request_partition(leader.fetches[-1][1]).current_leader_epoch == 2,
+             "a fetch at the new epoch")
+    assert request_partition(leader.fetches[-1][1]).fetch_offset == 3
+    m.add_partitions({TP: (LEADER, 1)})   # stale: ignored
+    assert m.fetching() == {TP: (LEADER, 2)}
+
+    # the new leader already has two more records (epoch 4)
+    new_leader_log = cluster.log("leader3")
+    append(new_leader_log, 1, 3)
+    append(new_leader_log, 4, 2)
+    cluster.leaders[OTHER_LEADER] = other = FakeLeader({TP: new_leader_log})
+    m.add_partitions({TP: (OTHER_LEADER, 4)})
+    assert m.fetching() == {TP: (OTHER_LEADER, 4)}
+    assert set(m.threads()) == {(OTHER_LEADER, 0)}
+    assert not old_thread.is_alive()
+    assert all(c.closed for b, c in cluster.connections if b == LEADER)
+    wait_for(lambda: follower.log_end_offset == 5, "the records from the new leader")
+    assert request_partition(other.fetches[0][1]).fetch_offset == 3
+    assert all_bytes(follower) == all_bytes(new_leader_log)
+
+    m.remove_partitions([TP])
+    assert m.fetching() == {} and m.threads() == {}
+
+
+def test_partitions_spread_over_fetchers_by_leader_and_hash(cluster, managers):
+    tps = [TopicPartition("t", i) for i in range(6)]
+    leader_logs = {tp: cluster.log("leader", tp) for tp in tps}
+    for ulog in leader_logs.values():
+        append(ulog, 0, 1)
+    cluster.leaders[LEADER] = leader = FakeLeader(leader_logs)
+    followers = {tp: cluster.follower(tp) for tp in tps}
+    m = cluster.manager(num_fetchers=2)
+    managers.append(m)
+    m.add_partitions({tp: (LEADER, 0) for tp in tps})
+    assert set(m.threads()) == {(LEADER, fetcher_id(tp, 2)) for tp in tps}
+    assert set(m.threads()) == {(LEADER, 0), (LEADER, 1)}
+    wait_for(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
+    for _, req in leader.fetches:
+        ids = {fetcher_id(TopicPartition(t.topic, p.partition), 2)
+               for t in req.topics for p in t.partitions}
+        assert len(ids) == 1   # one fetcher's partitions per request
+
+
+def test_fetcher_id_is_kafkas():
+    # Java: "hello".hashCode() == 99162322; abs(31 * 99162322 + 1) % 7
+    assert fetcher_id(TopicPartition("hello", 1), 7) == ((31 * 99162322 + 1) & 0x7FFFFFFF) % 7
+    assert fetcher_id(TopicPartition("hello", 1), 1) == 0
+
+
+def test_shutdown_stops_and_joins_every_thread_and_closes_connections(cluster, managers):
+    tps = [TopicPartition("t", i) for i in range(4)]
+    logs = {tp: cluster.log("leader", tp) for tp in tps}
+    cluster.leaders[LEADER] = FakeLeader(logs)
+    cluster.leaders[OTHER_LEADER] = FakeLeader(logs)
+    for tp in tps:
+        cluster.follower(tp)
+    m = cluster.manager(num_fetchers=2)
+    m.add_partitions({tp: (LEADER if tp.partition % 2 else OTHER_LEADER, 0) for tp in tps})
+    threads = list(m.threads().values())
+    assert len(threads) >= 2
+    wait_for(lambda: len(cluster.connections) == len(threads), "every fetcher connected")
+    m.shutdown()
+    assert not any(t.is_alive() for t in threads)
+    assert all(c.closed for _, c in cluster.connections)
+    assert m.fetching() == {} and m.threads() == {}
+    m.add_partitions({TP: (LEADER, 0)})   # after shutdown: nothing starts
+    assert m.threads() == {}
+
+
+def test_shutdown_interrupts_a_real_socket_blocked_in_the_long_poll(cluster):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    received = threading.Event()
+    accepted = []
+
+    def serve():
+        conn, _ = server.accept()
+        accepted.append(conn)
+        if conn.recv(4096):
+            received.set()   # never answers: the fetcher stays in recv
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    cluster.follower()
+    m = ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", port), cluster.follower_logs.get,
+                              max_wait_ms=500, socket_timeout_ms=60_000)
+    try:
+        m.add_partitions({TP: (LEADER, 0)})
+        assert received.wait(DEADLINE), "the fetch request never arrived"
+        threads = list(m.threads().values())
+        start = time.monotonic()
+        m.shutdown()
+        assert time.monotonic() - start < 30   # far below the 60 s socket timeout
+        assert not any(th.is_alive() for th in threads)
+    finally:
+        m.shutdown()
+        for c in accepted:
+            c.close()
+        server.close()
+        t.join(DEADLINE)
+
+
+def test_from_properties_reads_kafkas_names_with_kafkas_defaults():
+    m = ReplicaFetcherManager.from_properties(ME, {}, lambda b: None, lambda tp: None)
+    assert (m.num_fetchers, m.max_wait_ms, m.min_bytes, m.max_bytes, m.partition_max_bytes,
+            m.backoff_ms) == (1, 500, 1, 10485760, 1048576, 1000)
+    m = ReplicaFetcherManager.from_properties(ME, {
+        "num.replica.fetchers": "3", "replica.fetch.wait.max.ms": "250",
+        "replica.fetch.min.bytes": "10", "replica.fetch.response.max.bytes": "2048",
+        "replica.fetch.max.bytes": "1024", "replica.fetch.backoff.ms": "20",
+        "replica.socket.timeout.ms": "5000"}, lambda b: None, lambda tp: None)
+    assert (m.num_fetchers, m.max_wait_ms, m.min_bytes, m.max_bytes, m.partition_max_bytes,
+            m.backoff_ms, m.socket_timeout_ms) == (3, 250, 10, 2048, 1024, 20, 5000)
+    m.shutdown()
+
+
+def test_no_leader_stops_fetching_the_partition(cluster, managers):
+    leader_log = cluster.log("leader")
+    cluster.leaders[LEADER] = FakeLeader({TP: leader_log})
+    cluster.follower()
+    m = cluster.manager()
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    thread = m.threads()[(LEADER, 0)]
+    m.add_partitions({TP: (-1, 2)})
+    assert m.fetching() == {} and m.threads() == {}
+    assert not thread.is_alive()
+    m.add_partitions({TP: (LEADER, 3)})
+    assert m.fetching() == {TP: (LEADER, 3)}
+
+
+def test_a_socket_timeout_below_the_fetch_wait_is_refused():
+    with pytest.raises(ValueError, match="replica.socket.timeout.ms"):
+        ReplicaFetcherManager(ME, lambda b: None, lambda tp: None, max_wait_ms=500,
+                              socket_timeout_ms=100)
+
+
+class WireLeader:
+    """A real listener serving Strata's own Fetch and ListOffsets handlers (one broker, leader
+    epoch 0) over loopback: the follower's requests and the answers cross the real codec."""
+
+    def __init__(self, path, clustered: bool = False):
+        import asyncio
+
+        from strata.log.log_manager import LogManager
+        from strata.replication.replica_manager import ReplicaManager
+        from strata.server.context import BrokerContext
+        from strata.server.handlers import fetch, list_offsets
+        from strata.server.network import KafkaServer
+        self.asyncio = asyncio
+        self.logs = LogManager([path], LogConfig({}))
+        self.logs.startup()
+        self.rm = ReplicaManager(self.logs, lambda topic: 1 if topic == TP.topic else None,
+                                 broker_id=LEADER, clustered=clustered)
+        ctx = BrokerContext(node_id=LEADER, advertised_host="127.0.0.1", advertised_port=0,
+                            metadata=None, replica_manager=self.rm)
+        handlers = {1: fetch.handle, 2: list_offsets.handle}
+        self.loop = asyncio.new_event_loop()
+        self.server = KafkaServer(lambda request, info: handlers[request.api_key](ctx, request),
+                                  "127.0.0.1", 0)
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.call(self.server.start())
+
+    def call(self, coro):
+        return self.asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
+
+    def append(self, count: int) -> None:
+        for _ in range(count):
+            assert self.rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+
+    def close(self) -> None:
+        self.call(self.server.stop(grace_s=1))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(DEADLINE)
+        self.logs.shutdown()
+
+
+def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, tmp_path):
+    wire = WireLeader(tmp_path / "wire-leader")
+    m = None
+    try:
+        wire.append(3)
+        leader_log = wire.rm.get_log(TP)
+        follower = cluster.follower()
+        # ahead of the leader with epoch-less batches: out of range, ListOffsets, truncation
+        for offset in range(5):
+            follower.append_as_follower(batch(base_offset=offset))
+        m = ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", wire.server.port),
+                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50)
+        m.add_partitions({TP: (LEADER, 0)})
+        wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
+                 "the truncation to the leader's end")
+        wire.append(2)
+        wait_for(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
+                 "2 more offsets")
+        assert follower.leader_epoch_cache.epoch_entries() == [(0, 3)]
+
+        def tail(ulog):
+            return bytes(ulog.read(3, 1 << 20, FetchIsolation.LOG_END).records)
+        assert tail(follower) == tail(leader_log)
+        assert m.lag(TP) == 0
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
+
+
+def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, tmp_path):
+    """Against Strata's clustered ReplicaManager: the leader answers the diverging epoch, the
+    follower truncates, copies, and the leader's HW (from the follower's fetch offsets) flows
+    back to the follower."""
+    from strata.replication.replica_manager import PartitionState
+    wire = WireLeader(tmp_path / "wire-leader", clustered=True)
+    m = None
+    try:
+        def lead(epoch):
+            wire.rm.apply_states({TP: PartitionState(LEADER, epoch, (LEADER, ME), (LEADER, ME),
+                                                     epoch)})
+        lead(1)
+        wire.append(3)
+        lead(3)
+        wire.append(2)
+        leader_log = wire.rm.get_log(TP)
+        follower = cluster.follower()
+        append(follower, 1, 3)
+        append(follower, 2, 3, value=b"old")
+        m = ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", wire.server.port),
+                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50)
+        m.add_partitions({TP: (LEADER, 3)})
+        wait_for(lambda: follower.log_end_offset == 5
+                 and follower.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 3)],
+                 "the follower to truncate and copy")
+        wait_for(lambda: leader_log.high_watermark == 5, "the leader's HW from our fetches")
+        wait_for(lambda: follower.high_watermark == 5, "the HW back on the follower")
+        assert all_bytes(follower) == all_bytes(leader_log)
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
