@@ -149,6 +149,24 @@ def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rac
         "broker-registration", after_initializing_session=lambda: zk.register_broker(registration)))
 
 
+def _alter_partition_manager(node_id: int, metadata):
+    """AlterPartition to whichever broker is the controller now, as this broker's epoch."""
+    from strata.replication.alter_partition import AlterPartitionManager
+
+    def controller():
+        cid = metadata.controller_id
+        found = next((b for b in metadata.live_brokers() if b.node_id == cid), None)
+        return None if found is None else (cid, found.host, found.port)
+
+    def broker_epoch() -> int:
+        reg = metadata.view_image.brokers.get(node_id)
+        return reg.epoch if reg is not None else -1
+
+    return AlterPartitionManager(
+        node_id, broker_epoch, controller,
+        lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
+
+
 def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
     """``notify`` for the event loop's purgatory, callable from the loop or any other thread
     (the remote log metadata manager appends to its topic from the tiering threads)."""
@@ -268,6 +286,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
         on_append=_notify_from_any_thread(loop, watchers.notify),
         broker_id=node_id, clustered=zk is not None)
+    replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", 30_000)
+    replica_manager.min_insync_replicas = lambda topic: int(metadata.log_config(topic).get("min.insync.replicas"))
     tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
     rlm = tiering[0] if tiering else None
     replica_manager.remote_log_manager = rlm
@@ -300,6 +320,14 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if zk is None:
         ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
     else:
+        from strata.replication.replica_fetcher import ReplicaFetcherManager
+
+        def endpoint_of(broker_id: int):
+            found = next((b for b in metadata.live_brokers() if b.node_id == broker_id), None)
+            return None if found is None else (found.host, found.port)
+        replica_manager.fetchers = ReplicaFetcherManager.from_properties(
+            node_id, props, endpoint_of, replica_manager.get_log,
+            on_append=_notify_from_any_thread(loop, watchers.notify))
         follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop, ctx.group_coordinator)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said
@@ -337,6 +365,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             auto_leader_rebalance_interval_s=_int(
                 props, "leader.imbalance.check.interval.seconds", 300) if rebalance else None).start()
         metadata.controller = controller
+        replica_manager.alter_partition = _alter_partition_manager(node_id, metadata)
+    if zk is not None:  # Kafka's isr-expiration task
+        scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
+                                    replica_manager.replica_lag_time_max_ms // 2)
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
                                 _int(props, "log.retention.check.interval.ms", 300_000))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,
@@ -362,6 +394,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             log.info("controlled shutdown: %s", "leaderships moved" if drained
                      else f"not drained after {CONTROLLED_SHUTDOWN_WAIT_S} s; stopping anyway")
         # Leaving ZooKeeper hands whatever this broker still leads to the others at once.
+        for part in (replica_manager.fetchers, replica_manager.alter_partition):
+            if part is not None:
+                part.shutdown()
         if controller is not None:
             controller.close()
         metadata.close()

@@ -3,9 +3,20 @@
 One broker alone leads every partition at leader epoch 0. In a cluster the controller's
 partition states arrive through ``apply_states``: this broker serves as leader only the
 partitions it leads, at their leader epoch, and answers the others with Kafka's errors
-(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). Until replication lands
-the ISR's followers copy nothing, so an append is committed (high watermark = log end offset)
-as soon as it is in the leader's log.
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH); it follows the others
+through ``fetchers`` (strata.replication.replica_fetcher).
+
+A leader (Kafka's Partition) tracks each follower's log end offset from its replica Fetches;
+invariants:
+- the high watermark only grows, and never passes the log end offset of any member of the
+  maximal ISR (the ISR plus members a pending AlterPartition adds), so an acknowledged acks=all
+  record is on every ISR member;
+- a follower joins the ISR only once it has reached the high watermark and this leader epoch's
+  start offset, and leaves it after ``replica.lag.time.max.ms`` without catching up; either
+  change is proposed to the controller (``alter_partition``), one at a time per partition, and
+  takes effect when the controller accepts it;
+- a follower whose last fetched epoch diverges from this log is told where (KIP-320) and
+  appends nothing until it has truncated.
 
 Synchronous and thread-safe (each log has its own lock); the server awaits nothing here.
 ``on_append`` is called with the partition after every append, to wake delayed fetches.
@@ -17,6 +28,7 @@ import logging
 import threading
 from typing import Callable, Iterable, Mapping, NamedTuple
 
+from strata.common.clock import SYSTEM_CLOCK
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.log_manager import LogManager
@@ -38,6 +50,28 @@ class PartitionState(NamedTuple):
     partition_epoch: int = 0
 
 
+class _Follower:
+    """What a leader knows of one follower (Kafka's Replica state)."""
+
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo")
+
+    def __init__(self, now_ms: int, in_isr: bool):
+        self.log_end_offset = -1
+        self.last_caught_up_ms = now_ms if in_isr else 0
+        self.last_fetch_ms = 0
+        self.last_fetch_leader_leo = -1
+
+
+class _Leadership:
+    """A partition this broker leads: its followers and the ISR change in flight."""
+
+    __slots__ = ("followers", "pending_isr")
+
+    def __init__(self, state: PartitionState, broker_id: int, now_ms: int):
+        self.followers = {r: _Follower(now_ms, r in state.isr) for r in state.replicas if r != broker_id}
+        self.pending_isr: tuple[int, ...] | None = None
+
+
 class StateChange(NamedTuple):
     """What ``apply_states`` did: partitions this broker started or stopped leading."""
 
@@ -52,6 +86,7 @@ class AppendResult(NamedTuple):
     log_start_offset: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()   # (index in batch, message)
+    last_offset: int = -1
 
 
 class ReadResult(NamedTuple):
@@ -62,6 +97,7 @@ class ReadResult(NamedTuple):
     records: bytes = b""
     aborted_transactions: list | None = None
     remote: UnifiedLog | None = None   # the offset lives in the remote tier: read it there
+    diverging_epoch: tuple[int, int] | None = None   # (epoch, end offset) for a follower, KIP-320
 
 
 class OffsetResult(NamedTuple):
@@ -91,6 +127,14 @@ class ReplicaManager:
         # In a cluster, the state of each partition hosted here; None: one broker leads all.
         self._states: dict[TopicPartition, PartitionState] | None = {} if clustered else None
         self._states_lock = threading.Lock()
+        self._leaderships: dict[TopicPartition, _Leadership] = {}
+        self.clock = SYSTEM_CLOCK
+        self.replica_lag_time_max_ms = 30_000
+        self.min_insync_replicas: Callable[[str], int] = lambda topic: 1
+        # Set by the broker in a cluster: the follower fetchers (add_partitions /
+        # remove_partitions) and the AlterPartition sender (submit -> Future of PartitionState).
+        self.fetchers = None
+        self.alter_partition = None
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -127,11 +171,16 @@ class ReplicaManager:
 
     def _apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
         gained, lost = [], []
+        follow: dict[TopicPartition, tuple[int, int]] = {}
+        unfollow: list[TopicPartition] = []
+        now = self.clock.milliseconds()
         for tp, st in states.items():
             old = self._states.get(tp)
             if st is None:
                 if old is not None:
                     del self._states[tp]
+                    self._leaderships.pop(tp, None)
+                    unfollow.append(tp)
                     if old.leader == self.broker_id:
                         lost.append(tp)
                 continue
@@ -141,21 +190,178 @@ class ReplicaManager:
                 continue
             was_leader = old is not None and old.leader == self.broker_id
             now_leader = st.leader == self.broker_id
+            new_epoch = old is None or old.leader_epoch != st.leader_epoch
+            ulog = None
             if now_leader or self.broker_id in st.replicas:
                 try:
                     ulog = self.get_log(tp, create=True)
                 except KafkaError as exc:
                     log.error("cannot host %s: %s", tp, exc)
-                    ulog = None
-                if now_leader and ulog is not None and (not was_leader or old.leader_epoch != st.leader_epoch):
-                    ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
-                    ulog.update_high_watermark(ulog.log_end_offset)
             self._states[tp] = st
+            if now_leader:
+                leadership = self._leaderships.get(tp)
+                if leadership is None or new_epoch:
+                    # Kafka's makeLeader: the epoch starts at the log end offset; followers'
+                    # positions are unknown until they fetch
+                    if ulog is not None:
+                        ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
+                    self._leaderships[tp] = _Leadership(st, self.broker_id, now)
+                else:  # an ISR or replica change at the same epoch
+                    leadership.pending_isr = None
+                    for r in st.replicas:
+                        if r != self.broker_id and r not in leadership.followers:
+                            leadership.followers[r] = _Follower(now, r in st.isr)
+                unfollow.append(tp)
+                if ulog is not None:
+                    self._maybe_advance_high_watermark(tp, ulog)
+            else:
+                self._leaderships.pop(tp, None)
+                if st.leader >= 0 and self.broker_id in st.replicas:
+                    follow[tp] = (st.leader, st.leader_epoch)
+                else:
+                    unfollow.append(tp)
             if now_leader and not was_leader:
                 gained.append(tp)
             elif was_leader and not now_leader:
                 lost.append(tp)
+        if self.fetchers is not None:
+            if unfollow:
+                self.fetchers.remove_partitions(unfollow)
+            if follow:
+                self.fetchers.add_partitions(follow)
         return StateChange(tuple(gained), tuple(lost))
+
+    # ---- leader: followers, ISR, high watermark ---------------------------------------------
+
+    def _maximal_isr(self, tp: TopicPartition, st: PartitionState) -> set[int]:
+        leadership = self._leaderships.get(tp)
+        pending = leadership.pending_isr if leadership is not None else None
+        return set(st.isr) | set(pending or ())
+
+    def _maybe_advance_high_watermark(self, tp: TopicPartition, ulog: UnifiedLog) -> bool:
+        """HW = the least log end offset over the maximal ISR (the leader's own included);
+        it only grows. Wakes waiters (acks=all produces, fetches) when it moved."""
+        st = self.state(tp)
+        if st is None or st.leader != self.broker_id:
+            return False
+        leadership = self._leaderships.get(tp)
+        target = ulog.log_end_offset
+        for r in self._maximal_isr(tp, st):
+            if r == self.broker_id:
+                continue
+            follower = leadership.followers.get(r) if leadership is not None else None
+            target = min(target, follower.log_end_offset if follower is not None else -1)
+        if target <= ulog.high_watermark:
+            return False
+        ulog.update_high_watermark(target)
+        self._on_append(tp)
+        return True
+
+    def follower_fetch(self, tp: TopicPartition, replica_id: int, fetch_offset: int,
+                       last_fetched_epoch: int, max_bytes: int, current_leader_epoch: int,
+                       *, as_region: bool = False) -> ReadResult:
+        """A follower's Fetch: the diverging epoch if its log went another way (KIP-320), else
+        its position recorded (ISR, high watermark) and the records from ``fetch_offset``."""
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
+        if ulog is None:
+            return ReadResult(error)
+        st = self.state(tp)
+        leadership = self._leaderships.get(tp)
+        if st is not None and self._states is not None and (
+                leadership is None or replica_id not in leadership.followers):
+            return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, ulog.high_watermark,
+                              ulog.last_stable_offset, ulog.log_start_offset)
+        if last_fetched_epoch >= 0:
+            found = ulog.leader_epoch_cache.end_offset_for(last_fetched_epoch, ulog.log_end_offset)
+            if found.leader_epoch < last_fetched_epoch or found.offset < fetch_offset:
+                return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                                  ulog.log_start_offset,
+                                  diverging_epoch=(found.leader_epoch, found.offset))
+        if leadership is not None:
+            self._record_follower_fetch(tp, st, ulog, leadership, replica_id, fetch_offset)
+        return self.read(tp, fetch_offset, max_bytes, FetchIsolation.LOG_END, True,
+                         as_region=as_region, current_leader_epoch=current_leader_epoch)
+
+    def _record_follower_fetch(self, tp: TopicPartition, st: PartitionState, ulog: UnifiedLog,
+                               leadership: _Leadership, replica_id: int, fetch_offset: int) -> None:
+        now = self.clock.milliseconds()
+        f = leadership.followers[replica_id]
+        leader_leo = ulog.log_end_offset
+        # Kafka's Replica.updateFetchStateOrThrow: caught up when it asked for the leader's end,
+        # or for at least the end the leader had at its previous fetch
+        if fetch_offset >= leader_leo:
+            f.last_caught_up_ms = now
+        elif fetch_offset >= f.last_fetch_leader_leo >= 0:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.log_end_offset = fetch_offset
+        f.last_fetch_leader_leo = leader_leo
+        f.last_fetch_ms = now
+        if replica_id not in st.isr and leadership.pending_isr is None:
+            epoch_start = ulog.leader_epoch_cache.end_offset_for(st.leader_epoch - 1, leader_leo).offset \
+                if st.leader_epoch > 0 else 0
+            if fetch_offset >= ulog.high_watermark and fetch_offset >= max(epoch_start, 0):
+                self._propose_isr(tp, st, leadership, tuple(sorted(set(st.isr) | {replica_id})))
+        self._maybe_advance_high_watermark(tp, ulog)
+
+    def shrink_isrs(self) -> None:
+        """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): followers that have
+        not caught up within replica.lag.time.max.ms leave the ISR."""
+        now = self.clock.milliseconds()
+        for tp, leadership in list(self._leaderships.items()):
+            st = self.state(tp)
+            if st is None or st.leader != self.broker_id or leadership.pending_isr is not None:
+                continue
+            lagging = {r for r in st.isr if r != self.broker_id
+                       and (f := leadership.followers.get(r)) is not None
+                       and now - f.last_caught_up_ms > self.replica_lag_time_max_ms}
+            if lagging:
+                log.info("%s: shrinking the ISR %s: %s out of sync for more than %d ms", tp,
+                         list(st.isr), sorted(lagging), self.replica_lag_time_max_ms)
+                self._propose_isr(tp, st, leadership, tuple(r for r in st.isr if r not in lagging))
+
+    def _propose_isr(self, tp: TopicPartition, st: PartitionState, leadership: _Leadership,
+                     new_isr: tuple[int, ...]) -> None:
+        sender = self.alter_partition
+        if sender is None:
+            return
+        leadership.pending_isr = new_isr
+        future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
+
+        def done(f) -> None:
+            exc = f.exception()
+            with self._states_lock:
+                current = self._leaderships.get(tp)
+                if current is not leadership:
+                    return  # leadership changed meanwhile
+                if exc is not None:
+                    log.info("%s: ISR change to %s not accepted: %s", tp, list(new_isr), exc)
+                    leadership.pending_isr = None
+                    return
+                got = f.result()
+                held = self._states.get(tp)
+                if held is not None and got.leader_epoch == held.leader_epoch \
+                        and got.partition_epoch > held.partition_epoch:
+                    self._states[tp] = held._replace(isr=tuple(got.isr), partition_epoch=got.partition_epoch)
+                leadership.pending_isr = None
+            ulog = self.get_log(tp)
+            if ulog is not None:
+                self._maybe_advance_high_watermark(tp, ulog)
+        future.add_done_callback(done)
+
+    def enough_replicas_reached(self, tp: TopicPartition, required_offset: int
+                                ) -> tuple[bool, ErrorCode]:
+        """acks=all: (done, error). Done when the high watermark reached ``required_offset``
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is then below min.insync.replicas), or
+        when this broker no longer leads the partition (NOT_LEADER_OR_FOLLOWER)."""
+        st = self.state(tp)
+        ulog = self.log_manager.get_log(tp)
+        if st is None or st.leader != self.broker_id or ulog is None:
+            return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if ulog.high_watermark < required_offset:
+            return False, ErrorCode.NONE
+        if len(st.isr) < self.min_insync_replicas(tp.topic):
+            return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return True, ErrorCode.NONE
 
     def leader_log(self, tp: TopicPartition, current_leader_epoch: int = UNDEFINED_EPOCH,
                    require_leader: bool = True) -> tuple[UnifiedLog | None, ErrorCode, int]:
@@ -202,24 +408,36 @@ class ReplicaManager:
     # ---- produce ----------------------------------------------------------------------------
 
     def append(self, tp: TopicPartition, records: bytes | None, *, produce_version: int | None,
-               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+               origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1) -> AppendResult:
+        """A leader's append; ``last_offset`` of the result is what acks=all waits for."""
         ulog, error, epoch = self.leader_log(tp)
         if ulog is None:
             return AppendResult(error)
         if not records:
             return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
+        if required_acks == -1 and self._states is not None:
+            isr = self._states[tp].isr
+            min_isr = self.min_insync_replicas(tp.topic)
+            if len(isr) < min_isr:
+                return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS, log_start_offset=ulog.log_start_offset,
+                                    message=f"The size of the current ISR {set(isr)} is insufficient "
+                                            f"to satisfy the min.isr requirement of {min_isr} for "
+                                            f"partition {tp}")
         try:
             info = ulog.append_as_leader(records, epoch, origin=origin,
                                          produce_version=produce_version)
             if not info.duplicate:
-                ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
+                if self._states is None:
+                    ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
+                else:
+                    self._maybe_advance_high_watermark(tp, ulog)
         except Exception as exc:  # noqa: BLE001 - every failure is a Kafka error code for the client
             return AppendResult(_code(exc), log_start_offset=ulog.log_start_offset,
                                 message=str(exc),
                                 record_errors=tuple(getattr(exc, "record_errors", ())))
         self._on_append(tp)
         return AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time,
-                            info.log_start_offset)
+                            info.log_start_offset, last_offset=info.last_offset)
 
     # ---- fetch ------------------------------------------------------------------------------
 
@@ -261,8 +479,9 @@ class ReplicaManager:
 
     def list_offset(self, tp: TopicPartition, timestamp: int, isolation: FetchIsolation,
                     from_consumer: bool = True,
-                    current_leader_epoch: int = UNDEFINED_EPOCH) -> OffsetResult:
-        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
+                    current_leader_epoch: int = UNDEFINED_EPOCH,
+                    leader_only: bool = True) -> OffsetResult:
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch, require_leader=leader_only)
         if ulog is None:
             return OffsetResult(error)
         try:

@@ -54,9 +54,14 @@ def _read_all(ctx, request, isolation):
         for p in t.partitions:
             tp = TopicPartition(t.topic, p.partition)
             budget = min(p.partition_max_bytes, max(remaining, 0))
-            r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
-                                         as_region=True,
-                                         current_leader_epoch=getattr(p, "current_leader_epoch", -1))
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if body.replica_id >= 0:  # a follower
+                r = ctx.replica_manager.follower_fetch(
+                    tp, body.replica_id, p.fetch_offset, getattr(p, "last_fetched_epoch", -1),
+                    budget, epoch, as_region=True)
+            else:
+                r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
+                                             as_region=True, current_leader_epoch=epoch)
             if r.remote is not None:
                 rlm = ctx.replica_manager.remote_log_manager
                 if throttle_ms is None:
@@ -129,6 +134,18 @@ async def _read_remote(ctx, request, isolation, results, remote) -> None:
         results[rr.index] = (tp, r)
 
 
+FIRST_VERSION_WITH_DIVERGING_EPOCH = 12
+
+
+def _diverging(rc, version: int, r):
+    """KIP-320's answer to a follower whose last fetched epoch ends before its fetch offset
+    (None for versions without the field: ``make`` drops it)."""
+    if version < FIRST_VERSION_WITH_DIVERGING_EPOCH:
+        return None
+    epoch, end = r.diverging_epoch if r.diverging_epoch is not None else (-1, -1)
+    return make(rc, "responses.partitions.diverging_epoch", epoch=epoch, end_offset=end)
+
+
 async def handle(ctx, request):
     body = request.body
     isolation = FetchIsolation.TXN_COMMITTED if body.isolation_level == READ_COMMITTED \
@@ -143,7 +160,7 @@ async def handle(ctx, request):
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)
             break
-        errors = any(r.error != ErrorCode.NONE for _, r in results)
+        errors = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None for _, r in results)
         left = deadline - loop.time()
         if total >= body.min_bytes or errors or left <= 0 or not partitions:
             break
@@ -162,7 +179,8 @@ async def handle(ctx, request):
             rc, "responses.partitions", partition_index=tp.partition,
             error_code=kio_error_code(r.error), high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records))
+            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records,
+            diverging_epoch=_diverging(rc, request.api_version, r)))
     responses = tuple(make(rc, "responses", topic=topic, partitions=tuple(parts))
                       for topic, parts in by_topic.items())
     return make(rc, throttle_time=datetime.timedelta(0), error_code=kio_error_code(ErrorCode.NONE),

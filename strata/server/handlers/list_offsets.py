@@ -14,6 +14,8 @@ from strata.log.unified_log import FetchIsolation
 from strata.protocol.codec import kio_error_code, make, response_class
 
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
 
 
 async def handle(ctx, request):
@@ -21,13 +23,16 @@ async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     isolation = FetchIsolation.TXN_COMMITTED if getattr(body, "isolation_level", 0) == READ_COMMITTED \
         else FetchIsolation.HIGH_WATERMARK
-    from_consumer = body.replica_id < 0
+    # Kafka: a follower (replica id >= 0) or the debugging id -2 reads up to the log end, and
+    # the debugging id may ask a follower
+    from_consumer = body.replica_id == CONSUMER_REPLICA_ID
+    leader_only = body.replica_id != DEBUGGING_REPLICA_ID
     topics = []
     for t in body.topics:
         partitions = []
         for p in t.partitions:
             args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer,
-                    getattr(p, "current_leader_epoch", -1))
+                    getattr(p, "current_leader_epoch", -1), leader_only)
             if p.timestamp >= 0 and ctx.replica_manager.remote_log_manager is not None:
                 # may search remote time indexes: off the event loop
                 r = await asyncio.to_thread(ctx.replica_manager.list_offset, *args)

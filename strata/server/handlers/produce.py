@@ -29,34 +29,68 @@ def _record_errors(rc, errors, version: int) -> tuple:
 YIELD_EVERY_BYTES = 1 << 20
 
 
+async def _await_replication(ctx, waits: dict, timeout_s: float) -> dict:
+    """acks=all: until the high watermark passes each partition's last appended offset
+    (Kafka's DelayedProduce), or the request's timeout (REQUEST_TIMED_OUT); the errors."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    errors = {}
+    while True:
+        for key, (tp, required) in list(waits.items()):
+            done, error = ctx.replica_manager.enough_replicas_reached(tp, required)
+            if done:
+                errors[key] = error
+                del waits[key]
+        left = deadline - loop.time()
+        if not waits or left <= 0 or ctx.fetch_watchers.closed:
+            break
+        await ctx.fetch_watchers.wait_any([tp for tp, _ in waits.values()], left)
+    errors.update({key: ErrorCode.REQUEST_TIMED_OUT for key in waits})
+    return errors
+
+
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
     acks = body.acks
-    topics = []
+    results = []
     since_yield = 0
+    waits = {}
     for t in body.topic_data:
-        partitions = []
         for p in t.partition_data:
+            key = (t.name, p.index)
             if acks not in (-1, 0, 1):
-                partitions.append(make(rc, "responses.partition_responses", index=p.index,
-                                       error_code=kio_error_code(ErrorCode.INVALID_REQUIRED_ACKS),
-                                       base_offset=-1, log_start_offset=-1))
+                results.append((key, None))
                 continue
-            r = ctx.replica_manager.append(TopicPartition(t.name, p.index), p.records,
-                                           produce_version=request.api_version)
+            tp = TopicPartition(t.name, p.index)
+            r = ctx.replica_manager.append(tp, p.records, produce_version=request.api_version,
+                                           required_acks=acks)
+            if acks == -1 and r.error == ErrorCode.NONE and ctx.replica_manager.clustered:
+                waits[key] = (tp, r.last_offset + 1)
+            results.append((key, r))
             since_yield += len(p.records or b"")
             if since_yield >= YIELD_EVERY_BYTES:
                 since_yield = 0
                 await asyncio.sleep(0)
-            partitions.append(make(
-                rc, "responses.partition_responses", index=p.index,
-                error_code=kio_error_code(r.error), base_offset=r.base_offset,
+    if acks == 0:
+        return None
+    errors = await _await_replication(ctx, waits, body.timeout.total_seconds()) if waits else {}
+    by_topic: dict[str, list] = {}
+    for (topic, index), r in results:
+        if r is None:
+            entry = make(rc, "responses.partition_responses", index=index,
+                         error_code=kio_error_code(ErrorCode.INVALID_REQUIRED_ACKS),
+                         base_offset=-1, log_start_offset=-1)
+        else:
+            error = errors.get((topic, index), r.error)
+            entry = make(
+                rc, "responses.partition_responses", index=index,
+                error_code=kio_error_code(error), base_offset=r.base_offset,
                 log_append_time=_append_time(r.log_append_time),
                 log_start_offset=r.log_start_offset,
                 record_errors=_record_errors(rc, r.record_errors, request.api_version),
-                error_message=r.message if r.error != ErrorCode.NONE else None))
-        topics.append(make(rc, "responses", name=t.name, partition_responses=tuple(partitions)))
-    if acks == 0:
-        return None
-    return make(rc, responses=tuple(topics), throttle_time=datetime.timedelta(0))
+                error_message=r.message if error != ErrorCode.NONE else None)
+        by_topic.setdefault(topic, []).append(entry)
+    return make(rc, responses=tuple(make(rc, "responses", name=name, partition_responses=tuple(parts))
+                                    for name, parts in by_topic.items()),
+                throttle_time=datetime.timedelta(0))
