@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ bench: venv kafka-dist
 # Every workload of `make bench` at a tiny size against Strata alone (part of `make test`).
 bench-smoke: venv
 	$(PY) -m strata.bench.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
+
+# Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
+# 3 rounds each; results are copied into docs/benchmarks.md by hand.
+bench-failover: venv system-deps kafka-dist
+	$(PY) -m strata.bench.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
+	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
 
 # Full-history scan of a >= 1 GiB tiered topic with Spark: the strata source in `direct` and
 # `broker` mode vs Spark's Kafka connector, 3 rounds; writes its section of docs/benchmarks.md.

@@ -82,10 +82,19 @@ class Broker:
     def start(self, timeout: float = 60) -> float:
         """Start the process and wait until its port accepts connections and it answers a
         Metadata request with itself as a broker; the seconds that took."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (a cluster's nodes need each other first)."""
         self._log_file = open(self.log_path, "ab")
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.argv, stdout=self._log_file, stderr=subprocess.STDOUT,
                                      env=self.env)
+
+    def wait_ready(self, timeout: float = 60) -> float:
+        """Wait as ``start`` does for a process ``launch`` started; seconds since the launch."""
+        assert self.proc is not None
         deadline = self.started_at + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -126,6 +135,15 @@ class Broker:
             self._log_file = None
         return self.proc.returncode
 
+    def kill(self) -> None:
+        """SIGKILL the process (no clean shutdown) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
     def output_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -139,12 +157,16 @@ class Broker:
 class StrataBroker(Broker):
     system = "strata"
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, *,
+                 port: int | None = None, config: Path | None = None) -> None:
+        """``config``: a server.properties for ``--config`` (the overrides go on top)."""
         data_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = port or free_port()
         props = {"listeners": f"PLAINTEXT://127.0.0.1:{port}",
                  "log.dirs": str(data_dir / "kafka-logs"), **(overrides or {})}
         argv = [sys.executable, "-m", "strata.cli.main", "serve"]
+        if config is not None:
+            argv += ["--config", str(config)]
         for k, v in props.items():
             argv += ["--override", f"{k}={v}"]
         super().__init__(data_dir, argv, port, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -185,20 +207,26 @@ def kafka_version(libs: Path) -> str:
 
 
 class KafkaBroker(Broker):
-    """Apache Kafka in KRaft combined mode (broker and controller, node 1) with
+    """Apache Kafka in KRaft combined mode (broker and controller, node 1 unless told) with
     ``LocalTieredStorage`` as its RemoteStorageManager. The storage dir is formatted once, in
-    the constructor; ``start`` can then be called again after ``stop`` (a restart)."""
+    the constructor; ``start`` can then be called again after ``stop`` (a restart).
+
+    One node of a multi-node quorum: pass its ``node_id`` and ports, ``voters`` (the
+    ``controller.quorum.voters`` of all nodes) and the ``cluster_id`` all nodes share."""
 
     system = "kafka"
 
     def __init__(self, data_dir: Path, libs: Path, overrides: dict[str, str] | None = None,
-                 log4j: Path | None = None) -> None:
+                 log4j: Path | None = None, *, node_id: int = 1, port: int | None = None,
+                 controller_port: int | None = None, voters: str | None = None,
+                 cluster_id: str | None = None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        port, controller_port = free_port(), free_port()
+        port, controller_port = port or free_port(), controller_port or free_port()
+        self.node_id, self.controller_port = node_id, controller_port
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
@@ -220,9 +248,10 @@ class KafkaBroker(Broker):
         self.props_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (data_dir / "remote-storage").mkdir(exist_ok=True)
         self.libs = libs
-        fmt = java_command(libs, "kafka.tools.StorageTool", "format", "--cluster-id",
-                           uuid_to_kafka_str(uuid.uuid4()), "--config", str(self.props_path),
-                           "--ignore-formatted")
+        cluster_id = cluster_id or uuid_to_kafka_str(uuid.uuid4())
+        # "--cluster-id=ID": a random ID can start with "-", which the tool would take for an option
+        fmt = java_command(libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                           "--config", str(self.props_path), "--ignore-formatted")
         out = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"{shlex.join(fmt)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
