@@ -307,6 +307,13 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)
     offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
     ctx.offsets_log = offsets_log
+    if zk is not None:
+        from strata.server.purgatory import await_replication
+
+        async def offsets_replicated(tp, required: int, timeout_s: float):
+            errors = await await_replication(replica_manager, watchers, {0: (tp, required)}, timeout_s)
+            return errors[0]
+        offsets_log.await_replication = offsets_replicated
     if zk is None:
         offsets_partitions = offsets_log.ensure_topic()
     else:  # made at the first FindCoordinator, once enough brokers are up (as Kafka does)

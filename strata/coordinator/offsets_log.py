@@ -1,7 +1,10 @@
 """``__consumer_offsets`` on this broker's own logs: the group coordinator's ``OffsetsLog`` port.
 
 ``append`` writes one record batch through the ReplicaManager as the coordinator (no producer
-id, no sequence checks), so fetch waiters on the partition wake as for any produce. ``replay``
+id, no sequence checks), so fetch waiters on the partition wake as for any produce; in a
+cluster it then waits until the batch is replicated to the ISR (Kafka's
+``offsets.commit.required.acks=-1`` and ``offsets.commit.timeout.ms``), so a commit the client
+saw succeed survives the coordinator's loss. ``replay``
 yields the keyed records a partition holds from its log start offset to its high watermark,
 committed data only (``strata.log.committed_records``).
 """
@@ -46,6 +49,10 @@ class ReplicaOffsetsLog:
         if segment_bytes is not None:
             self.topic_configs["segment.bytes"] = str(int(segment_bytes))
         self.chunk_bytes = chunk_bytes
+        self.commit_timeout_s = int(props.get("offsets.commit.timeout.ms", 5000)) / 1000
+        # async (partition, offset the high watermark must reach, timeout s) -> ErrorCode;
+        # set by a clustered broker
+        self.await_replication: Any = None
 
     def ensure_topic(self) -> int:
         """Create ``__consumer_offsets`` if it does not exist; its partition count (an existing
@@ -62,8 +69,14 @@ class ReplicaOffsetsLog:
         if not records:
             return
         batch = rec.build_batch([rec.SimpleRecord(value, key) for key, value in records])
-        result = self.replica_manager.append(TopicPartition(OFFSETS_TOPIC, partition), batch,
-                                             produce_version=None, origin=AppendOrigin.COORDINATOR)
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        wait = self.await_replication
+        result = self.replica_manager.append(tp, batch, produce_version=None,
+                                             origin=AppendOrigin.COORDINATOR,
+                                             required_acks=-1 if wait is not None else 1)
+        if result.error == ErrorCode.NONE and wait is not None:
+            error = await wait(tp, result.last_offset + 1, self.commit_timeout_s)
+            result = result._replace(error=error, message=None)
         if result.error != ErrorCode.NONE:
             raise KafkaError(result.message or f"append to {OFFSETS_TOPIC}-{partition} failed: "
                              f"{ErrorCode(result.error).name}", code=ErrorCode(result.error))

@@ -1,8 +1,9 @@
 """Delayed operations: requests that wait for data or a deadline (Kafka's purgatories).
 
 ``PartitionWatchers`` wakes every waiter watching a partition when that partition changes
-(an append), so a long-polling Fetch answers as soon as data arrives instead of at its deadline.
-Event-loop only.
+(an append, or its high watermark moving), so a long-polling Fetch answers as soon as data
+arrives instead of at its deadline, and an acks=all append as soon as it is replicated
+(``await_replication``, Kafka's DelayedProduce). Event-loop only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 
 
@@ -63,3 +65,26 @@ class PartitionWatchers:
     @property
     def waiting(self) -> int:
         return len({f for s in self._waiters.values() for f in s})
+
+
+async def await_replication(replica_manager, watchers: PartitionWatchers, waits: dict,
+                            timeout_s: float) -> dict:
+    """acks=all: ``waits`` maps a key to (partition, offset the high watermark must reach);
+    waits until each is done (``ReplicaManager.enough_replicas_reached``) or ``timeout_s``
+    (REQUEST_TIMED_OUT). The error per key."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    waits = dict(waits)
+    errors = {}
+    while True:
+        for key, (tp, required) in list(waits.items()):
+            done, error = replica_manager.enough_replicas_reached(tp, required)
+            if done:
+                errors[key] = error
+                del waits[key]
+        left = deadline - loop.time()
+        if not waits or left <= 0 or watchers.closed:
+            break
+        await watchers.wait_any([tp for tp, _ in waits.values()], left)
+    errors.update({key: ErrorCode.REQUEST_TIMED_OUT for key in waits})
+    return errors

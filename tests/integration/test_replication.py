@@ -239,3 +239,47 @@ def test_acknowledged_records_survive_leader_kills_in_a_loop(cluster):
     got = consume_all(cluster.bootstrap, "loop", len(acked))
     assert set(acked) <= set(got)
     assert len(got) == len(set(got))   # the idempotent producer wrote each once
+
+
+def coordinator_of(cluster, group: str) -> int:
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
+    live = next(b for b in cluster.brokers if b.running)
+    resp = roundtrip(live.bootstrap, FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)),
+                     FindCoordinatorResponse)
+    c = resp.coordinators[0]
+    assert c.error_code == ErrorCode.NONE, c
+    return int(c.node_id)
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    found = admin(bootstrap).list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [CTopicPartition(topic, 0)])])[group].result(10)
+    return found.topic_partitions[0].offset
+
+
+def test_committed_offsets_survive_the_coordinators_sigkill(cluster):
+    create(cluster, "offsets-survive")
+    keys = [b"k%d" % i for i in range(100)]
+    assert produce(cluster.bootstrap, "offsets-survive", keys) == keys
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "survivors",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["offsets-survive"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 100 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            seen += 1
+    consumer.commit(asynchronous=False)   # acknowledged: replicated to the ISR
+    consumer.close()
+    coordinator = coordinator_of(cluster, "survivors")
+    cluster.broker(coordinator).kill()
+    try:
+        wait_for("a new coordinator", lambda: coordinator_of(cluster, "survivors") != coordinator)
+        assert wait_for("the committed offset from the new coordinator",
+                        lambda: committed(cluster.bootstrap, "survivors", "offsets-survive") == 100)
+    finally:
+        cluster.broker(coordinator).start()
+    cluster.wait_metadata()

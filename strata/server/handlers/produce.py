@@ -8,6 +8,7 @@ import datetime
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.server.purgatory import await_replication
 
 
 def _append_time(ms: int):
@@ -27,26 +28,6 @@ def _record_errors(rc, errors, version: int) -> tuple:
 # A request of many partitions yields to the event loop between them once this many record
 # bytes were appended, so that one large request does not hold up every other connection.
 YIELD_EVERY_BYTES = 1 << 20
-
-
-async def _await_replication(ctx, waits: dict, timeout_s: float) -> dict:
-    """acks=all: until the high watermark passes each partition's last appended offset
-    (Kafka's DelayedProduce), or the request's timeout (REQUEST_TIMED_OUT); the errors."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    errors = {}
-    while True:
-        for key, (tp, required) in list(waits.items()):
-            done, error = ctx.replica_manager.enough_replicas_reached(tp, required)
-            if done:
-                errors[key] = error
-                del waits[key]
-        left = deadline - loop.time()
-        if not waits or left <= 0 or ctx.fetch_watchers.closed:
-            break
-        await ctx.fetch_watchers.wait_any([tp for tp, _ in waits.values()], left)
-    errors.update({key: ErrorCode.REQUEST_TIMED_OUT for key in waits})
-    return errors
 
 
 async def handle(ctx, request):
@@ -74,7 +55,8 @@ async def handle(ctx, request):
                 await asyncio.sleep(0)
     if acks == 0:
         return None
-    errors = await _await_replication(ctx, waits, body.timeout.total_seconds()) if waits else {}
+    errors = await await_replication(ctx.replica_manager, ctx.fetch_watchers, waits,
+                                     body.timeout.total_seconds()) if waits else {}
     by_topic: dict[str, list] = {}
     for (topic, index), r in results:
         if r is None:
