@@ -149,6 +149,19 @@ def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rac
         "broker-registration", after_initializing_session=lambda: zk.register_broker(registration)))
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+
+
+def _rack_aware_selector(props: dict[str, str]) -> bool:
+    """``replica.selector.class``: Kafka's RackAwareReplicaSelector (KIP-392), or the leader."""
+    name = (props.get("replica.selector.class") or "").strip()
+    if name not in ("", RACK_AWARE_SELECTOR, LEADER_SELECTOR):
+        raise SystemExit(f"replica.selector.class: {name} is not one Strata has "
+                         f"({RACK_AWARE_SELECTOR} or {LEADER_SELECTOR})")
+    return name == RACK_AWARE_SELECTOR
+
+
 def _alter_partition_manager(node_id: int, metadata):
     """AlterPartition to whichever broker is the controller now, as this broker's epoch."""
     from strata.replication.alter_partition import AlterPartitionManager
@@ -287,6 +300,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         on_append=_notify_from_any_thread(loop, watchers.notify),
         broker_id=node_id, clustered=zk is not None)
     replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", 30_000)
+    if _rack_aware_selector(props) and zk is not None:
+        replica_manager.broker_racks = lambda: {b.node_id: b.rack for b in metadata.live_brokers()}
     replica_manager.min_insync_replicas = lambda topic: int(metadata.log_config(topic).get("min.insync.replicas"))
     tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
     rlm = tiering[0] if tiering else None

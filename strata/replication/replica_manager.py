@@ -98,6 +98,7 @@ class ReadResult(NamedTuple):
     aborted_transactions: list | None = None
     remote: UnifiedLog | None = None   # the offset lives in the remote tier: read it there
     diverging_epoch: tuple[int, int] | None = None   # (epoch, end offset) for a follower, KIP-320
+    preferred_read_replica: int = -1                 # KIP-392: read from this replica instead
 
 
 class OffsetResult(NamedTuple):
@@ -135,6 +136,9 @@ class ReplicaManager:
         # remove_partitions) and the AlterPartition sender (submit -> Future of PartitionState).
         self.fetchers = None
         self.alter_partition = None
+        # KIP-392 (replica.selector.class RackAwareReplicaSelector): broker id -> rack of the
+        # live brokers, or None when consumers read from leaders only
+        self.broker_racks: Callable[[], Mapping[int, str | None]] | None = None
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -348,6 +352,24 @@ class ReplicaManager:
                 self._maybe_advance_high_watermark(tp, ulog)
         future.add_done_callback(done)
 
+    def _preferred_read_replica(self, tp: TopicPartition, ulog: UnifiedLog, client_rack: str,
+                                fetch_offset: int) -> int:
+        """Kafka's RackAwareReplicaSelector: -1 (the leader) unless the leader is in another
+        rack than the consumer and an in-sync follower in its rack holds ``fetch_offset``
+        (the one furthest ahead, then the most recently caught up)."""
+        racks = self.broker_racks()
+        if racks.get(self.broker_id) == client_rack:
+            return -1
+        st = self.state(tp)
+        leadership = self._leaderships.get(tp)
+        if st is None or leadership is None:
+            return -1
+        candidates = [(f.log_end_offset, f.last_caught_up_ms, r)
+                      for r, f in leadership.followers.items()
+                      if r in st.isr and racks.get(r) == client_rack
+                      and f.log_end_offset >= fetch_offset >= ulog.log_start_offset]
+        return max(candidates)[2] if candidates else -1
+
     def enough_replicas_reached(self, tp: TopicPartition, required_offset: int
                                 ) -> tuple[bool, ErrorCode]:
         """acks=all: (done, error). Done when the high watermark reached ``required_offset``
@@ -443,9 +465,21 @@ class ReplicaManager:
 
     def read(self, tp: TopicPartition, fetch_offset: int, max_bytes: int,
              isolation: FetchIsolation, min_one_message: bool, *,
-             as_region: bool = False, current_leader_epoch: int = UNDEFINED_EPOCH) -> ReadResult:
-        """The records at ``fetch_offset``; local ones as a ``FileRegion`` with ``as_region``."""
-        ulog, error, _ = self.leader_log(tp, current_leader_epoch)
+             as_region: bool = False, current_leader_epoch: int = UNDEFINED_EPOCH,
+             client_rack: str | None = None) -> ReadResult:
+        """The records at ``fetch_offset``; local ones as a ``FileRegion`` with ``as_region``.
+
+        ``client_rack`` is a consumer's rack (Fetch v11+, which may read from a follower up to
+        its high watermark, KIP-392); a leader with a replica selector names the replica in the
+        consumer's rack instead of answering records."""
+        ulog, error, _ = self.leader_log(tp, current_leader_epoch,
+                                         require_leader=client_rack is None)
+        if ulog is not None and client_rack and self.broker_racks is not None \
+                and self.is_leader(tp):
+            preferred = self._preferred_read_replica(tp, ulog, client_rack, fetch_offset)
+            if preferred >= 0:
+                return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                                  ulog.log_start_offset, preferred_read_replica=preferred)
         if ulog is None:
             return ReadResult(error)
         remote = self._remote_read(ulog, fetch_offset, isolation)

@@ -50,6 +50,8 @@ def _read_all(ctx, request, isolation):
     remote = []
     total = 0
     throttle_ms = None   # the remote fetch quota, asked at the first remote partition
+    # Fetch v11+ carries the consumer's rack and may read from a follower (KIP-392)
+    rack = getattr(body, "rack_id", None) if request.api_version >= FIRST_VERSION_WITH_RACK else None
     for t in body.topics:
         for p in t.partitions:
             tp = TopicPartition(t.topic, p.partition)
@@ -61,7 +63,8 @@ def _read_all(ctx, request, isolation):
                     budget, epoch, as_region=True)
             else:
                 r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
-                                             as_region=True, current_leader_epoch=epoch)
+                                             as_region=True, current_leader_epoch=epoch,
+                                             client_rack=rack)
             if r.remote is not None:
                 rlm = ctx.replica_manager.remote_log_manager
                 if throttle_ms is None:
@@ -135,6 +138,7 @@ async def _read_remote(ctx, request, isolation, results, remote) -> None:
 
 
 FIRST_VERSION_WITH_DIVERGING_EPOCH = 12
+FIRST_VERSION_WITH_RACK = 11
 
 
 def _diverging(rc, version: int, r):
@@ -160,7 +164,8 @@ async def handle(ctx, request):
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)
             break
-        errors = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None for _, r in results)
+        errors = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None
+                     or r.preferred_read_replica >= 0 for _, r in results)
         left = deadline - loop.time()
         if total >= body.min_bytes or errors or left <= 0 or not partitions:
             break
@@ -179,7 +184,8 @@ async def handle(ctx, request):
             rc, "responses.partitions", partition_index=tp.partition,
             error_code=kio_error_code(r.error), high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records,
+            aborted_transactions=aborted, preferred_read_replica=r.preferred_read_replica,
+            records=r.records,
             diverging_epoch=_diverging(rc, request.api_version, r)))
     responses = tuple(make(rc, "responses", topic=topic, partitions=tuple(parts))
                       for topic, parts in by_topic.items())
