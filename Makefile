@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ fuzz: venv
 	STRATA_FUZZ_SECONDS=$${STRATA_FUZZ_SECONDS:-900} STRATA_FUZZ_SEED=$${STRATA_FUZZ_SEED:-random} \
 	STRATA_BAD_INPUT_EXAMPLES=$${STRATA_BAD_INPUT_EXAMPLES:-5000} \
 		$(VENV)/bin/pytest -q -s tests/integration/test_mutated_requests.py tests/integration/test_bad_input.py
+
+# The cluster's fault loops for long: SIGKILL of partition leaders under a producing idempotent
+# acks=all client, STRATA_REPLICATION_ROUNDS rounds (3 in `make test`).
+faults: venv system-deps
+	STRATA_REPLICATION_ROUNDS=$${STRATA_REPLICATION_ROUNDS:-30} \
+		$(VENV)/bin/pytest -q tests/integration/test_replication.py -k loop
 
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
