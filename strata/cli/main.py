@@ -162,6 +162,39 @@ def _rack_aware_selector(props: dict[str, str]) -> bool:
     return name == RACK_AWARE_SELECTOR
 
 
+class _ThrottlesFollowConfigs:
+    """Dynamic leader/follower.replication.throttled.rate changes reach the quotas at once."""
+
+    def __init__(self, metadata, leader_quota, follower_quota):
+        self.metadata, self.leader, self.follower = metadata, leader_quota, follower_quota
+
+    def on_broker_configs_changed(self, _rlm_config) -> None:
+        from strata.replication.quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
+        from strata.common.config import LONG_MAX
+        props = self.metadata.effective_broker_props()
+        self.leader.update_quota(int(props.get(LEADER_THROTTLED_RATE) or LONG_MAX))
+        self.follower.update_quota(int(props.get(FOLLOWER_THROTTLED_RATE) or LONG_MAX))
+
+
+def _replication_quotas(node_id: int, metadata):
+    """(leader, follower) replication throttles (KIP-73): the dynamic rates, applied to the
+    partitions each topic's *.replication.throttled.replicas names for this broker."""
+    from strata.log.log_config import (
+        FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS, throttled_partitions)
+    from strata.replication.quota import replication_quotas
+
+    def throttled(key: str):
+        def check(tp: TopicPartition) -> bool:
+            parts = throttled_partitions(metadata.log_config(tp.topic).get(key), node_id)
+            return parts is None or tp.partition in parts
+        return check
+    leader, follower = replication_quotas(metadata.effective_broker_props(),
+                                          throttled(LEADER_THROTTLED_REPLICAS),
+                                          throttled(FOLLOWER_THROTTLED_REPLICAS))
+    metadata.add_listener(_ThrottlesFollowConfigs(metadata, leader, follower))
+    return leader, follower
+
+
 def _alter_partition_manager(node_id: int, metadata):
     """AlterPartition to whichever broker is the controller now, as this broker's epoch."""
     from strata.replication.alter_partition import AlterPartitionManager
@@ -347,9 +380,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         def endpoint_of(broker_id: int):
             found = next((b for b in metadata.live_brokers() if b.node_id == broker_id), None)
             return None if found is None else (found.host, found.port)
+        leader_quota, follower_quota = _replication_quotas(node_id, metadata)
+        replica_manager.leader_quota = leader_quota
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
-            on_append=_notify_from_any_thread(loop, watchers.notify))
+            on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota)
         follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop, ctx.group_coordinator)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said

@@ -65,6 +65,7 @@ from strata.tiered.config import (
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
     inherited_local_retention_caps, validate_broker_remote_storage,
     validate_stored_topic_remote_storage, validate_topic_remote_storage)
+from strata.replication.quota import DYNAMIC_REPLICATION_QUOTA_CONFIGS, REPLICATION_QUOTA_CONFIG_DEF
 from strata.replication.replica_manager import PartitionState
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def default_max_broker_partitions(open_file_limit: int) -> int:
 DYNAMIC_BROKER_CONFIGS = frozenset({
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP,
-})
+}) | DYNAMIC_REPLICATION_QUOTA_CONFIGS
 DEFAULT_BROKER_RESOURCE = ""   # the BROKER resource name of the cluster-wide defaults
 
 
@@ -441,11 +442,12 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
     "unclean.leader.election.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether replicas not in "
                                                  "the ISR may be elected leader."),
 }
-# Every key of Kafka's RemoteLogManagerConfig (log.local.retention.* included), with its docs.
+# Every key of Kafka's RemoteLogManagerConfig (log.local.retention.* included) and of its
+# replication quotas, with their docs.
 BROKER_CONFIG_KEYS.update({
     key.name: _BrokerKey(key.type, render_config_value(key.default, key.type), key.doc,
                          key.name in INTERNAL_REMOTE_LOG_MANAGER_KEYS)
-    for key in REMOTE_LOG_MANAGER_CONFIG_DEF.keys()
+    for key in [*REMOTE_LOG_MANAGER_CONFIG_DEF.keys(), *REPLICATION_QUOTA_CONFIG_DEF.keys()]
 })
 
 # DynamicBrokerConfig.brokerConfigSynonyms: the groups of broker keys that mean one setting.
@@ -489,6 +491,14 @@ ConfigValidator = Callable[[str, LogConfig, "LogConfig | None"], None]
 
 
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+class PartitionReassignment(NamedTuple):
+    """A reassignment in progress: all replicas, and those being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
 
 
 class BrokerInfo(NamedTuple):
@@ -950,6 +960,37 @@ class ClusterMetadata:
         """Kafka's checks of a partition reassignment's target replicas (INVALID_REPLICA_ASSIGNMENT)."""
         self._check_assignments([replicas], None)
 
+    def alter_partition_reassignments(self, items: list[tuple[TopicPartition, list[int] | None]]
+                                      ) -> list[tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: (error, message) per item, in order (None replicas
+        cancel). A KafkaError refuses the whole request (NOT_CONTROLLER in a cluster). One node
+        already holds every partition: a valid target (this node) completes at once."""
+        out = []
+        for tp, replicas in items:
+            info = self._image.topics.get(tp.topic)
+            if info is None:
+                out.append((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"Unable to find a topic named {tp.topic}."))
+            elif not 0 <= tp.partition < info.partitions:
+                out.append((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"Unable to find partition {tp.topic}:{tp.partition}."))
+            elif replicas is None:
+                out.append((ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None))
+            else:
+                try:
+                    self.check_reassignment(sorted(replicas))
+                    out.append((ErrorCode.NONE, None))
+                except KafkaError as exc:
+                    out.append((ErrorCode(exc.code), str(exc)))
+        return out
+
+    def list_partition_reassignments(self, partitions: list[TopicPartition] | None
+                                     ) -> dict[TopicPartition, PartitionReassignment]:
+        """ListPartitionReassignments: the partitions (of ``partitions``, or all) being
+        reassigned. A KafkaError refuses the request (NOT_CONTROLLER in a cluster). One node
+        never has a reassignment in progress."""
+        return {}
+
     def _place_new_partitions(self, info: TopicInfo, new_total: int,
                               assignments: list[list[int]] | None) -> list[list[int]]:
         """Replicas of the partitions CreatePartitions adds (``assignments`` checked)."""
@@ -1215,14 +1256,16 @@ class ClusterMetadata:
         (Kafka answers a ConfigException of a broker config that way, KAFKA-13609)."""
         if key not in DYNAMIC_BROKER_CONFIGS:
             raise KafkaError(static_broker_configs_message([key]), code=ErrorCode.INVALID_REQUEST)
-        cdef = REMOTE_LOG_MANAGER_CONFIG_DEF[key]
+        definition = REPLICATION_QUOTA_CONFIG_DEF if key in REPLICATION_QUOTA_CONFIG_DEF \
+            else REMOTE_LOG_MANAGER_CONFIG_DEF
+        cdef = definition[key]
         text = str(value).strip()
         bound = _INT_BOUNDS[cdef.type]
         if not _INTEGER.fullmatch(text) or not -bound <= int(text) < bound:
             raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
                                       f"Not a number of type {cdef.type.name}")
         try:
-            REMOTE_LOG_MANAGER_CONFIG_DEF.parse_value(key, text)
+            definition.parse_value(key, text)
         except InvalidConfigError as exc:
             raise InvalidRequestError(str(exc)) from None
 

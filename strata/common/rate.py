@@ -21,12 +21,18 @@ the bucket), so the math is testable without sleeping. Every class is thread-saf
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Rate", "SampledAvgMax", "SampledRate", "TokenBucket", "throttle_time_ms"]
+from strata.common.clock import SYSTEM_CLOCK, Clock
+from strata.common.config import LONG_MAX
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ByteRateQuota", "Rate", "SampledAvgMax", "SampledRate", "TokenBucket", "throttle_time_ms"]
 
 
 class _Sample:
@@ -253,3 +259,57 @@ class TokenBucket:
             self._sleep(step)
             left -= step
         return wait
+
+
+class ByteRateQuota:
+    """A byte-rate upper bound over a sampled rate: Kafka's ``RLMQuotaManager`` and
+    ``ReplicationQuotaManager`` (``window_num`` windows of ``window_size_seconds``)."""
+
+    def __init__(self, bytes_per_second: int = LONG_MAX, window_num: int = 11,
+                 window_size_seconds: int = 1, *, clock: Clock = SYSTEM_CLOCK,
+                 description: str = "") -> None:
+        self._check(bytes_per_second)
+        self._bound = int(bytes_per_second)
+        self._rate = SampledRate(window_num, window_size_seconds * 1000)
+        self._clock = clock
+        self.description = description
+
+    @staticmethod
+    def _check(bytes_per_second: int) -> None:
+        if int(bytes_per_second) < 1:
+            raise ValueError(f"a quota must be at least 1 byte per second, got {bytes_per_second}")
+
+    @property
+    def quota_bytes_per_second(self) -> int:
+        return self._bound
+
+    @property
+    def unlimited(self) -> bool:
+        return self._bound >= LONG_MAX
+
+    def update_quota(self, bytes_per_second: int) -> None:
+        """A new bound, effective at the next check; the recorded samples stay."""
+        self._check(bytes_per_second)
+        if int(bytes_per_second) != self._bound:
+            log.info("%s: quota now %d bytes per second", self.description or "quota",
+                     bytes_per_second)
+        self._bound = int(bytes_per_second)
+
+    def record(self, value: float) -> None:
+        self._rate.record(value, self._clock.milliseconds())
+
+    def rate(self) -> float:
+        """The measured byte rate (Kafka's ``byte-rate`` metric of the quota sensor)."""
+        return self._rate.measure(self._clock.milliseconds())
+
+    def throttle_time_ms(self) -> int:
+        """0 within the quota, else Kafka's throttle time for the measured excess."""
+        now = self._clock.milliseconds()
+        value = self._rate.measure(now)
+        if value <= self._bound:
+            return 0
+        return throttle_time_ms(value, self._bound, self._rate.window_size_ms(now))
+
+    def is_quota_exceeded(self) -> bool:
+        """The measured rate is above the bound (the throttle time may still round to 0)."""
+        return self.rate() > self._bound

@@ -6,10 +6,42 @@ broker; this module knows only the topic-level keys.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from strata.common.config import (
     LONG_MAX, AbstractConfig, ConfigDef, ConfigType as T, at_least, between, one_of)
+from strata.common.errors import InvalidConfigError
 
 MIB = 1024 * 1024
+LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
+_REPLICA = re.compile(r"\s*[0-9]+\s*:\s*[0-9]+\s*")
+
+
+def throttled_replica_list(name: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker,...``."""
+    items = value if isinstance(value, list) else [value]
+    if [str(v).strip() for v in items] == ["*"] or all(_REPLICA.fullmatch(str(v)) for v in items):
+        return
+    raise InvalidConfigError(
+        f"Invalid value {','.join(map(str, items))} for configuration {name}: {name} must be "
+        "the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def throttled_partitions(value: list[str] | None, broker_id: int) -> frozenset[int] | None:
+    """The partitions a ``*.replication.throttled.replicas`` value throttles on ``broker_id``
+    (Kafka's parseThrottledPartitions); None means every partition (``*``)."""
+    items = [str(v).strip() for v in (value or []) if str(v).strip()]
+    if items == ["*"]:
+        return None
+    out = set()
+    for item in items:
+        partition, _, broker = item.partition(":")
+        if int(broker) == broker_id:
+            out.add(int(partition))
+    return frozenset(out)
 
 LOG_CONFIG_DEF = (
     ConfigDef()
@@ -23,7 +55,9 @@ LOG_CONFIG_DEF = (
     .define("file.delete.delay.ms", T.LONG, 60_000, at_least(0))
     .define("flush.messages", T.LONG, LONG_MAX, at_least(1))
     .define("flush.ms", T.LONG, LONG_MAX, at_least(0))
+    .define(FOLLOWER_THROTTLED_REPLICAS, T.LIST, [], throttled_replica_list)
     .define("index.interval.bytes", T.INT, 4096, at_least(0))
+    .define(LEADER_THROTTLED_REPLICAS, T.LIST, [], throttled_replica_list)
     .define("local.retention.bytes", T.LONG, -2, at_least(-2))
     .define("local.retention.ms", T.LONG, -2, at_least(-2))
     .define("max.compaction.lag.ms", T.LONG, LONG_MAX, at_least(1))

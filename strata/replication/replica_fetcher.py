@@ -207,6 +207,13 @@ class ReplicaFetcherThread(threading.Thread):
         self._cond.wait(None if wake is None else max(0.0, wake - now))
         return None
 
+    def _throttled_now(self, tp: TopicPartition) -> bool:
+        """Kafka's shouldFollowerThrottle: a replica that is not caught up, of a throttled
+        partition, while the follower quota is exceeded."""
+        quota = self.manager.quota
+        return (quota is not None and self._states[tp].lag != 0 and quota.is_throttled(tp)
+                and quota.is_quota_exceeded())
+
     def _delay(self, tps: Iterable[TopicPartition], ms: int) -> None:
         until = time.monotonic() + ms / 1000
         for tp in tps:
@@ -222,8 +229,11 @@ class ReplicaFetcherThread(threading.Thread):
         m = self.manager
         by_topic: dict[str, list] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
-        missing = []
+        missing, throttled = [], []
         for tp in ready:
+            if self._throttled_now(tp):
+                throttled.append(tp)
+                continue
             ulog = m.get_log(tp)
             if ulog is None:
                 missing.append(tp)
@@ -242,6 +252,8 @@ class ReplicaFetcherThread(threading.Thread):
         if missing:
             log.debug("%s: no local log yet for %s; backing off", self.name, missing)
             self._delay(missing, m.backoff_ms)
+        if throttled:  # over follower.replication.throttled.rate: asked again once it drains
+            self._delay(throttled, min(m.backoff_ms, max(1, m.quota.throttle_time_ms())))
         request = FetchRequest(
             replica_id=BrokerId(m.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=m.max_wait_ms)),
@@ -369,6 +381,9 @@ class ReplicaFetcherThread(threading.Thread):
             if records:
                 info = ulog.append_as_follower(records)
                 appended = info is not None and info.valid_bytes > 0
+                quota = self.manager.quota
+                if appended and quota is not None and quota.is_throttled(tp):
+                    quota.record(info.valid_bytes)
             hw_before = ulog.high_watermark
             hw = int(p.high_watermark)
             if hw >= 0:
@@ -465,7 +480,9 @@ class ReplicaFetcherManager:
                  backoff_ms: int = DEFAULT_BACKOFF_MS,
                  on_append: Callable[[TopicPartition], None] | None = None,
                  connect: Callable[[str], Any] | None = None,
-                 socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS):
+                 socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS,
+                 quota: Any = None):
+        """``quota``: the follower replication throttle (strata.replication.quota), if any."""
         if num_fetchers < 1:
             raise ValueError(f"num.replica.fetchers must be >= 1, got {num_fetchers}")
         if socket_timeout_ms < max_wait_ms:   # as Kafka's config check: a long poll must fit
@@ -483,6 +500,7 @@ class ReplicaFetcherManager:
         self.on_append = on_append
         self.socket_timeout_ms = socket_timeout_ms
         self.connect = connect or self._default_connect
+        self.quota = quota
         self._lock = threading.Lock()
         self._fetchers: dict[tuple[int, int], ReplicaFetcherThread] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}

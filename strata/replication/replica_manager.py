@@ -139,6 +139,8 @@ class ReplicaManager:
         # KIP-392 (replica.selector.class RackAwareReplicaSelector): broker id -> rack of the
         # live brokers, or None when consumers read from leaders only
         self.broker_racks: Callable[[], Mapping[int, str | None]] | None = None
+        # leader.replication.throttled.rate (strata.replication.quota.ReplicationQuota)
+        self.leader_quota = None
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -283,8 +285,18 @@ class ReplicaManager:
                                   diverging_epoch=(found.leader_epoch, found.offset))
         if leadership is not None:
             self._record_follower_fetch(tp, st, ulog, leadership, replica_id, fetch_offset)
-        return self.read(tp, fetch_offset, max_bytes, FetchIsolation.LOG_END, True,
-                         as_region=as_region, current_leader_epoch=current_leader_epoch)
+        quota = self.leader_quota
+        throttled = quota is not None and quota.is_throttled(tp)
+        if throttled and replica_id not in st.isr and quota.is_quota_exceeded():
+            # Kafka's shouldLeaderThrottle: an out-of-sync follower of a throttled partition
+            # gets no records while leader.replication.throttled.rate is exceeded
+            return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
+                              ulog.log_start_offset)
+        result = self.read(tp, fetch_offset, max_bytes, FetchIsolation.LOG_END, True,
+                           as_region=as_region, current_leader_epoch=current_leader_epoch)
+        if throttled and result.records:
+            quota.record(len(result.records))
+        return result
 
     def _record_follower_fetch(self, tp: TopicPartition, st: PartitionState, ulog: UnifiedLog,
                                leadership: _Leadership, replica_id: int, fetch_offset: int) -> None:

@@ -14,38 +14,28 @@ runs more).
 
 from __future__ import annotations
 
-import datetime
 import os
+import threading
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition as CTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.list_offsets.v7.request import (
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
-from kio.schema.list_offsets.v7.response import ListOffsetsResponse
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.produce.v9.response import ProduceResponse
-from kio.schema.types import TopicName
-from kio.static.primitive import i32, i64
+from confluent_kafka.admin import NewTopic
 from zk_server import zookeeper_available
 
+from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, produce_raw, wait_for
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
-from strata.protocol import records as rec
 from strata.protocol.client import roundtrip
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
 
 SESSION_MS = 6000
-DEADLINE_S = SESSION_MS / 1000 + 20
 ROUNDS = int(os.environ.get("STRATA_REPLICATION_ROUNDS", "3"))
 OVERRIDES = {
     "zookeeper.session.timeout.ms": str(SESSION_MS),
-    "remote.log.storage.system.enable": "false",   # tiering across replicas: issue 27
-    "log.remote.storage.enable": "false",
+    **NO_TIERING,
     "offsets.topic.num.partitions": "3",
     "replica.lag.time.max.ms": "5000",
     "replica.fetch.wait.max.ms": "200",
@@ -56,29 +46,6 @@ OVERRIDES = {
 def cluster(tmp_path_factory):
     with StrataCluster(tmp_path_factory.mktemp("replication"), brokers=3, overrides=OVERRIDES) as c:
         yield c
-
-
-_ADMINS: dict[str, AdminClient] = {}
-
-
-def admin(bootstrap: str) -> AdminClient:
-    if bootstrap not in _ADMINS:
-        _ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
-    return _ADMINS[bootstrap]
-
-
-def wait_for(what: str, check, timeout: float = DEADLINE_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # noqa: BLE001 - brokers come and go here
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
 def create(cluster, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:
@@ -93,58 +60,6 @@ def state(cluster, topic: str, via=None) -> dict[int, tuple[int, list[int]]]:
     brokers = [via] if via is not None else [b for b in cluster.brokers if b.running]
     md = admin(brokers[0].bootstrap).list_topics(topic, timeout=5)
     return {p.id: (p.leader, sorted(p.isrs)) for p in md.topics[topic].partitions.values()}
-
-
-def log_end(broker, topic: str, partition: int = 0) -> int:
-    """The broker's own log end offset (ListOffsets latest as the debugging replica, -2, which
-    a follower answers too)."""
-    resp = roundtrip(broker.bootstrap, ListOffsetsRequest(
-        replica_id=i32(-2), isolation_level=0, topics=(ListOffsetsTopic(
-            name=TopicName(topic), partitions=(ListOffsetsPartition(
-                partition_index=i32(partition), current_leader_epoch=i32(-1),
-                timestamp=i64(-1)),)),)), ListOffsetsResponse)
-    p = resp.topics[0].partitions[0]
-    assert p.error_code == ErrorCode.NONE, p
-    return int(p.offset)
-
-
-def produce(bootstrap: str, topic: str, keys, acks: str = "all") -> list:
-    """Produces one record per key; the keys acknowledged without error."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
-                         "enable.idempotence": acks == "all", "message.timeout.ms": 30000})
-    acked = []
-
-    def report(err, msg):
-        if err is None:
-            acked.append(msg.key())
-    for k in keys:
-        producer.produce(topic, key=k, value=k, on_delivery=report)
-        producer.poll(0)
-    producer.flush(60)
-    return acked
-
-
-def consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 60) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.assign([CTopicPartition(topic, 0, 0)])
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < expect and time.monotonic() < deadline:
-        m = consumer.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.key())
-    consumer.close()
-    return got
-
-
-def produce_raw(bootstrap: str, topic: str, acks: int = -1) -> int:
-    batch = rec.build_batch([rec.SimpleRecord(b"v", b"k")])
-    resp = roundtrip(bootstrap, ProduceRequest(
-        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
-        topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
-            PartitionProduceData(index=i32(0), records=batch),)),)), ProduceResponse)
-    return int(resp.responses[0].partition_responses[0].error_code)
 
 
 def test_an_acks_all_record_is_on_every_isr_member_when_acknowledged(cluster):
@@ -229,7 +144,6 @@ def test_acknowledged_records_survive_leader_kills_in_a_loop(cluster):
     """An idempotent acks=all producer keeps producing while the leader is SIGKILLed, round
     after round: every acknowledged record is read back exactly once, and no record fails
     (retries to the new leader are deduplicated, never OUT_OF_ORDER_SEQUENCE)."""
-    import threading
     create(cluster, "loop", min_insync_replicas="2")
     acked, failed = [], []
     stop = threading.Event()
@@ -310,3 +224,41 @@ def test_committed_offsets_survive_the_coordinators_sigkill(cluster):
     finally:
         cluster.broker(coordinator).start()
     cluster.wait_metadata()
+
+
+def test_a_follower_catching_up_is_held_to_the_leader_replication_throttle(cluster):
+    """KIP-73: with leader.replication.throttled.rate on the leader (a dynamic broker config
+    set through IncrementalAlterConfigs) and the topic's leader.replication.throttled.replicas
+    at *, a follower that comes back copies the backlog no faster than the rate; unthrottled
+    again, it rejoins the ISR."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    rate = 256 * 1024
+    create(cluster, "throttled", leader_replication_throttled_replicas="*")
+    leader, _ = state(cluster, "throttled")[0]
+    follower = next(n for n in sorted(cluster.node_ids) if n != leader)
+    cluster.broker(follower).kill()
+    wait_for("the ISR without the follower", lambda: follower not in state(cluster, "throttled")[0][1])
+    value = b"x" * 1000
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(2048):   # 2 MB behind
+        producer.produce("throttled", key=b"%d" % i, value=value, partition=0)
+    assert producer.flush(60) == 0
+    target = log_end(cluster.broker(leader), "throttled")
+
+    def set_rate(op, value=None):
+        entry = ConfigEntry("leader.replication.throttled.rate", value, incremental_operation=op)
+        resource = ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[entry])
+        admin(cluster.broker(leader).bootstrap).incremental_alter_configs([resource])[resource].result(10)
+    set_rate(AlterConfigOpType.SET, str(rate))
+    try:
+        started = time.monotonic()
+        cluster.broker(follower).start()
+        wait_for("the follower caught up", lambda: log_end(cluster.broker(follower), "throttled") == target,
+                 timeout=120)
+        took = time.monotonic() - started
+        # at most one fetch's worth (replica.fetch.max.bytes, 1 MiB) passes before the rate is
+        # measured over its window; the rest at 256 KiB/s takes several seconds at the least
+        assert took >= (target * 1000 - (1 << 20)) / rate / 2, took
+    finally:
+        set_rate(AlterConfigOpType.DELETE)
+    wait_for("the follower back in the ISR", lambda: follower in state(cluster, "throttled")[0][1])

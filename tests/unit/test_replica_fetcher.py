@@ -756,3 +756,34 @@ def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, t
         if m is not None:
             m.shutdown()
         wire.close()
+
+
+def test_a_throttled_follower_leaves_a_partition_out_while_over_its_rate(cluster, managers):
+    """follower.replication.throttled.rate (KIP-73): a catching-up replica of a throttled
+    partition is not fetched while the measured rate is over the bound; the bytes it appends
+    are what is measured."""
+    from strata.common.clock import MockClock
+    from strata.common.config import LONG_MAX
+    from strata.replication.quota import ReplicationQuota
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 20, value=b"x" * 1000)
+    leader_log.update_high_watermark(leader_log.log_end_offset)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    clock = MockClock()
+    quota = ReplicationQuota(1000, lambda tp: tp == TP, window_num=2, window_size_seconds=1,
+                             clock=clock)
+    m = cluster.manager(partition_max_bytes=3000, quota=quota)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset > 0, "a first fetch")
+    wait_for(lambda: quota.is_quota_exceeded(), "the quota exceeded")
+    held = follower.log_end_offset
+    asked = len(leader.fetches)
+    time.sleep(0.3)   # the fetcher keeps running; it must not ask for the partition meanwhile
+    assert follower.log_end_offset == held
+    assert all(not any(t.partitions for t in req.topics) for _, req in leader.fetches[asked:])
+    clock.sleep(5)    # the windows pass: the rate drains, one more fetch goes out
+    wait_for(lambda: follower.log_end_offset > held, "a fetch after the rate drained")
+    quota.update_quota(LONG_MAX)   # the throttle lifted (kafka-configs --delete-config)
+    wait_for(lambda: follower.log_end_offset == leader_log.log_end_offset, "caught up")

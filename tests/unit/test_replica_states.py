@@ -94,3 +94,25 @@ def test_one_broker_leads_every_partition_at_epoch_zero(tmp_path):
             rm.apply_states({TP: None})
     finally:
         manager.shutdown()
+
+
+def test_a_leader_throttles_out_of_sync_followers_of_throttled_partitions_only(rm):
+    """leader.replication.throttled.rate (KIP-73): while the rate is exceeded an out-of-sync
+    follower of a throttled partition gets no records; an in-sync one still does."""
+    from strata.common.clock import MockClock
+    from strata.replication.quota import ReplicationQuota
+    clock = MockClock()
+    rm.leader_quota = ReplicationQuota(100, lambda tp: tp == TP, window_num=2,
+                                       window_size_seconds=1, clock=clock)
+    rm.apply_states({TP: PartitionState(ME, 1, (ME, 3), (ME, 3, 4))})   # 4 is out of sync
+    for _ in range(5):
+        assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+    first = rm.follower_fetch(TP, 4, 0, -1, 1 << 20, 1)
+    assert first.error == ErrorCode.NONE and len(first.records) > 100   # under the rate: sent
+    assert rm.leader_quota.is_quota_exceeded()
+    held = rm.follower_fetch(TP, 4, 0, -1, 1 << 20, 1)
+    assert held.error == ErrorCode.NONE and not held.records
+    in_sync = rm.follower_fetch(TP, 3, 0, -1, 1 << 20, 1)
+    assert in_sync.records   # the ISR is never throttled: acks=all does not wait on the throttle
+    clock.sleep(5)
+    assert rm.follower_fetch(TP, 4, 0, -1, 1 << 20, 1).records
