@@ -65,11 +65,12 @@ class _Follower:
 class _Leadership:
     """A partition this broker leads: its followers and the ISR change in flight."""
 
-    __slots__ = ("followers", "pending_isr")
+    __slots__ = ("followers", "pending_isr", "pending_partition_epoch")
 
     def __init__(self, state: PartitionState, broker_id: int, now_ms: int):
         self.followers = {r: _Follower(now_ms, r in state.isr) for r in state.replicas if r != broker_id}
         self.pending_isr: tuple[int, ...] | None = None
+        self.pending_partition_epoch = -1   # the partition epoch the pending change was based on
 
 
 class StateChange(NamedTuple):
@@ -213,7 +214,10 @@ class ReplicaManager:
                         ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
                     self._leaderships[tp] = _Leadership(st, self.broker_id, now)
                 else:  # an ISR or replica change at the same epoch
-                    leadership.pending_isr = None
+                    if st.partition_epoch > leadership.pending_partition_epoch:
+                        # the controller moved past what the pending change was based on
+                        # (a notice of an earlier, already answered change keeps it)
+                        leadership.pending_isr = None
                     for r in st.replicas:
                         if r != self.broker_id and r not in leadership.followers:
                             leadership.followers[r] = _Follower(now, r in st.isr)
@@ -341,6 +345,7 @@ class ReplicaManager:
         if sender is None:
             return
         leadership.pending_isr = new_isr
+        leadership.pending_partition_epoch = st.partition_epoch
         future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
 
         def done(f) -> None:
