@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import datetime
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
 from kio.schema.list_offsets.v7.response import ListOffsetsResponse
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.produce.v9.response import ProduceResponse
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 from zk_server import zookeeper_available
 
+from cluster_clients import NO_TIERING, admin, partitions, produce_raw, wait_for
 from cluster_process import StrataCluster, metadata_node_ids
 from strata.common.errors import ErrorCode
-from strata.protocol import records as rec
 from strata.protocol.client import roundtrip
 
 _ok, _why = zookeeper_available()
@@ -42,25 +39,10 @@ SESSION_MS = 4000
 FAILOVER_DEADLINE_S = SESSION_MS / 1000 + 10
 OVERRIDES = {
     "zookeeper.session.timeout.ms": str(SESSION_MS),
-    "remote.log.storage.system.enable": "false",   # tiering across replicas: issue 27
-    "log.remote.storage.enable": "false",
+    **NO_TIERING,
     "offsets.topic.num.partitions": "6",
     "group.initial.rebalance.delay.ms": "0",
 }
-
-
-def wait_for(what: str, check, timeout: float = FAILOVER_DEADLINE_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # noqa: BLE001 - a broker may be down meanwhile
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
 @pytest.fixture(scope="module")
@@ -69,34 +51,14 @@ def cluster(tmp_path_factory):
         yield c
 
 
-_ADMINS: dict[str, AdminClient] = {}
-
-
-def admin(bootstrap: str) -> AdminClient:
-    """One client per bootstrap, kept: a dropped AdminClient fails its pending futures."""
-    if bootstrap not in _ADMINS:
-        _ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
-    return _ADMINS[bootstrap]
-
-
 def create(cluster, name: str, partitions: int, rf: int) -> None:
     futures = admin(cluster.bootstrap).create_topics([NewTopic(name, partitions, rf)])
     futures[name].result(30)
 
 
 def partitions_of(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    md = admin(bootstrap).list_topics(topic, timeout=10)
-    return {p.id: (p.leader, list(p.replicas), list(p.isrs))
-            for p in md.topics[topic].partitions.values()}
-
-
-def produce_raw(bootstrap: str, topic: str, partition: int) -> int:
-    batch = rec.build_batch([rec.SimpleRecord(b"v", b"k")])
-    resp = roundtrip(bootstrap, ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
-            PartitionProduceData(index=i32(partition), records=batch),)),)), ProduceResponse)
-    return int(resp.responses[0].partition_responses[0].error_code)
+    """partition -> (leader, replicas, ISR) as that broker itself answers."""
+    return {p: (m.leader, m.replicas, m.isr) for p, m in partitions(bootstrap, topic).items()}
 
 
 def list_offsets_raw(bootstrap: str, topic: str, partition: int, current_epoch: int) -> int:
@@ -109,11 +71,15 @@ def list_offsets_raw(bootstrap: str, topic: str, partition: int, current_epoch: 
 
 
 def test_three_brokers_form_one_cluster_that_every_broker_describes_alike(cluster):
-    for b in cluster.brokers:
-        md = admin(b.bootstrap).list_topics(timeout=10)
-        assert {(x.id, x.port) for x in md.brokers.values()} == \
-            {(x.node_id, x.port) for x in cluster.brokers}
-        assert md.controller_id in cluster.node_ids
+    controllers = set()
+    for b in cluster.brokers:   # each broker asked itself
+        ids, controller = metadata_node_ids(b.bootstrap)
+        assert ids == cluster.node_ids
+        controllers.add(controller)
+    assert len(controllers) == 1 and controllers <= cluster.node_ids
+    md = admin(cluster.bootstrap).list_topics(timeout=10)
+    assert {(x.id, x.port) for x in md.brokers.values()} == \
+        {(x.node_id, x.port) for x in cluster.brokers}
     described = admin(cluster.bootstrap).describe_cluster().result(10)
     assert {n.id for n in described.nodes} == cluster.node_ids
     assert described.controller.id in cluster.node_ids
@@ -170,21 +136,11 @@ def test_a_broker_that_does_not_lead_answers_as_kafka_does(cluster):
     assert produce_raw(follower.bootstrap, "nosuchtopic", 0) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     lead = cluster.broker(leader)
     assert produce_raw(lead.bootstrap, "leaders", 0) == ErrorCode.NONE
-    epoch = _leader_epoch(lead.bootstrap, "leaders")
+    epoch = partitions(lead.bootstrap, "leaders")[0].leader_epoch
     assert list_offsets_raw(lead.bootstrap, "leaders", 0, epoch) == ErrorCode.NONE
     assert list_offsets_raw(lead.bootstrap, "leaders", 0, epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
     if epoch > 0:
         assert list_offsets_raw(lead.bootstrap, "leaders", 0, epoch - 1) == ErrorCode.FENCED_LEADER_EPOCH
-
-
-def _leader_epoch(bootstrap: str, topic: str) -> int:
-    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-    from kio.schema.metadata.v12.response import MetadataResponse
-    resp = roundtrip(bootstrap, MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-        MetadataResponse)
-    return int(resp.topics[0].partitions[0].leader_epoch)
 
 
 def test_producer_ids_come_from_blocks_no_two_brokers_share(cluster):
@@ -207,7 +163,7 @@ def test_the_controller_sigkilled_is_replaced_and_its_partitions_get_leaders(clu
                       and all(l >= 0 for l, _, _ in v.values()) and v)
     controller = admin(cluster.bootstrap).describe_cluster().result(10).controller.id
     survivors = [b for b in cluster.brokers if b.node_id != controller]
-    epochs_before = {p: _partition_epoch(survivors[0].bootstrap, "failover", p) for p in before}
+    epochs_before = {p: m.leader_epoch for p, m in partitions(survivors[0].bootstrap, "failover").items()}
     cluster.broker(controller).kill()
     killed_at = time.monotonic()
     # asked of a survivor directly: a client's pick of broker could be the dead one
@@ -222,24 +178,13 @@ def test_the_controller_sigkilled_is_replaced_and_its_partitions_get_leaders(clu
     for p, (leader, _, _) in after.items():
         assert produce_raw(cluster.broker(leader).bootstrap, "failover", p) == ErrorCode.NONE
         if before[p][0] == controller:  # moved: a higher leader epoch
-            assert _partition_epoch(survivors[0].bootstrap, "failover", p) > epochs_before[p]
+            assert partitions(survivors[0].bootstrap, "failover")[p].leader_epoch > epochs_before[p]
     # the old controller, restarted, rejoins as a broker and changes nothing
     cluster.broker(controller).start()
     cluster.wait_metadata()
     assert metadata_node_ids(cluster.bootstrap.split(",")[0])[1] == new_controller
     assert {p: v[0] for p, v in partitions_of(cluster.bootstrap, "failover").items()} == \
         {p: v[0] for p, v in after.items()}
-
-
-def _partition_epoch(bootstrap: str, topic: str, partition: int) -> int:
-    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-    from kio.schema.metadata.v12.response import MetadataResponse
-    resp = roundtrip(bootstrap, MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-        MetadataResponse)
-    return next(int(p.leader_epoch) for p in resp.topics[0].partitions
-                if p.partition_index == partition)
 
 
 def test_a_broker_paused_past_its_session_is_fenced_then_rejoins(cluster):
@@ -249,14 +194,13 @@ def test_a_broker_paused_past_its_session_is_fenced_then_rejoins(cluster):
     others = [b for b in cluster.brokers if b is not victim]
     victim.pause()
     try:
-        wait_for("the paused broker leaves Metadata", lambda: victim.node_id not in {
-            x.id for x in admin(others[0].bootstrap).list_topics(timeout=5).brokers.values()})
+        wait_for("the paused broker leaves Metadata",
+                 lambda: victim.node_id not in metadata_node_ids(others[0].bootstrap)[0])
         wait_for("its partitions led by others", lambda: all(
             l not in (victim.node_id, -1) for l, _, _ in partitions_of(others[0].bootstrap, "paused").values()))
     finally:
         victim.resume()
-    wait_for("the broker rejoins", lambda: victim.node_id in {
-        x.id for x in admin(others[0].bootstrap).list_topics(timeout=5).brokers.values()})
+    wait_for("the broker rejoins", lambda: victim.node_id in metadata_node_ids(others[0].bootstrap)[0])
     cluster.wait_metadata()
     # it serves again: every broker sees the same leaders
     views = [partitions_of(b.bootstrap, "paused") for b in cluster.brokers]

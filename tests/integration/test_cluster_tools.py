@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from zk_server import zookeeper_available
 
+from cluster_clients import NO_TIERING
 from cluster_process import StrataCluster
 from kafka_tools import (
     BROKER_API_VERSIONS, KAFKA_TOPICS, LEADER_ELECTION, require_kafka_dist, run_kafka_class)
@@ -19,8 +20,7 @@ pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
 
 OVERRIDES = {
     "zookeeper.session.timeout.ms": "4000",
-    "remote.log.storage.system.enable": "false",   # tiering across replicas: issue 27
-    "log.remote.storage.enable": "false",
+    **NO_TIERING,
     "offsets.topic.num.partitions": "3",
 }
 

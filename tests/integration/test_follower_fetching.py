@@ -17,6 +17,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i64
 from zk_server import zookeeper_available
 
+from cluster_clients import NO_TIERING
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.protocol import records as rec
@@ -27,8 +28,7 @@ pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
 
 OVERRIDES = {
     "zookeeper.session.timeout.ms": "6000",
-    "remote.log.storage.system.enable": "false",
-    "log.remote.storage.enable": "false",
+    **NO_TIERING,
     "offsets.topic.num.partitions": "3",
     "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
     "replica.fetch.wait.max.ms": "100",
