@@ -931,15 +931,21 @@ class ClusterMetadata:
                              code=ErrorCode.INVALID_REPLICATION_FACTOR)
         return manual or [[self.node_id]] * partitions
 
+    def _registered_broker_ids(self) -> set[int]:
+        """The brokers a manual placement may name: this one alone."""
+        return {self.node_id}
+
     def _check_assignments(self, assignments: Iterable[list[int]], expected_rf: int | None) -> int:
-        """Kafka's checks of a manual placement on this one-broker cluster; its replication factor."""
+        """Kafka's checks of a manual placement over the registered brokers; its replication
+        factor."""
+        known = self._registered_broker_ids()
         rf = expected_rf
         for brokers in assignments:
             if not brokers:
                 raise KafkaError("The manual partition assignment includes an empty replica list.",
                                  code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
             for b in brokers:
-                if b != self.node_id:
+                if b not in known:
                     raise KafkaError(f"The manual partition assignment includes broker {b}, but "
                                      "no such broker is registered.",
                                      code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
