@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from zk_server import zookeeper_available
 
-from cluster_clients import NO_TIERING
+from cluster_clients import NO_TIERING, wait_for
 from cluster_process import StrataCluster
 from kafka_tools import (
     BROKER_API_VERSIONS, KAFKA_TOPICS, LEADER_ELECTION, require_kafka_dist, run_kafka_class)
@@ -96,3 +96,13 @@ def test_sigterm_moves_leaderships_away_before_the_broker_leaves(cluster):
         assert victim.node_id not in isr
     victim.start()
     cluster.wait_metadata()  # every broker lists all three again
+    # back in every ISR once it has caught up, it leads its partitions again only when asked:
+    # kafka-leader-election --election-type preferred (ElectLeaders, sent to the controller)
+    wait_for("the restarted broker back in every ISR",
+             lambda: all(victim.node_id in isr for _, _, isr in described(cluster).values()), 60)
+    assert any(leader != replicas[0] for leader, replicas, _ in described(cluster).values())
+    out = tool(LEADER_ELECTION, "--bootstrap-server", cluster.bootstrap,
+               "--election-type", "preferred", "--all-topic-partitions")
+    assert "Successfully completed leader election (PREFERRED)" in out, out
+    wait_for("every partition led by its preferred replica",
+             lambda: all(leader == replicas[0] for leader, replicas, _ in described(cluster).values()))
