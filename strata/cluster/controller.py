@@ -478,10 +478,11 @@ class ControllerService:
                 log.error("Ignoring topic %s: its partitions are not 0..n-1: %s", name, found)
                 continue
             topic_id = found.topic_id or self._set_topic_id(found)
+            adding, removing = _reassignment_fields(found)
             topics[name] = TopicImage(
                 name, topic_id, replicas,
                 frozen_map({tp.partition: reg for tp, reg in states.items() if tp.topic == name}),
-                frozen_map(self.zk.get_entity_configs("topics", name)))
+                frozen_map(self.zk.get_entity_configs("topics", name)), adding, removing)
         return MetadataImage(frozen_map(brokers), frozen_map(topics), self._epoch - 1,
                              self._unclean, self._imbalance)
 
@@ -552,12 +553,11 @@ class ControllerService:
         found = self.zk.get_topic_assignments([w.topic]).get(w.topic)
         if found is None or found.topic_id not in (None, w.topic_id):
             raise _LostRace(f"{z.topic_path(w.topic)} is gone or holds another topic")
-        if _replicas(found) == w.assignment and found.topic_id == w.topic_id:
+        partitions = {p: z.ReplicaAssignment(tuple(r), tuple(w.adding_replicas.get(p, ())),
+                                             tuple(w.removing_replicas.get(p, ())))
+                      for p, r in enumerate(w.assignment)}
+        if found.partitions == partitions and found.topic_id == w.topic_id:
             return
-        # Unchanged partitions keep their reassignment fields.
-        partitions = {**_assignment_map(w.assignment),
-                      **{p: a for p, a in found.partitions.items() if p < len(w.assignment)
-                         and a.replicas == w.assignment[p]}}
         self._set_assignment(replace(found, topic_id=w.topic_id, partitions=partitions))
 
     def _delete_topic(self, w: DeleteTopic) -> None:
@@ -583,6 +583,14 @@ def _replicas(found: z.TopicAssignment) -> tuple[tuple[int, ...], ...]:
     if sorted(found.partitions) != list(range(len(found.partitions))):
         return ()
     return tuple(tuple(found.partitions[p].replicas) for p in range(len(found.partitions)))
+
+
+def _reassignment_fields(found: z.TopicAssignment):
+    """The topic znode's adding and removing replicas as the image holds them."""
+    adding = {p: tuple(a.adding_replicas) for p, a in found.partitions.items() if a.adding_replicas}
+    removing = {p: tuple(a.removing_replicas) for p, a in found.partitions.items()
+                if a.removing_replicas}
+    return frozen_map(adding), frozen_map(removing)
 
 
 def _assignment_map(assignment: Sequence[Sequence[int]]) -> dict[int, z.ReplicaAssignment]:

@@ -123,6 +123,14 @@ class UncleanLeaderElectionChanged:
 
 
 @dataclass(frozen=True)
+class PartitionReassignmentRequested:
+    """AlterPartitionReassignments (KIP-455): each partition's target replicas, or None to
+    cancel its reassignment. The response maps each partition to (error, message)."""
+
+    partitions: Mapping[TopicPartition, tuple[int, ...] | None]
+
+
+@dataclass(frozen=True)
 class ControllerFailover:
     """This broker won the controller election with ``controller_epoch``."""
 
@@ -141,9 +149,14 @@ class CreateTopic:
 
 @dataclass(frozen=True)
 class SetTopicAssignment:
+    """The whole topic znode: replicas and the reassignment fields (partition -> brokers,
+    partitions without a reassignment left out)."""
+
     topic: str
     topic_id: uuid.UUID
     assignment: tuple[tuple[int, ...], ...]
+    adding_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=frozen_map)
+    removing_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=frozen_map)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,11 @@ ZooKeeper-mode controller (``KafkaController``, ``PartitionStateMachine``,
 - controlled shutdown moves leadership off the broker where another ISR member can take it and
   takes the broker out of the ISRs it follows;
 - every partition state change bumps the leader epoch except an accepted AlterPartition, and
-  every write bumps the partition epoch (the znode version) by exactly one.
+  every write bumps the partition epoch (the znode version) by exactly one;
+- a reassignment (KIP-455, ``onPartitionReassignment``) makes the replicas target + original
+  with adding/removing recorded in the topic znode; once every target replica is in the ISR
+  (checked after every event, in ``handle``) the replicas become the target, the
+  leader moves into it if needed, and removed replicas leave the ISR and are deleted.
 
 Handlers raise ``KafkaError`` for a request refused whole (CreateTopics, CreatePartitions,
 DeleteTopics, ControlledShutdown); per-partition answers are in ``ControllerResult.response``.
@@ -30,8 +34,8 @@ from strata.cluster import election
 from strata.cluster.controller_events import (
     AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
-    CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, PartitionsAdded,
-    SetTopicAssignment, StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
+    CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr,
+    PartitionReassignmentRequested, PartitionsAdded, SetTopicAssignment, StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
     UpdatePartitionState)
 from strata.cluster.image import (
     NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerRegistration, LeaderRecoveryState, MetadataImage,
@@ -102,6 +106,8 @@ class _Change:
                                           reg.isr, replicas, reg.partition_epoch, is_new))
 
     def stop_replica(self, broker: int, tp: TopicPartition, delete: bool) -> None:
+        if delete:  # no longer a replica: nothing of it to follow
+            self._notices.pop((LeaderAndIsr, broker, tp), None)
         self._notice(StopReplica(broker, tp, self._topic_id(tp), delete))
 
     def _notice(self, notice) -> None:
@@ -270,7 +276,8 @@ def on_partitions_added(image: MetadataImage, event: PartitionsAdded) -> Control
     assignment = topic.assignment + tuple(tuple(r) for r in added)
     change = _Change(image)
     change.set_topic(event.topic, replace(topic, assignment=assignment))
-    change.writes.append(SetTopicAssignment(event.topic, topic.topic_id, assignment))
+    change.writes.append(SetTopicAssignment(event.topic, topic.topic_id, assignment,
+                                            topic.adding_replicas, topic.removing_replicas))
     _online_partition_state_change(change, event.topic)
     return change.result(assignment)
 
@@ -427,6 +434,169 @@ def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> C
     return change.result()
 
 
+# --- partition reassignment (KIP-455) ------------------------------------------------------------
+
+def _set_replicas(change: _Change, tp: TopicPartition, replicas: tuple[int, ...],
+                  adding: tuple[int, ...] = (), removing: tuple[int, ...] = (),
+                  write_now: bool = True) -> SetTopicAssignment:
+    """Partition ``tp``'s replicas and reassignment fields, in the image and (unless not
+    ``write_now``: the caller appends it) in the topic znode's write."""
+    topic = change.image.topics[tp.topic]
+    assignment = tuple(replicas if p == tp.partition else r for p, r in enumerate(topic.assignment))
+    adds = {p: r for p, r in topic.adding_replicas.items() if p != tp.partition}
+    removes = {p: r for p, r in topic.removing_replicas.items() if p != tp.partition}
+    if adding:
+        adds[tp.partition] = tuple(adding)
+    if removing:
+        removes[tp.partition] = tuple(removing)
+    topic = replace(topic, assignment=assignment, adding_replicas=frozen_map(adds),
+                    removing_replicas=frozen_map(removes))
+    change.set_topic(tp.topic, topic)
+    write = SetTopicAssignment(tp.topic, topic.topic_id, assignment, topic.adding_replicas,
+                               topic.removing_replicas)
+    if not write_now:
+        return write
+    if change.writes and isinstance(change.writes[-1], SetTopicAssignment) \
+            and change.writes[-1].topic == tp.topic:
+        change.writes[-1] = write  # one znode write for consecutive changes of one topic
+    else:
+        change.writes.append(write)
+    return write
+
+
+def _drop_replicas(change: _Change, tp: TopicPartition, dropped: Iterable[int]) -> None:
+    """Replicas no longer in ``tp``'s (already updated) replica list: they leave the ISR
+    (``OfflineReplica``) and are told to stop and delete (``NonExistentReplica``). The leader
+    stays if it is still in the ISR, else the first live ISR member in replica order leads; an
+    ISR left empty (a cancel whose added replicas alone were in sync) elects the first live
+    replica unclean, as KRaft's reassignment revert does."""
+    dropped = [b for b in dropped if b not in change.image.replicas(tp)]
+    reg = change.registration(tp)
+    if reg is not None and set(dropped) & set(reg.isr):
+        image = change.image
+        replicas = image.replicas(tp)
+        isr = tuple(r for r in reg.isr if r not in dropped)
+        if isr:
+            leader = reg.leader if reg.leader in isr else next(
+                (r for r in replicas if r in isr and image.is_eligible(r)), NO_LEADER)
+            change.update(tp, reg.with_leader_and_isr(leader, isr))
+        else:
+            live = [r for r in replicas if image.is_eligible(r)]
+            if live:
+                change.update(tp, reg.with_leader_and_isr(live[0], (live[0],),
+                                                          LeaderRecoveryState.RECOVERING))
+            else:
+                change.update(tp, reg.with_leader_and_isr(NO_LEADER, (replicas[0],)))
+    for broker in dropped:
+        if change.image.is_alive(broker):
+            change.stop_replica(broker, tp, delete=True)
+
+
+def _maybe_complete_reassignment(change: _Change, tp: TopicPartition) -> bool:
+    """Phase B of ``onPartitionReassignment``: once every target replica is in the ISR, the
+    replicas become the target, the leader moves into it when it is outside (or not alive),
+    otherwise its epoch is bumped, and the removed replicas go; the topic znode is written
+    last, after the partition state (Kafka's B3-B6 order). True when it completed."""
+    topic = change.image.topics.get(tp.topic)
+    reg = change.registration(tp)
+    if topic is None or reg is None or not topic.is_reassigning(tp.partition):
+        return False
+    target = topic.target_replicas(tp.partition)
+    if not set(target) <= set(reg.isr):
+        return False
+    removing = topic.removing_replicas.get(tp.partition, ())
+    assignment = _set_replicas(change, tp, target, write_now=False)
+    if reg.leader not in target or not change.image.is_alive(reg.leader):
+        elected = election.elect_reassign(change.image, target, reg)
+        if elected is not None:
+            change.update(tp, elected)
+    elif not set(removing) & set(reg.isr):  # else the ISR shrink below bumps the epoch
+        change.update(tp, reg.with_leader_and_isr(reg.leader, reg.isr))
+    _drop_replicas(change, tp, removing)
+    change.writes.append(assignment)
+    return True
+
+
+def _complete_reassignments(change: _Change, partitions: Iterable[TopicPartition]) -> None:
+    for tp in partitions:
+        _maybe_complete_reassignment(change, tp)
+
+
+def _reassignment_error(image: MetadataImage, tp: TopicPartition,
+                        target: tuple[int, ...] | None) -> tuple[ErrorCode, str | None] | None:
+    """Kafka's per-partition refusals (``validateReplicas`` and ``maybeBuildReassignment``)."""
+    topic = image.topics.get(tp.topic)
+    if topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {tp.topic}."
+    if not 0 <= tp.partition < len(topic.assignment):
+        return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"Unable to find partition {tp.topic}:{tp.partition}.")
+    if target is None:
+        if not topic.is_reassigning(tp.partition):
+            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
+        return None
+    if not target:
+        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "Empty replica list specified in partition reassignment.")
+    shown = "[" + ", ".join(str(b) for b in target) + "]"
+    if len(set(target)) != len(target):
+        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Duplicate replica ids in partition reassignment replica list: {shown}")
+    if any(b < 0 for b in target):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {shown}"
+    original = topic.original_replicas(tp.partition)
+    adding = [b for b in target if b not in original]
+    live = sorted(b for b in image.brokers if image.is_eligible(b))
+    if not set(adding) <= set(live):
+        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Replica assignment has brokers that are not alive. Replica list: "
+                f"{adding}, live broker list: {live}")
+    return None
+
+
+def on_partition_reassignment(image: MetadataImage,
+                              event: PartitionReassignmentRequested) -> ControllerResult:
+    """AlterPartitionReassignments (``onApiPartitionReassignment``): a new target replaces any
+    reassignment in progress (always measured from the original replicas); None cancels back
+    to the original replicas. Phase A records replicas = target + original with adding and
+    removing, stops replicas no longer wanted, bumps the leader epoch and tells every replica
+    (new ones start following); a target already in the ISR completes at once."""
+    change = _Change(image)
+    results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    for tp, target in event.partitions.items():
+        target = None if target is None else tuple(target)
+        error = _reassignment_error(change.image, tp, target)
+        if error is not None:
+            results[tp] = error
+            continue
+        results[tp] = (ErrorCode.NONE, None)
+        topic = change.image.topics[tp.topic]
+        current = topic.assignment[tp.partition]
+        original = topic.original_replicas(tp.partition)
+        if target is None:
+            target = original
+        replicas = tuple(dict.fromkeys(target + original))
+        adding = tuple(r for r in target if r not in original)
+        removing = tuple(r for r in original if r not in target)
+        if (replicas, adding, removing) == (current, topic.adding_replicas.get(tp.partition, ()),
+                                            topic.removing_replicas.get(tp.partition, ())):
+            continue  # already this reassignment
+        _set_replicas(change, tp, replicas, adding, removing)
+        unneeded = [r for r in current if r not in replicas]
+        _drop_replicas(change, tp, unneeded)
+        if _maybe_complete_reassignment(change, tp):
+            continue
+        reg = change.registration(tp)
+        if reg is not None:
+            change.update(tp, reg.with_leader_and_isr(reg.leader, reg.isr))
+            for broker in adding:
+                change.announce(tp, is_new=True, to=[broker])
+    # a partition without state or leader may get one from its new replicas
+    for name in sorted({tp.topic for tp, (code, _) in results.items() if code == ErrorCode.NONE}):
+        _online_partition_state_change(change, name)
+    return change.result(results)
+
+
 _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     BrokerRegistered: on_broker_registered,
     BrokerFailed: on_broker_failed,
@@ -439,9 +609,28 @@ _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     AutoLeaderRebalance: on_auto_leader_rebalance,
     UncleanLeaderElectionChanged: on_unclean_leader_election_changed,
     ControllerFailover: on_controller_failover,
+    PartitionReassignmentRequested: on_partition_reassignment,
 }
 
 
+def _in_sync_reassignments(image: MetadataImage) -> list[TopicPartition]:
+    return [TopicPartition(name, p) for name, t in sorted(image.topics.items())
+            for p in sorted(set(t.adding_replicas) | set(t.removing_replicas))
+            if (reg := t.partitions.get(p)) is not None
+            and set(t.target_replicas(p)) <= set(reg.isr)]
+
+
 def handle(image: MetadataImage, event: object) -> ControllerResult:
-    """Apply one event; raises ``KafkaError`` when a request is refused whole."""
-    return _HANDLERS[type(event)](image, event)
+    """Apply one event; raises ``KafkaError`` when a request is refused whole. Whatever the
+    event, a reassignment whose target replicas it brought into the ISR (an accepted
+    AlterPartition, an election) then completes, with its writes and notices after the event's."""
+    result = _HANDLERS[type(event)](image, event)
+    done = _in_sync_reassignments(result.image)
+    if not done:
+        return result
+    change = _Change(result.image)
+    change.writes = list(result.writes)
+    for notice in result.notices:
+        change._notice(notice)
+    _complete_reassignments(change, done)
+    return change.result(result.response)

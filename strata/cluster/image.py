@@ -115,7 +115,10 @@ class TopicImage:
     partitions' state znodes and its ``/config/topics/T`` overrides.
 
     ``assignment[p]`` is partition p's replica list, preferred leader first; ``partitions``
-    holds only partitions that have a state znode. Immutable; any thread may read it.
+    holds only partitions that have a state znode. While partition p is being reassigned
+    (KIP-455), ``assignment[p]`` is the target replicas followed by the original ones, and
+    ``adding_replicas[p]``/``removing_replicas[p]`` hold target - original and original -
+    target (a partition not being reassigned has neither key). Immutable; any thread may read it.
     """
 
     name: str
@@ -123,9 +126,25 @@ class TopicImage:
     assignment: tuple[tuple[int, ...], ...]
     partitions: Mapping[int, PartitionRegistration] = field(default_factory=frozen_map)
     configs: Mapping[str, str] = field(default_factory=frozen_map)
+    adding_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=frozen_map)
+    removing_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=frozen_map)
 
     def partition_ids(self) -> range:
         return range(len(self.assignment))
+
+    def is_reassigning(self, partition: int) -> bool:
+        return bool(self.adding_replicas.get(partition) or self.removing_replicas.get(partition))
+
+    def target_replicas(self, partition: int) -> tuple[int, ...]:
+        """The replicas once the reassignment completes (Kafka's ``targetReplicas``)."""
+        removing = self.removing_replicas.get(partition, ())
+        return tuple(r for r in self.assignment[partition] if r not in removing)
+
+    def original_replicas(self, partition: int) -> tuple[int, ...]:
+        """The replicas before the reassignment began (Kafka's ``originReplicas``), in the
+        order they have in ``assignment``: as in Kafka, a cancel may reorder them."""
+        adding = self.adding_replicas.get(partition, ())
+        return tuple(r for r in self.assignment[partition] if r not in adding)
 
 
 @dataclass(frozen=True)

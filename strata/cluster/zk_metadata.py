@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from strata.cluster.controller_events import (
-    AlterPartition, ElectionType, ElectLeaders, UncleanLeaderElectionChanged)
+    AlterPartition, ElectionType, ElectLeaders, PartitionReassignmentRequested,
+    UncleanLeaderElectionChanged)
 from strata.cluster.image import (
-    UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage)
+    UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
 from strata.cluster.metadata import (
-    ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo, ClusterMetadata, MetaPropertiesError, TopicInfo, _build_image, random_directory_id)
+    ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo, ClusterMetadata, MetaPropertiesError, PartitionReassignment, TopicInfo, _build_image, random_directory_id)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
@@ -232,6 +233,43 @@ class ZkClusterMetadata(ClusterMetadata):
                     tuple(reg.isr), reg.partition_epoch, int(reg.leader_recovery_state))
         return results
 
+    # ---- partition reassignments (KIP-455) -----------------------------------------------------
+
+    def _active_controller(self):
+        controller = self.controller
+        if controller is None or not controller.is_active:
+            raise KafkaError(f"Broker {self.node_id} is not the controller", ErrorCode.NOT_CONTROLLER)
+        return controller
+
+    def alter_partition_reassignments(self, items):
+        """Only the active controller reassigns (NOT_CONTROLLER elsewhere, as Kafka's ZooKeeper
+        mode); the answer comes once its writes are in ZooKeeper. A partition named twice is
+        reassigned to the last target, and both items get its result."""
+        controller = self._active_controller()
+        wanted = {tp: None if replicas is None else tuple(replicas) for tp, replicas in items}
+        future = controller.submit(PartitionReassignmentRequested(frozen_map(wanted)))
+        try:
+            result = future.result(self._wait_s)
+        except concurrent.futures.TimeoutError:
+            raise KafkaError("The controller did not answer in time",
+                             code=ErrorCode.REQUEST_TIMED_OUT) from None
+        return [result.response[tp] for tp, _ in items]
+
+    def list_partition_reassignments(self, partitions):
+        """The active controller's reassignments in progress (NOT_CONTROLLER elsewhere)."""
+        controller = self._active_controller()
+        image = controller.image or self.view_image
+        wanted = None if partitions is None else set(partitions)
+        out = {}
+        for name, t in sorted(image.topics.items()):
+            for p in sorted(set(t.adding_replicas) | set(t.removing_replicas)):
+                tp = TopicPartition(name, p)
+                if wanted is None or tp in wanted:
+                    out[tp] = PartitionReassignment(tuple(t.assignment[p]),
+                                                    tuple(t.adding_replicas.get(p, ())),
+                                                    tuple(t.removing_replicas.get(p, ())))
+        return out
+
     # ---- placement -----------------------------------------------------------------------------
 
     def _registered(self) -> list[tuple[int, str | None]]:
@@ -248,30 +286,8 @@ class ZkClusterMetadata(ClusterMetadata):
         found = assign_replicas_to_brokers(brokers, partitions, replication_factor)
         return [found[p] for p in range(partitions)]
 
-    def _check_assignments(self, assignments, expected_rf):
-        known = {b.id for b in self.view_image.brokers.values()}
-        rf = expected_rf
-        for brokers in assignments:
-            if not brokers:
-                raise KafkaError("The manual partition assignment includes an empty replica list.",
-                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            unknown = [b for b in brokers if b not in known]
-            if unknown:
-                raise KafkaError(f"The manual partition assignment includes broker {unknown[0]}, "
-                                 "but no such broker is registered.",
-                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            if len(set(brokers)) != len(brokers):
-                raise KafkaError(f"The manual partition assignment includes the broker "
-                                 f"{brokers[0]} more than once.",
-                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-            if rf is None:
-                rf = len(brokers)
-            elif len(brokers) != rf:
-                raise KafkaError(f"The manual partition assignment includes a partition with "
-                                 f"{len(brokers)} replica(s), but this is not consistent with "
-                                 f"previous partitions, which have {rf} replica(s).",
-                                 code=ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        return rf if rf is not None else -1
+    def _registered_broker_ids(self) -> set[int]:
+        return {b.id for b in self.view_image.brokers.values()}
 
     def _place_new_partitions(self, info: TopicInfo, new_total: int, assignments):
         existing = self.view_image.topics[info.name].assignment

@@ -124,9 +124,13 @@ class ZkMetadataView:
                     except (ValueError, KeyError, TypeError) as exc:
                         log.error("ignoring unreadable state of %s-%d: %s", name, p, exc)
             config = configs_tree.data(z.config_entity_path("topics", name))
+            parts = assignment.partitions
             topics[name] = TopicImage(
                 name, assignment.topic_id,
-                tuple(assignment.partitions[p].replicas for p in range(count)),
+                tuple(parts[p].replicas for p in range(count)),
                 frozen_map(states),
-                frozen_map(z.decode_entity_config(config[0]) if config else {}))
+                frozen_map(z.decode_entity_config(config[0]) if config else {}),
+                frozen_map({p: tuple(a.adding_replicas) for p, a in parts.items() if a.adding_replicas}),
+                frozen_map({p: tuple(a.removing_replicas) for p, a in parts.items()
+                            if a.removing_replicas}))
         return MetadataImage(frozen_map(brokers), frozen_map(topics))
