@@ -50,11 +50,11 @@ fuzz: venv
 	STRATA_BAD_INPUT_EXAMPLES=$${STRATA_BAD_INPUT_EXAMPLES:-5000} \
 		$(VENV)/bin/pytest -q -s tests/integration/test_mutated_requests.py tests/integration/test_bad_input.py
 
-# The cluster's fault loops for long: SIGKILL of partition leaders under a producing idempotent
-# acks=all client, STRATA_REPLICATION_ROUNDS rounds (3 in `make test`).
+# The cluster's fault loop for long: 100 SIGKILLs of random partition leaders and 20 controlled
+# restarts under an idempotent acks=all producer and a group consumer (3 rounds in `make test`).
 faults: venv system-deps
-	STRATA_REPLICATION_ROUNDS=$${STRATA_REPLICATION_ROUNDS:-30} \
-		$(VENV)/bin/pytest -q tests/integration/test_replication.py -k loop
+	STRATA_REPLICATION_ROUNDS=$${STRATA_REPLICATION_ROUNDS:-120} \
+		$(VENV)/bin/pytest -q tests/integration/test_replication.py -k random_leader_kills
 
 bench-log: venv
 	$(PY) -m strata.bench.log_bench

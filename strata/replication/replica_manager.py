@@ -234,6 +234,10 @@ class ReplicaManager:
                 gained.append(tp)
             elif was_leader and not now_leader:
                 lost.append(tp)
+            if new_epoch:   # Kafka's state-change log
+                log.info("%s: %s at leader epoch %d (leader %d, ISR %s)", tp,
+                         "leading" if now_leader else "following", st.leader_epoch, st.leader,
+                         list(st.isr))
         if self.fetchers is not None:
             if unfollow:
                 self.fetchers.remove_partitions(unfollow)
