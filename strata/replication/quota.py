@@ -22,6 +22,7 @@ from strata.common.types import TopicPartition
 
 LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
 FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
+ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 WINDOW_NUM = "replication.quota.window.num"
 WINDOW_SIZE_SECONDS = "replication.quota.window.size.seconds"
 
@@ -37,12 +38,18 @@ REPLICATION_QUOTA_CONFIG_DEF = (
             "follower replicas enumerated in the property follower.replication.throttled.replicas "
             "(for each topic). This property can be only set dynamically. It is suggested that "
             "the limit be kept above 1MB/s for accurate behaviour.")
+    .define(ALTER_LOG_DIRS_RATE, T.LONG, LONG_MAX, at_least(0),
+            "A long representing the upper bound (bytes/sec) on disk IO used for moving replica "
+            "between log directories on the same broker. (Strata moves no replica between log "
+            "directories: accepted, with no effect.)")
     .define(WINDOW_NUM, T.INT, 11, at_least(1),
             "The number of samples to retain in memory for replication quotas")
     .define(WINDOW_SIZE_SECONDS, T.INT, 1, at_least(1),
             "The time span of each sample for replication quotas")
 )
-DYNAMIC_REPLICATION_QUOTA_CONFIGS = frozenset({LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE})
+# kafka-reassign-partitions sets and clears all three on the brokers it moves replicas between
+DYNAMIC_REPLICATION_QUOTA_CONFIGS = frozenset({LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
+                                               ALTER_LOG_DIRS_RATE})
 
 
 class ReplicationQuota(ByteRateQuota):

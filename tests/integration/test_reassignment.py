@@ -22,7 +22,7 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from kio.schema.list_partition_reassignments.v0.response import ListPartitionReassignmentsResponse
 from zk_server import zookeeper_available
 
-from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, wait_for
+from cluster_clients import NO_TIERING, admin, consume_all, log_end, partitions, produce, wait_for
 from cluster_process import StrataCluster, metadata_node_ids
 from kafka_tools import REASSIGN_PARTITIONS, kafka_dist_available, run_kafka_class
 from strata.common.errors import ErrorCode
@@ -65,19 +65,15 @@ def partition(cluster, topic: str, via=None) -> tuple[list[int], list[int], int]
     """(replicas, isr, leader) of partition 0 as ``via`` (default: the first running broker)
     says in Metadata."""
     broker = via or next(b for b in cluster.brokers if b.running)
-    p = admin(broker.bootstrap).list_topics(topic, timeout=5).topics[topic].partitions[0]
-    return list(p.replicas), list(p.isrs), p.leader
+    p = partitions(broker.bootstrap, topic)[0]   # that broker itself answers
+    return p.replicas, p.isr, p.leader
 
 
 def reassign_tool(cluster, tmp_path, action: str, plan: dict[str, list[int]],
-                  bootstrap: str | None = None) -> str:
+                  bootstrap: str | None = None, *extra: str) -> str:
     """Runs kafka-reassign-partitions ``action`` (--execute, --verify, --cancel) on ``plan``
     (topic -> partition 0's target replicas); returns its output (exit code checked).
-
-    --verify and --cancel run with --preserve-throttles: without it the tool deletes the
-    throttle configs of every broker through IncrementalAlterConfigs, which Strata refuses (it
-    has no dynamic broker configs); no throttle is set here anyway."""
-    extra = ("--preserve-throttles",) if action in ("--verify", "--cancel") else ()
+    --verify and --cancel also clear the throttles --execute --throttle set."""
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": t, "partition": 0, "replicas": r} for t, r in plan.items()]}))
@@ -87,6 +83,27 @@ def reassign_tool(cluster, tmp_path, action: str, plan: dict[str, list[int]],
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     return out
+
+
+THROTTLE = 2_000_000   # bytes/s, kafka-reassign-partitions --throttle
+
+
+def broker_config(broker, key: str) -> str | None:
+    """A dynamic config of ``broker`` (its own BROKER resource), None when not set."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    resource = ConfigResource(ResourceType.BROKER, str(broker.node_id))
+    entries = admin(broker.bootstrap).describe_configs([resource])[resource].result(10)
+    entry = entries.get(key)
+    from confluent_kafka.admin import ConfigSource
+    dynamic = entry is not None and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    return entry.value if dynamic else None
+
+
+def topic_config(cluster, topic: str, key: str) -> str | None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entry = admin(cluster.bootstrap).describe_configs([resource])[resource].result(10).get(key)
+    return entry.value if entry is not None else None
 
 
 def listed(broker) -> tuple[int, dict]:
@@ -111,12 +128,19 @@ def test_reassign_partitions_moves_a_replica_with_its_data(cluster, tmp_path):
     assert produce(cluster.bootstrap, "moved", keys) == keys
     assert partition_dirs(cluster.broker(1), "moved") == ["moved-0"]
 
-    out = reassign_tool(cluster, tmp_path, "--execute", {"moved": [2, 3]})
+    out = reassign_tool(cluster, tmp_path, "--execute", {"moved": [2, 3]}, None,
+                        "--throttle", str(THROTTLE))
     assert "Successfully started partition reassignment" in out, out
+    # the tool throttled the move: the rates on the brokers, the moving replicas on the topic
+    assert broker_config(cluster.broker(1), "leader.replication.throttled.rate") == str(THROTTLE)
+    assert topic_config(cluster, "moved", "follower.replication.throttled.replicas") == "0:3"
     verified = wait_for("--verify reports the reassignment complete", lambda: (
         o := reassign_tool(cluster, tmp_path, "--verify", {"moved": [2, 3]}))
         and "Reassignment of partition moved-0 is completed" in o and o, timeout=90)
     assert "still in progress" not in verified
+    # --verify, once complete, cleared the throttles
+    assert broker_config(cluster.broker(1), "leader.replication.throttled.rate") is None
+    assert topic_config(cluster, "moved", "follower.replication.throttled.replicas") in (None, "")
 
     for b in (1, 2, 3):  # every broker's Metadata shows the target, led from inside it
         replicas, isr, leader = partition(cluster, "moved", via=cluster.broker(b))
@@ -139,8 +163,12 @@ def test_a_stuck_reassignment_is_listed_and_cancel_reverts_it(cluster, tmp_path)
     assert produce(cluster.bootstrap, "stuck", keys) == keys
     paused, lead = cluster.broker(added), cluster.broker(controller)
 
-    def tool(action: str) -> str:  # bootstrapped off the paused broker
-        return reassign_tool(cluster, tmp_path, action, {"stuck": [first, added]}, lead.bootstrap)
+    def tool(action: str) -> str:
+        # bootstrapped off the paused broker; --preserve-throttles: clearing the throttles
+        # would have to reach the paused broker too
+        extra = ("--preserve-throttles",) if action != "--execute" else ()
+        return reassign_tool(cluster, tmp_path, action, {"stuck": [first, added]},
+                             lead.bootstrap, *extra)
     paused.pause()  # fetching nothing, it cannot join the ISR; the tool bootstraps elsewhere
     try:
         out = tool("--execute")
