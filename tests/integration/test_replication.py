@@ -23,7 +23,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition as CTopicPartitio
 from confluent_kafka.admin import NewTopic
 from zk_server import zookeeper_available
 
-from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, produce_raw, wait_for
+from cluster_clients import (
+    NO_TIERING, admin, consume_all, log_end, partitions, produce, produce_raw, wait_for)
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.protocol.client import roundtrip
@@ -56,10 +57,11 @@ def create(cluster, name: str, partitions: int = 1, rf: int = 3, **configs: str)
 
 
 def state(cluster, topic: str, via=None) -> dict[int, tuple[int, list[int]]]:
-    """partition -> (leader, isr) as a live broker's Metadata says."""
+    """partition -> (leader, isr) as ``via`` (else the first running broker that answers)
+    says itself in Metadata."""
     brokers = [via] if via is not None else [b for b in cluster.brokers if b.running]
-    md = admin(brokers[0].bootstrap).list_topics(topic, timeout=5)
-    return {p.id: (p.leader, sorted(p.isrs)) for p in md.topics[topic].partitions.values()}
+    found = partitions(",".join(b.bootstrap for b in brokers), topic, timeout=2)
+    return {p: (m.leader, sorted(m.isr)) for p, m in found.items()}
 
 
 def test_an_acks_all_record_is_on_every_isr_member_when_acknowledged(cluster):
@@ -316,3 +318,27 @@ def test_a_follower_catching_up_is_held_to_the_leader_replication_throttle(clust
     finally:
         set_rate(AlterConfigOpType.DELETE)
     wait_for("the follower back in the ISR", lambda: follower in state(cluster, "throttled")[0][1])
+
+
+def test_followers_cut_off_leave_the_isr_and_acks_all_is_refused_never_silently_acknowledged(cluster):
+    """Two of three brokers stopped (SIGSTOP: they hold their connections and say nothing):
+    the leader drops them from the ISR once they lag (replica.lag.time.max.ms) or their
+    sessions expire, an acks=all produce then gets NOT_ENOUGH_REPLICAS, and nothing it refused
+    is stored; resumed, they catch up and return to the ISR."""
+    create(cluster, "cutoff", min_insync_replicas="2")
+    assert produce(cluster.bootstrap, "cutoff", [b"a%d" % i for i in range(20)]) != []
+    leader, _ = state(cluster, "cutoff")[0]
+    lead = cluster.broker(leader)
+    followers = [cluster.broker(b) for b in sorted(cluster.node_ids) if b != leader]
+    for f in followers:
+        f.pause()
+    try:
+        wait_for("the ISR down to the leader", lambda: state(cluster, "cutoff", via=lead)[0][1] == [leader])
+        before = log_end(lead, "cutoff")
+        assert produce_raw(lead.bootstrap, "cutoff", acks=-1) == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert log_end(lead, "cutoff") == before
+    finally:
+        for f in followers:
+            f.resume()
+    wait_for("the ISR whole again", lambda: state(cluster, "cutoff")[0][1] == sorted(cluster.node_ids), 60)
+    assert all(log_end(f, "cutoff") == log_end(lead, "cutoff") for f in followers)
