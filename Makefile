@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-replication faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ bench-smoke: venv
 bench-failover: venv system-deps kafka-dist
 	$(PY) -m strata.bench.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
 	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
+
+# RF 3 acks=all produce and a follower's catch-up on three brokers, Strata and Kafka 4.x.
+bench-replication: venv system-deps kafka-dist
+	$(PY) -m strata.bench.replication --system kafka --rounds 3 --json docs/benchmarks/replication-kafka.json
+	$(PY) -m strata.bench.replication --system strata --rounds 3 --json docs/benchmarks/replication-strata.json
 
 # Full-history scan of a >= 1 GiB tiered topic with Spark: the strata source in `direct` and
 # `broker` mode vs Spark's Kafka connector, 3 rounds; writes its section of docs/benchmarks.md.

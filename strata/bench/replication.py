@@ -1,0 +1,393 @@
+"""Replicated produce and follower catch-up on a three-node cluster on this machine:
+
+    python -m strata.bench.replication --system kafka|strata --rounds 3 [--json F]
+
+The clusters are failover.py's (``KafkaCluster``: three KRaft nodes in combined mode;
+``StrataCluster``: three ``strata serve`` with ZooKeeper), every setting not named here the
+system's default. Records are 1 KiB of random bytes, no key, no compression; MiB/s counts
+record value bytes (N x 1024).
+
+produce
+    A topic with replication factor 3 and ``min.insync.replicas=2``, once with one partition
+    and once with six (a fresh topic each round). One confluent-kafka producer with
+    workloads.py's settings (acks=all, idempotence on, linger.ms 5, batch.size 1 MB, no
+    compression) sends ``--records`` records as fast as it can; throughput is records over the
+    time from the first produce() to the end of flush(), after one record delivered untimed
+    (connections, leaders, the producer id). Latency is each record's
+    ``Message.latency()``: librdkafka's time from produce() to the delivery report. The
+    producer is never throttled, so the latency includes the wait in librdkafka's own queue
+    (up to queue.buffering.max.messages, 100,000 records) and says as much about that queue as
+    about the brokers. Each round then checks that the three replicas of every partition
+    report the same log end offset, summing to the records acknowledged.
+
+catch-up
+    A topic with one partition, replication factor 3, ``min.insync.replicas=2``, its replicas
+    assigned so that the follower stopped is not the active controller. The follower's
+    process gets SIGKILL; ``--backlog-mib`` of records are produced (workloads.produce_throughput,
+    acks=1, so that the backlog does not wait for the leader to drop the dead follower from the
+    ISR); once the cluster's Metadata no longer lists the follower (Kafka fenced it after
+    broker.session.timeout.ms, Strata's ZooKeeper session expired: a Strata broker restarted
+    before that exits, as Kafka's does in ZooKeeper mode, on its old /brokers/ids ephemeral),
+    the follower is restarted. ``catchup_s`` is the time from the restart (process launched)
+    until the follower's own log end offset equals the leader's, both read with ListOffsets as
+    the debugging replica (-2) sent to the replica itself; ``catchup_ready_s`` the same from
+    when the restarted broker first answers Metadata (startup apart; ``first_log_end`` is the
+    follower's log end offset when it first answers ListOffsets). MB/s is backlog bytes
+    (records x 1024) / 10^6 / time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from strata.bench.brokers import REPO_ROOT, find_kafka_libs, log
+from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, KafkaCluster,
+                                   StrataCluster, wait_for)
+from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
+                                    random_values)
+from strata.protocol.client import roundtrip
+
+RECORD_SIZE = 1024
+CATCHUP_TIMEOUT_S = 600
+
+
+def log_end(bootstrap: str, topic: str, partition: int = 0) -> int | None:
+    """The log end offset of the replica at ``bootstrap`` (ListOffsets latest as the debugging
+    replica, -2, which a follower answers too); None while it does not answer."""
+    from kio.schema.list_offsets.v7.request import (
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
+    from kio.schema.list_offsets.v7.response import ListOffsetsResponse
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32, i64
+    req = ListOffsetsRequest(replica_id=i32(-2), isolation_level=0, topics=(ListOffsetsTopic(
+        name=TopicName(topic), partitions=(ListOffsetsPartition(
+            partition_index=i32(partition), current_leader_epoch=i32(-1),
+            timestamp=i64(-1)),)),))
+    try:
+        p = roundtrip(bootstrap, req, ListOffsetsResponse, timeout=2).topics[0].partitions[0]
+    except OSError:
+        return None
+    if int(getattr(p.error_code, "value", p.error_code)) != 0:
+        return None
+    return int(p.offset)
+
+
+def broker_ids(admin) -> set[int]:
+    try:
+        return set(admin.list_topics(timeout=5).brokers)
+    except Exception:  # noqa: BLE001 - look again
+        return set()
+
+
+def topic_in_sync(admin, topic: str, brokers: set[int]) -> dict | None:
+    """{partition: leader} once every partition of ``topic`` has a leader and all of
+    ``brokers``' replicas in its ISR, else None."""
+    try:
+        t = admin.list_topics(topic, timeout=5).topics.get(topic)
+    except Exception:  # noqa: BLE001 - a broker restarting; look again
+        return None
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    if any(p.leader < 0 or set(p.isrs) != set(p.replicas) or set(p.replicas) - brokers
+           for p in t.partitions.values()):
+        return None
+    return {i: p.leader for i, p in t.partitions.items()}
+
+
+def create_topic(admin, cluster: Cluster, label: str, partitions: int,
+                 assignment: list[int] | None = None) -> str:
+    """A fresh topic with RF 3 and min.insync.replicas 2; its name once its ISRs are full."""
+    from confluent_kafka.admin import NewTopic
+    name = f"repl-{label}-{uuid.uuid4().hex[:6]}"
+    config = {"min.insync.replicas": "2"}
+    if assignment is not None:
+        topic = NewTopic(name, partitions, replica_assignment=[assignment], config=config)
+    else:
+        topic = NewTopic(name, partitions, replication_factor=3, config=config)
+    admin.create_topics([topic], request_timeout=30)[name].result(60)
+    wait_for(f"{name} in sync", lambda: topic_in_sync(admin, name, set(cluster.nodes)),
+             WHOLE_TIMEOUT_S, 0.1)
+    return name
+
+
+def delete_topic(admin, name: str) -> None:
+    """Frees the disk between rounds; a failure here is reported but does not end the run."""
+    try:
+        admin.delete_topics([name], request_timeout=30)[name].result(60)
+    except Exception as e:  # noqa: BLE001
+        log(f"deleting {name}: {e}")
+
+
+def produce_with_latency(bootstrap: str, topic: str, n: int, values: list[bytes]) -> dict:
+    """``n`` records, acks=all, as fast as the producer takes them; throughput and the
+    per-record latency percentiles."""
+    from confluent_kafka import Producer
+    latencies: list[float] = []
+    errors: list = []
+
+    def report(err, msg) -> None:
+        if err is None:
+            latencies.append(msg.latency())
+        else:
+            errors.append(err)
+    p = Producer({**producer_config(bootstrap, "all"), "on_delivery": report})
+    # one record delivered before the clock starts: connections, leaders and the idempotent
+    # producer id (Kafka's InitProducerId can wait for its transaction coordinator to load)
+    p.produce(topic, values[0])
+    p.flush(60)
+    if len(latencies) != 1:
+        raise RuntimeError(f"produce warm-up record: {errors[:1] or 'not delivered'}")
+    latencies.clear()
+    produce, poll, mask = p.produce, p.poll, len(values) - 1
+    t0 = time.perf_counter()
+    for i in range(n):
+        v = values[i & mask]
+        while True:
+            try:
+                produce(topic, v)
+                break
+            except BufferError:  # local queue full: let deliveries drain it
+                poll(0.005)
+        if not i & 1023:
+            poll(0)
+    remaining = p.flush(300)
+    elapsed = time.perf_counter() - t0
+    if remaining or errors or len(latencies) != n:
+        raise RuntimeError(f"produce: {len(latencies)}/{n} delivered, {len(errors)} errors "
+                           f"(first: {errors[:1]}), {remaining} undelivered")
+    xs = sorted(x * 1000 for x in latencies)
+    return {"MiB/s": round(n * len(values[0]) / elapsed / MIB, 2),
+            "records/s": round(n / elapsed), "seconds": round(elapsed, 2), "records": n,
+            "p50_ms": round(percentile(xs, 50), 1), "p99_ms": round(percentile(xs, 99), 1),
+            "max_ms": round(xs[-1], 1)}
+
+
+def replicas_equal(cluster: Cluster, admin, topic: str) -> int | None:
+    """The records in ``topic`` once every partition's three replicas report the same log end
+    offset, else None."""
+    t = admin.list_topics(topic, timeout=5).topics[topic]
+    total = 0
+    for i, p in t.partitions.items():
+        ends = {log_end(cluster.nodes[r].bootstrap, topic, i) for r in p.replicas}
+        if len(ends) != 1 or None in ends:
+            return None
+        total += ends.pop()
+    return total
+
+
+def produce_round(cluster: Cluster, admin, partitions: int, number: int, n: int,
+                  values: list[bytes]) -> dict:
+    topic = create_topic(admin, cluster, f"p{partitions}", partitions)
+    try:
+        result = {"round": number, "partitions": partitions,
+                  **produce_with_latency(cluster.bootstrap(), topic, n, values)}
+        # acks=all acknowledged them, so all three replicas must hold them (and the warm-up record)
+        total = wait_for("replicas' log ends equal", lambda: replicas_equal(cluster, admin, topic),
+                         WHOLE_TIMEOUT_S, 0.1)
+        if total != n + 1:
+            raise RuntimeError(f"{topic}: replicas hold {total} records, {n + 1} were acknowledged")
+    finally:
+        delete_topic(admin, topic)
+    return result
+
+
+def catchup_round(cluster: Cluster, admin, number: int, backlog_records: int,
+                  values: list[bytes]) -> dict:
+    controller = wait_for("active controller", lambda: cluster.active_controller(cluster.nodes),
+                          WHOLE_TIMEOUT_S)
+    others = [i for i in cluster.nodes if i != controller]
+    # the follower stopped alternates between the two nodes that are not the controller
+    victim = others[number % 2]
+    leader = others[(number + 1) % 2]
+    topic = create_topic(admin, cluster, "catchup", 1, [leader, controller, victim])
+    try:
+        node = cluster.nodes[victim]
+        node.kill()
+        killed_at = time.monotonic()
+        produced = produce_throughput(cluster.bootstrap([leader, controller]), topic,
+                                      backlog_records, values, "1")
+        leader_end = log_end(cluster.nodes[leader].bootstrap, topic)
+        behind = log_end(cluster.nodes[victim].bootstrap, topic)   # None: it is down
+        if leader_end is None or behind is not None:
+            raise RuntimeError(f"leader log end {leader_end}, stopped follower answers {behind}")
+        # A restart before the cluster has noticed the death fails on Strata as on Kafka's
+        # ZooKeeper mode (its /brokers/ids ephemeral still belongs to the old session).
+        gone_at = wait_for(f"broker {victim} gone from Metadata",
+                           lambda: victim not in broker_ids(admin) and time.monotonic(),
+                           WHOLE_TIMEOUT_S, 0.1)
+        node.launch()
+        ready_at = None
+        first_seen = None
+        deadline = node.started_at + CATCHUP_TIMEOUT_S
+        while True:
+            now = time.monotonic()
+            if ready_at is None and node._answers_metadata():   # noqa: SLF001 - Broker's own check
+                ready_at = time.monotonic()
+            end = log_end(node.bootstrap, topic)
+            if end is not None and first_seen is None:
+                first_seen = (time.monotonic(), end)
+            if end is not None and end >= leader_end:
+                done_at = time.monotonic()
+                break
+            if node.proc.poll() is not None:
+                raise RuntimeError(f"follower {victim} exited with {node.proc.returncode}")
+            if now > deadline:
+                raise TimeoutError(f"follower {victim} at {end} of {leader_end} after "
+                                   f"{CATCHUP_TIMEOUT_S} s")
+            time.sleep(0.02)
+        if ready_at is None:
+            ready_at = done_at
+        wait_for(f"{topic} ISR whole again",
+                 lambda: topic_in_sync(admin, topic, set(cluster.nodes)), WHOLE_TIMEOUT_S, 0.1)
+        isr_at = time.monotonic()
+    finally:
+        delete_topic(admin, topic)
+    nbytes = backlog_records * RECORD_SIZE
+    took = done_at - node.started_at
+    took_ready = done_at - ready_at
+    return {"round": number, "leader": leader, "follower": victim, "controller": controller,
+            "backlog_records": backlog_records, "backlog_MiB": round(nbytes / MIB, 1),
+            "leader_log_end": leader_end,
+            "restarted_after_kill_s": round(node.started_at - killed_at, 2),
+            "gone_from_metadata_s": round(gone_at - killed_at, 2),
+            "backlog_produce_MiB/s": round(produced["MiB/s"], 2),
+            "ready_s": round(ready_at - node.started_at, 3),
+            "first_log_end_s": round(first_seen[0] - node.started_at, 3),
+            "first_log_end": first_seen[1],
+            "catchup_s": round(took, 3), "catchup_MB/s": round(nbytes / 1e6 / took, 2),
+            "catchup_ready_s": round(took_ready, 3),
+            "catchup_ready_MB/s": round(nbytes / 1e6 / took_ready, 2) if took_ready > 0 else None,
+            "isr_rejoin_s": round(isr_at - node.started_at, 3)}
+
+
+def summarize(rounds: list[dict], keys: tuple[str, ...]) -> dict:
+    """Median, min and max of each key over the rounds that have a value for it."""
+    out = {}
+    for k in keys:
+        xs = [r[k] for r in rounds if r.get(k) is not None]
+        if xs:
+            out[k] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+    return out
+
+
+def produce_line(r: dict) -> str:
+    return (f"produce {r['partitions']} partition(s) round {r['round']}: {r['records']} records "
+            f"in {r['seconds']:.2f} s, {r['MiB/s']:.2f} MiB/s, {r['records/s']} records/s; "
+            f"latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms")
+
+
+def catchup_line(r: dict) -> str:
+    return (f"catch-up round {r['round']}: follower {r['follower']} (leader {r['leader']}) "
+            f"{r['backlog_MiB']} MiB behind; up after {r['ready_s']:.2f} s, caught up "
+            f"{r['catchup_s']:.2f} s after the restart ({r['catchup_MB/s']:.2f} MB/s), "
+            f"{r['catchup_ready_s']:.2f} s after it answered ({r['catchup_ready_MB/s']} MB/s); "
+            f"back in the ISR after {r['isr_rejoin_s']:.2f} s; backlog produced at "
+            f"{r['backlog_produce_MiB/s']:.2f} MiB/s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--system", choices=("kafka", "strata"), required=True)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each kind (default 3)")
+    ap.add_argument("--kinds", choices=("produce", "catchup", "both"), default="both")
+    ap.add_argument("--partitions", default="1,6",
+                    help="partition counts of the produce topics (default 1,6)")
+    ap.add_argument("--records", default="300000",
+                    help="records of 1 KiB per produce round: one count, or one per --partitions "
+                         "entry (default 300000)")
+    ap.add_argument("--backlog-mib", type=int, default=200,
+                    help="the stopped follower's backlog in MiB (default 200)")
+    ap.add_argument("--json", type=Path, help="write every round and the summary here")
+    ap.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed)")
+    ap.add_argument("--kafka-libs", help="Kafka's jars (default: make kafka-dist's cache)")
+    ap.add_argument("--config", type=Path, default=REPO_ROOT / "config" / "server.properties",
+                    help="Strata's --config (default: config/server.properties)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property for every node")
+    args = ap.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.override)
+    partition_counts = [int(x) for x in args.partitions.split(",")]
+    record_counts = [int(x) for x in args.records.split(",")]
+    if len(record_counts) == 1:
+        record_counts *= len(partition_counts)
+    if len(record_counts) != len(partition_counts):
+        ap.error("--records: one count, or one per --partitions entry")
+
+    from confluent_kafka.admin import AdminClient
+    root = args.dir or Path(tempfile.mkdtemp(prefix=f"replication-{args.system}-"))
+    if args.system == "kafka":
+        libs, why = find_kafka_libs(args.kafka_libs)
+        if libs is None:
+            raise SystemExit(why)
+        cluster: Cluster = KafkaCluster(root, libs, overrides)
+    else:
+        cluster = StrataCluster(root, args.config, overrides)
+    values = random_values(RECORD_SIZE)
+    backlog_records = args.backlog_mib * MIB // RECORD_SIZE
+    produce_rounds: list[dict] = []
+    catchup_rounds: list[dict] = []
+    try:
+        log(f"starting three {cluster.system} nodes under {root}")
+        cluster.start()
+        # librdkafka's admin client is a producer handle: left to its default it refreshes the
+        # topics it has seen with auto-creation allowed, re-creating each round's deleted topic
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap(),
+                             "allow.auto.create.topics": False})
+        wait_for("active controller", lambda: cluster.active_controller(cluster.nodes),
+                 START_TIMEOUT_S)
+        if args.kinds in ("produce", "both"):
+            for partitions, records in zip(partition_counts, record_counts):
+                for n in range(1, args.rounds + 1):
+                    produce_rounds.append(produce_round(cluster, admin, partitions, n,
+                                                        records, values))
+                    print(produce_line(produce_rounds[-1]), flush=True)
+        if args.kinds in ("catchup", "both"):
+            for n in range(1, args.rounds + 1):
+                catchup_rounds.append(catchup_round(cluster, admin, n, backlog_records, values))
+                print(catchup_line(catchup_rounds[-1]), flush=True)
+    except BaseException:
+        for i, node in cluster.nodes.items():
+            log(f"--- node {i} ({node.log_path}) ---\n{node.output_tail(15)}")
+        raise
+    finally:
+        cluster.stop()
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    summary = {
+        "produce": {str(p): summarize([r for r in produce_rounds if r["partitions"] == p],
+                                      ("MiB/s", "records/s", "p50_ms", "p99_ms"))
+                    for p in partition_counts if args.kinds != "catchup"},
+        "catchup": summarize(catchup_rounds, ("catchup_s", "catchup_MB/s", "catchup_ready_MB/s")),
+    }
+    for p, stats in summary["produce"].items():
+        for key, s in stats.items():
+            print(f"produce {p} partition(s) {key}: median {s['median']} (min {s['min']}, "
+                  f"max {s['max']}) over {args.rounds} rounds")
+    for key, s in summary["catchup"].items():
+        print(f"catch-up {key}: median {s['median']} (min {s['min']}, max {s['max']}) "
+              f"over {args.rounds} rounds")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "system": cluster.system, "version": cluster.version(),
+            "command": shlex.join(["python", "-m", "strata.bench.replication",
+                                   *(argv if argv is not None else sys.argv[1:])]),
+            "cpus": os.cpu_count(), "record_size": RECORD_SIZE,
+            "produce": produce_rounds, "catchup": catchup_rounds, "summary": summary},
+            indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
