@@ -36,7 +36,9 @@ from strata.cluster.controller_events import (
 from strata.cluster.image import (
     UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
 from strata.cluster.metadata import (
-    ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo, ClusterMetadata, MetaPropertiesError, PartitionReassignment, TopicInfo, _build_image, random_directory_id)
+    ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo,
+    ClusterMetadata, MetaPropertiesError, PartitionReassignment, TopicInfo, _build_image,
+    random_directory_id)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from strata.common.clock import SYSTEM_CLOCK
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
