@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from strata.common.config import load_properties
@@ -142,9 +143,22 @@ def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rac
     """``/brokers/ids/N`` now and again after every new session (Kafka's registration)."""
     from strata.cluster.image import BrokerRegistration, Endpoint
     from strata.cluster.zk.client import StateChangeHandler
+    from strata.cluster.zk.client import ZkNodeExistsError
     listener = (props.get("inter.broker.listener.name") or "PLAINTEXT").strip()
     registration = BrokerRegistration(node_id, rack, (Endpoint(listener, host, port),))
-    zk.register_broker(registration)
+    # A broker restarted right after a crash finds its previous session's registration still
+    # there; Kafka's ZooKeeper mode gives up at once, Strata waits (at most one session
+    # timeout) for ZooKeeper to expire it. Another live broker with this id is still refused.
+    deadline = time.monotonic() + zk.config.session_timeout_ms / 1000 + 5
+    while True:
+        try:
+            zk.register_broker(registration)
+            break
+        except ZkNodeExistsError as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.info("waiting for the previous registration of broker %d to expire: %s", node_id, exc)
+            time.sleep(0.5)
     zk.register_state_change_handler(StateChangeHandler(
         "broker-registration", after_initializing_session=lambda: zk.register_broker(registration)))
 

@@ -205,3 +205,15 @@ def test_a_broker_paused_past_its_session_is_fenced_then_rejoins(cluster):
     # it serves again: every broker sees the same leaders
     views = [partitions_of(b.bootstrap, "paused") for b in cluster.brokers]
     assert views[0] == views[1] == views[2]
+
+
+def test_a_broker_sigkilled_and_relaunched_at_once_rejoins(cluster):
+    """Its previous session's /brokers/ids/N is still there when it registers again; it waits
+    for ZooKeeper to expire it (Kafka's ZooKeeper mode would exit) and rejoins."""
+    victim = cluster.broker(min(cluster.node_ids))
+    victim.kill()
+    victim.start()
+    wait_for("every broker listing all three", lambda: all(
+        metadata_node_ids(b.bootstrap)[0] == cluster.node_ids for b in cluster.brokers),
+        SESSION_MS / 1000 + 20)
+    assert victim.running
