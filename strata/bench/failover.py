@@ -454,12 +454,12 @@ def controller_line(r: dict) -> str:
             f"failover {r['failover_s']:.3f} s; restart {r['restart_s']:.1f} s")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+def cluster_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options every three-node benchmark takes (system, rounds, where, what to override)."""
+    ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--system", choices=("kafka", "strata"), required=True)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each kind (default 3)")
-    ap.add_argument("--kinds", choices=("leader", "controller", "both"), default="both")
     ap.add_argument("--json", type=Path, help="write every round and the summary here")
     ap.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed)")
     ap.add_argument("--kafka-libs", help="Kafka's jars (default: make kafka-dist's cache)")
@@ -467,18 +467,28 @@ def main(argv: list[str] | None = None) -> int:
                     help="Strata's --config (default: config/server.properties)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker property for every node (e.g. zookeeper.session.timeout.ms=9000)")
-    args = ap.parse_args(argv)
-    overrides = dict(item.split("=", 1) for item in args.override)
+    return ap
 
-    from confluent_kafka.admin import AdminClient
-    root = args.dir or Path(tempfile.mkdtemp(prefix=f"failover-{args.system}-"))
+
+def make_cluster(args: argparse.Namespace, name: str) -> tuple["Cluster", Path]:
+    """The three nodes ``cluster_arguments`` describe, not started; and their data dir."""
+    overrides = dict(item.split("=", 1) for item in args.override)
+    root = args.dir or Path(tempfile.mkdtemp(prefix=f"{name}-{args.system}-"))
     if args.system == "kafka":
         libs, why = find_kafka_libs(args.kafka_libs)
         if libs is None:
             raise SystemExit(why)
-        cluster: Cluster = KafkaCluster(root, libs, overrides)
-    else:
-        cluster = StrataCluster(root, args.config, overrides)
+        return KafkaCluster(root, libs, overrides), root
+    return StrataCluster(root, args.config, overrides), root
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = cluster_arguments(__doc__)
+    ap.add_argument("--kinds", choices=("leader", "controller", "both"), default="both")
+    args = ap.parse_args(argv)
+
+    from confluent_kafka.admin import AdminClient
+    cluster, root = make_cluster(args, "failover")
     leader_rounds: list[dict] = []
     controller_rounds: list[dict] = []
     try:

@@ -38,23 +38,20 @@ catch-up
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from strata.bench.brokers import REPO_ROOT, find_kafka_libs, log
-from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, KafkaCluster,
-                                   StrataCluster, wait_for)
+from strata.bench.brokers import log
+from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cluster_arguments,
+                                   make_cluster, wait_for)
 from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
-                                    random_values)
+                                    random_values, send_flat_out)
 from strata.protocol.client import roundtrip
 
 RECORD_SIZE = 1024
@@ -148,20 +145,7 @@ def produce_with_latency(bootstrap: str, topic: str, n: int, values: list[bytes]
     if len(latencies) != 1:
         raise RuntimeError(f"produce warm-up record: {errors[:1] or 'not delivered'}")
     latencies.clear()
-    produce, poll, mask = p.produce, p.poll, len(values) - 1
-    t0 = time.perf_counter()
-    for i in range(n):
-        v = values[i & mask]
-        while True:
-            try:
-                produce(topic, v)
-                break
-            except BufferError:  # local queue full: let deliveries drain it
-                poll(0.005)
-        if not i & 1023:
-            poll(0)
-    remaining = p.flush(300)
-    elapsed = time.perf_counter() - t0
+    remaining, elapsed = send_flat_out(p, topic, n, values)
     if remaining or errors or len(latencies) != n:
         raise RuntimeError(f"produce: {len(latencies)}/{n} delivered, {len(errors)} errors "
                            f"(first: {errors[:1]}), {remaining} undelivered")
@@ -296,10 +280,7 @@ def catchup_line(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", choices=("kafka", "strata"), required=True)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of each kind (default 3)")
+    ap = cluster_arguments(__doc__)
     ap.add_argument("--kinds", choices=("produce", "catchup", "both"), default="both")
     ap.add_argument("--partitions", default="1,6",
                     help="partition counts of the produce topics (default 1,6)")
@@ -308,15 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                          "entry (default 300000)")
     ap.add_argument("--backlog-mib", type=int, default=200,
                     help="the stopped follower's backlog in MiB (default 200)")
-    ap.add_argument("--json", type=Path, help="write every round and the summary here")
-    ap.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed)")
-    ap.add_argument("--kafka-libs", help="Kafka's jars (default: make kafka-dist's cache)")
-    ap.add_argument("--config", type=Path, default=REPO_ROOT / "config" / "server.properties",
-                    help="Strata's --config (default: config/server.properties)")
-    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker property for every node")
     args = ap.parse_args(argv)
-    overrides = dict(item.split("=", 1) for item in args.override)
     partition_counts = [int(x) for x in args.partitions.split(",")]
     record_counts = [int(x) for x in args.records.split(",")]
     if len(record_counts) == 1:
@@ -325,14 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--records: one count, or one per --partitions entry")
 
     from confluent_kafka.admin import AdminClient
-    root = args.dir or Path(tempfile.mkdtemp(prefix=f"replication-{args.system}-"))
-    if args.system == "kafka":
-        libs, why = find_kafka_libs(args.kafka_libs)
-        if libs is None:
-            raise SystemExit(why)
-        cluster: Cluster = KafkaCluster(root, libs, overrides)
-    else:
-        cluster = StrataCluster(root, args.config, overrides)
+    cluster, root = make_cluster(args, "replication")
     values = random_values(RECORD_SIZE)
     backlog_records = args.backlog_mib * MIB // RECORD_SIZE
     produce_rounds: list[dict] = []

@@ -115,11 +115,9 @@ class _Deliveries:
                 self.first_error = err
 
 
-def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], acks: str) -> dict:
-    from confluent_kafka import Producer
-    d = _Deliveries()
-    p = Producer({**producer_config(bootstrap, acks), "on_delivery": d})
-    p.list_topics(topic, timeout=10)  # connect and learn the leader before the clock starts
+def send_flat_out(p, topic: str, n: int, values: list[bytes]) -> tuple[int, float]:
+    """Hands ``n`` records (``values`` in turn, a power-of-two count) to producer ``p`` as
+    fast as it takes them, then flushes; (records left undelivered, seconds taken)."""
     produce, poll, mask = p.produce, p.poll, len(values) - 1
     t0 = time.perf_counter()
     for i in range(n):
@@ -133,7 +131,15 @@ def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], 
         if not i & 1023:
             poll(0)
     remaining = p.flush(300)
-    elapsed = time.perf_counter() - t0
+    return remaining, time.perf_counter() - t0
+
+
+def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], acks: str) -> dict:
+    from confluent_kafka import Producer
+    d = _Deliveries()
+    p = Producer({**producer_config(bootstrap, acks), "on_delivery": d})
+    p.list_topics(topic, timeout=10)  # connect and learn the leader before the clock starts
+    remaining, elapsed = send_flat_out(p, topic, n, values)
     if remaining or d.errors or d.ok != n:
         raise RuntimeError(f"produce acks={acks}: {d.ok}/{n} delivered, {d.errors} errors "
                            f"(first: {d.first_error}), {remaining} undelivered")
