@@ -60,20 +60,27 @@ trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
 trap 'stop_all' EXIT
 
+# wait_up NAME PID LOG CHECK...: until CHECK succeeds; exits with LOG's tail if PID dies first
+wait_up() {
+  local name=$1 pid=$2 logfile=$3
+  shift 3
+  until "$@"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "run-cluster: $name exited; $logfile:" >&2
+      tail -n 20 "$logfile" >&2
+      exit 1
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || { echo "run-cluster: $name not up after ${start_timeout}s" >&2; exit 1; }
+    sleep 0.2
+  done
+}
+
 mkdir -p "$data"
 # setsid: the children get no terminal Ctrl-C of their own; this script stops them in order.
 setsid bash scripts/zookeeper-run.sh "$zk_port" "$data/zookeeper" >"$data/zookeeper.log" 2>&1 &
 zk_pid=$!
 deadline=$((SECONDS + start_timeout))
-until zk_ok; do
-  if ! kill -0 "$zk_pid" 2>/dev/null; then
-    echo "run-cluster: ZooKeeper exited; $data/zookeeper.log:" >&2
-    tail -n 20 "$data/zookeeper.log" >&2
-    exit 1
-  fi
-  [ "$SECONDS" -lt "$deadline" ] || { echo "run-cluster: ZooKeeper not serving on $zk_port" >&2; exit 1; }
-  sleep 0.2
-done
+wait_up ZooKeeper "$zk_pid" "$data/zookeeper.log" zk_ok
 echo "run-cluster: ZooKeeper on 127.0.0.1:$zk_port (log $data/zookeeper.log)" >&2
 
 # Tiered storage across replicas is not built yet (issue 27): a cluster runs without it.
@@ -101,15 +108,7 @@ for i in "${!ports[@]}"; do
 done
 
 for i in "${!ports[@]}"; do
-  until listening "${ports[$i]}"; do
-    if ! kill -0 "${broker_pids[$i]}" 2>/dev/null; then
-      echo "run-cluster: broker $((i + 1)) exited; $data/broker-$((i + 1)).log:" >&2
-      tail -n 20 "$data/broker-$((i + 1)).log" >&2
-      exit 1
-    fi
-    [ "$SECONDS" -lt "$deadline" ] || { echo "run-cluster: broker $((i + 1)) not listening on ${ports[$i]}" >&2; exit 1; }
-    sleep 0.2
-  done
+  wait_up "broker $((i + 1))" "${broker_pids[$i]}" "$data/broker-$((i + 1)).log" listening "${ports[$i]}"
 done
 echo "run-cluster: ${#ports[@]} brokers up (logs $data/broker-N.log); Ctrl-C stops the cluster" >&2
 echo "$bootstrap"
