@@ -181,6 +181,15 @@ class ReplicaManager:
         follow: dict[TopicPartition, tuple[int, int]] = {}
         unfollow: list[TopicPartition] = []
         now = self.clock.milliseconds()
+        if self.fetchers is not None:
+            # Kafka's makeLeader order: no fetcher may append to a log once this broker leads
+            # it (a batch of the old leader's epoch after the new epoch's start would corrupt
+            # the leader epoch cache), so the fetchers let go first
+            leading = [tp for tp, st in states.items()
+                       if (st is None or st.leader == self.broker_id
+                           or self.broker_id not in st.replicas) and not self._stale(tp, st)]
+            if leading:
+                self.fetchers.remove_partitions(leading)
         for tp, st in states.items():
             old = self._states.get(tp)
             if st is None:
@@ -191,7 +200,7 @@ class ReplicaManager:
                     if old.leader == self.broker_id:
                         lost.append(tp)
                 continue
-            if old is not None and (st.leader_epoch, st.partition_epoch) < (old.leader_epoch, old.partition_epoch):
+            if self._stale(tp, st):
                 log.info("ignoring stale state of %s: epoch %d/%d, holding %d/%d", tp,
                          st.leader_epoch, st.partition_epoch, old.leader_epoch, old.partition_epoch)
                 continue
@@ -244,6 +253,12 @@ class ReplicaManager:
             if follow:
                 self.fetchers.add_partitions(follow)
         return StateChange(tuple(gained), tuple(lost))
+
+    def _stale(self, tp: TopicPartition, st: PartitionState | None) -> bool:
+        """Older (leader epoch, partition epoch) than the state held: never applied."""
+        old = self._states.get(tp)
+        return (st is not None and old is not None
+                and (st.leader_epoch, st.partition_epoch) < (old.leader_epoch, old.partition_epoch))
 
     # ---- leader: followers, ISR, high watermark ---------------------------------------------
 

@@ -116,3 +116,31 @@ def test_a_leader_throttles_out_of_sync_followers_of_throttled_partitions_only(r
     assert in_sync.records   # the ISR is never throttled: acks=all does not wait on the throttle
     clock.sleep(5)
     assert rm.follower_fetch(TP, 4, 0, -1, 1 << 20, 1).records
+
+
+def test_a_follower_becoming_leader_stops_its_fetcher_before_taking_the_new_epoch(rm):
+    """Kafka's makeLeader order: a batch the old leader's fetcher appends after the new epoch
+    began would corrupt the leader epoch cache, so the fetcher lets go first."""
+    seen = []
+
+    class Fetchers:
+        def add_partitions(self, states):
+            seen.append(("add", dict(states)))
+
+        def remove_partitions(self, tps):
+            ulog = rm.get_log(TP)
+            seen.append(("remove", list(tps), ulog.leader_epoch_cache.latest_epoch() if ulog else None,
+                         rm.state(TP).leader if rm.state(TP) else None))
+    rm.fetchers = Fetchers()
+    rm.apply_states({TP: PartitionState(3, 4, (3, ME), (ME, 3))})
+    assert seen[-1] == ("add", {TP: (3, 4)})
+    rm.apply_states({TP: PartitionState(ME, 5, (3, ME), (ME, 3))})
+    first = next(e for e in seen if e[0] == "remove")
+    assert first == ("remove", [TP], None, 3)   # still following, epoch 5 not yet taken
+    assert rm.get_log(TP).leader_epoch_cache.latest_epoch() == 5
+    # a stale state (lower epoch) naming this broker leader does not stop the fetcher
+    seen.clear()
+    rm.apply_states({TP: PartitionState(3, 6, (3, ME), (ME, 3))})
+    seen.clear()
+    rm.apply_states({TP: PartitionState(ME, 5, (ME,), (ME, 3), -1)})
+    assert [e for e in seen if e[0] == "remove"] == []
