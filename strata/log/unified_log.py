@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
-from strata.common.errors import CorruptRecordError, OffsetOutOfRangeError
+from strata.common.errors import CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRangeError
 from strata.common.scheduler import ImmediateScheduler, Scheduler
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
@@ -199,6 +199,13 @@ class UnifiedLog:
             compacted_topic_partition=self.topic_partition if cfg.is_compacted else None)
         buf = data if isinstance(data, bytearray) else bytearray(data)
         with self.lock:
+            latest = self.leader_epoch_cache.latest_epoch()
+            if latest is not None and leader_epoch < latest:
+                # the partition moved to a newer epoch after the caller read its own (a new
+                # leadership starts under this lock): an append at the old one would sit past
+                # the new epoch's start and corrupt the epoch history
+                raise KafkaError(f"{self.topic_partition}: leader epoch {leader_epoch} is older "
+                                 f"than the log's {latest}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
             if origin is AppendOrigin.CLIENT:
                 for h in headers:
                     if h.has_producer_id:

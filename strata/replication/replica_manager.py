@@ -220,7 +220,8 @@ class ReplicaManager:
                     # Kafka's makeLeader: the epoch starts at the log end offset; followers'
                     # positions are unknown until they fetch
                     if ulog is not None:
-                        ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
+                        with ulog.lock:   # serialized with appends (which check the epoch)
+                            ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
                     self._leaderships[tp] = _Leadership(st, self.broker_id, now)
                 else:  # an ISR or replica change at the same epoch
                     if st.partition_epoch > leadership.pending_partition_epoch:

@@ -144,3 +144,19 @@ def test_a_follower_becoming_leader_stops_its_fetcher_before_taking_the_new_epoc
     seen.clear()
     rm.apply_states({TP: PartitionState(ME, 5, (ME,), (ME, 3), -1)})
     assert [e for e in seen if e[0] == "remove"] == []
+
+
+def test_an_append_at_an_epoch_older_than_the_logs_is_refused(rm):
+    """A produce that read the leader epoch just before a new leadership began (under the log
+    lock) must not append after the new epoch's start: it gets NOT_LEADER_OR_FOLLOWER and
+    retries. The fault loop found followers looping on a diverging epoch without this."""
+    from strata.common.errors import KafkaError
+    rm.apply_states({TP: PartitionState(ME, 4, (ME,), (ME,))})
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+    rm.apply_states({TP: PartitionState(ME, 5, (ME,), (ME,), 1)})
+    ulog = rm.get_log(TP)
+    with pytest.raises(KafkaError) as err:
+        ulog.append_as_leader(batch(), 4)
+    assert err.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert ulog.leader_epoch_cache.latest_epoch() == 5
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
