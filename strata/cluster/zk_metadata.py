@@ -27,8 +27,9 @@ import concurrent.futures
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from strata.cluster.controller_events import (
     AlterPartition, ElectionType, ElectLeaders, PartitionReassignmentRequested,
@@ -338,9 +339,8 @@ class ZkClusterMetadata(ClusterMetadata):
         with _zk_errors("deleting topic " + info.name):
             try:
                 self.zk.create_delete_topic_path(info.name)
-            except ZooKeeperError as exc:
-                if "exists" not in str(exc):
-                    raise
+            except ZkNodeExistsError:
+                pass  # already marked for deletion
         self._wait(lambda img: (t := img.topics.get(info.name)) is None
                    or t.topic_id != info.topic_id)
         log.info("deleted topic %s (%s)", info.name, uuid_to_kafka_str(info.topic_id))
@@ -500,20 +500,12 @@ def _endpoint(endpoints: tuple[Endpoint, ...], listener: str | None) -> Endpoint
     return None
 
 
-class _zk_errors:
+@contextmanager
+def _zk_errors(what: str) -> Iterator[None]:
     """ZooKeeper failures of an admin write as Kafka's errors (an existing topic included)."""
-
-    def __init__(self, what: str):
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or not isinstance(exc, ZooKeeperError):
-            return False
-        if isinstance(exc, ZkNodeExistsError):
-            raise KafkaError(f"Topic already exists ({self.what}).",
-                             code=ErrorCode.TOPIC_ALREADY_EXISTS) from exc
-        raise KafkaError(f"ZooKeeper failed {self.what}: {exc}",
-                         code=ErrorCode.UNKNOWN_SERVER_ERROR) from exc
+    try:
+        yield
+    except ZkNodeExistsError as exc:
+        raise KafkaError(f"Topic already exists ({what}).", code=ErrorCode.TOPIC_ALREADY_EXISTS) from exc
+    except ZooKeeperError as exc:
+        raise KafkaError(f"ZooKeeper failed {what}: {exc}", code=ErrorCode.UNKNOWN_SERVER_ERROR) from exc

@@ -159,12 +159,6 @@ class ReplicaManager:
         st = self.state(tp)
         return st is not None and st.leader == self.broker_id
 
-    def led_partitions(self, topic: str | None = None) -> list[TopicPartition]:
-        if self._states is None:
-            return []
-        return [tp for tp, st in self._states.items()
-                if st.leader == self.broker_id and (topic is None or tp.topic == topic)]
-
     def apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
         """Kafka's becomeLeaderOrFollower/stopReplicas for the partitions given (None: this
         broker no longer hosts it). A state older than the one held (lower leader epoch, or the
