@@ -4,6 +4,8 @@ broker's own log end, produce and consume with confluent-kafka, send one raw Pro
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 import time
 import uuid
 from typing import NamedTuple
@@ -43,6 +45,15 @@ def wait_for(what: str, check, timeout: float = DEADLINE_S, interval: float = 0.
             return last
         time.sleep(interval)
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def dump_threads(cluster) -> None:
+    """Every running broker writes its threads' stacks to its log (SIGUSR1), for the
+    post-mortem of a test that failed waiting."""
+    for b in cluster.brokers:
+        if b.running:
+            os.kill(b.pid, signal.SIGUSR1)
+    time.sleep(1)
 
 
 _ADMINS: dict[str, AdminClient] = {}

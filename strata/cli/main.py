@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import faulthandler
 import os
 import signal
 import socket
@@ -495,6 +496,9 @@ def serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await run_broker(props, stop)
+
+    # kill -USR1 <pid> writes every thread's stack to stderr (Kafka's jstack)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     try:
         import uvloop  # type: ignore[import-not-found]

@@ -25,7 +25,8 @@ from confluent_kafka.admin import NewTopic
 from zk_server import zookeeper_available
 
 from cluster_clients import (
-    NO_TIERING, admin, consume_all, log_end, partitions, produce, produce_raw, wait_for)
+    NO_TIERING, admin, consume_all, dump_threads, log_end, partitions, produce, produce_raw,
+    wait_for)
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.protocol.client import roundtrip
@@ -212,8 +213,12 @@ def test_acknowledged_records_survive_random_leader_kills_and_controlled_restart
             wait_for("leaders for every partition", lambda: all(
                 l not in (-1, victim) for l, _ in state(cluster, "chaos").values()))
             cluster.broker(victim).start()
-            wait_for("every ISR whole again", lambda: all(
-                isr == sorted(cluster.node_ids) for _, isr in state(cluster, "chaos").values()), 60)
+            try:
+                wait_for("every ISR whole again", lambda: all(
+                    isr == sorted(cluster.node_ids) for _, isr in state(cluster, "chaos").values()), 60)
+            except AssertionError:
+                dump_threads(cluster)   # for the post-mortem: each broker.log gets its stacks
+                raise
     finally:
         stop.set()
         for t in threads:
