@@ -373,9 +373,14 @@ class UnifiedLog:
     # ---- truncation -------------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
-        """Remove offsets >= ``offset`` (a follower diverging from its leader)."""
+        """Remove offsets >= ``offset`` (a follower diverging from its leader); False when
+        there was no record to remove."""
         with self.lock:
             if offset >= self.log_end_offset:
+                # an epoch entry at our log end (an epoch this broker led without appending
+                # anything) contradicts the leader all the same: drop it, as Kafka does
+                # (KAFKA-10706), or every fetch names that epoch again
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             if offset < self.local_log_start_offset:
                 self.truncate_fully_and_start_at(offset)

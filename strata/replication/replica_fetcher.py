@@ -429,7 +429,10 @@ class ReplicaFetcherThread(threading.Thread):
             log.info("%s: %s diverges from the leader at epoch %d (leader end %d, ours %s); "
                      "truncating from %d to %d", self.name, tp, leader_epoch, leader_end_offset,
                      tuple(ours), leo, target)
+            latest = ulog.leader_epoch_cache.latest_entry()
             if not ulog.truncate_to(target):
+                if ulog.leader_epoch_cache.latest_entry() != latest:
+                    return True   # it dropped an epoch we led without writing (KAFKA-10706)
                 log.warning("%s: %s: nothing to truncate for the leader's diverging epoch %d; "
                             "backing off", self.name, tp, leader_epoch)
                 return False

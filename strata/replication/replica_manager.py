@@ -297,6 +297,11 @@ class ReplicaManager:
                               ulog.last_stable_offset, ulog.log_start_offset)
         if last_fetched_epoch >= 0:
             found = ulog.leader_epoch_cache.end_offset_for(last_fetched_epoch, ulog.log_end_offset)
+            if found.leader_epoch == UNDEFINED_EPOCH or found.offset == UNDEFINED_OFFSET:
+                # no epoch of ours at or below the follower's: Kafka's answer, which the
+                # follower resolves with ListOffsets (truncating to our end or start)
+                return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, ulog.high_watermark,
+                                  ulog.last_stable_offset, ulog.log_start_offset)
             if found.leader_epoch < last_fetched_epoch or found.offset < fetch_offset:
                 return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
                                   ulog.log_start_offset,
