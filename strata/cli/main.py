@@ -337,7 +337,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     metadata.rack = props.get("broker.rack") or None
     scheduler = KafkaScheduler(threads=2)
     manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
-                         scheduler=scheduler, dir_failures=metadata.dir_failures)
+                         scheduler=scheduler, dir_failures=metadata.dir_failures,
+                         replicated=zk is not None)
     manager.startup()
     cleaner = LogCleaner.from_properties(props, manager.logs_with_dirs)
     if cleaner is not None:
@@ -438,9 +439,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                 props, "leader.imbalance.check.interval.seconds", 300) if rebalance else None).start()
         metadata.controller = controller
         replica_manager.alter_partition = _alter_partition_manager(node_id, metadata)
-    if zk is not None:  # Kafka's isr-expiration task
+    if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
         scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                     replica_manager.replica_lag_time_max_ms // 2)
+        scheduler.schedule_periodic("highwatermark-checkpoint", manager.checkpoint_high_watermarks,
+                                    _int(props, "replica.high.watermark.checkpoint.interval.ms", 5000))
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
                                 _int(props, "log.retention.check.interval.ms", 300_000))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -41,8 +42,13 @@ class LogManager:
                  topic_config: Callable[[str], LogConfig] | None = None,
                  clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
                  producer_id_expiration_ms: int = 86_400_000,
-                 dir_failures: LogDirFailureChannel | None = None):
+                 dir_failures: LogDirFailureChannel | None = None,
+                 replicated: bool = False):
+        """``replicated`` (a broker in a cluster): high watermarks are checkpointed in
+        ``replication-offset-checkpoint`` and restored from it, as Kafka's replica manager does,
+        so a restarted replica never takes records the ISR may not have for committed."""
         self.log_dirs = [Path(d) for d in log_dirs]
+        self.replicated = replicated
         # the log dirs failing writes now (their logs share it)
         self.dir_failures = dir_failures or LogDirFailureChannel()
         self.default_config = default_config
@@ -58,6 +64,8 @@ class LogManager:
                                       for d in self.log_dirs}
         self._start_offset_checkpoints = {d: OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT)
                                           for d in self.log_dirs}
+        self._high_watermark_checkpoints = {d: OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT)
+                                            for d in self.log_dirs}
         self.had_clean_shutdown: dict[Path, bool] = {}
 
     # ---- startup ----------------------------------------------------------------------------
@@ -73,6 +81,7 @@ class LogManager:
         self.had_clean_shutdown[log_dir] = clean
         recovery_points = self._recovery_checkpoints[log_dir].read()
         start_offsets = self._start_offset_checkpoints[log_dir].read()
+        high_watermarks = self._high_watermark_checkpoints[log_dir].read() if self.replicated else {}
         for sub in sorted(log_dir.iterdir()):
             if not sub.is_dir() or sub.name.startswith("."):
                 continue
@@ -89,7 +98,8 @@ class LogManager:
                               had_clean_shutdown=clean, clock=self._clock,
                               scheduler=self._scheduler, topic_partition=tp,
                               producer_id_expiration_ms=self._pid_expiration_ms,
-                              dir_failures=self.dir_failures)
+                              dir_failures=self.dir_failures,
+                              high_watermark=high_watermarks.get(tp, 0) if self.replicated else None)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
         loaded = sum(1 for d in self._log_dir_of.values() if d == log_dir)
@@ -183,6 +193,19 @@ class LogManager:
                     {tp: ul.log_start_offset for tp, ul in logs.items()
                      if ul.log_start_offset > ul.local_log.first_segment.base_offset
                      or ul.remote_log_enabled})
+        if self.replicated:
+            self.checkpoint_high_watermarks()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """``replication-offset-checkpoint`` of every log dir (a cluster's brokers, every
+        ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown)."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        with self._lock:
+            for tp, ulog in self._logs.items():
+                by_dir[self._log_dir_of[tp]][tp] = ulog.high_watermark
+        with self._checkpoint_lock:
+            for d, hws in by_dir.items():
+                self._high_watermark_checkpoints[d].write(hws)
 
     # ---- shutdown ---------------------------------------------------------------------------
 

@@ -73,7 +73,10 @@ class UnifiedLog:
                  clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
                  topic_partition: TopicPartition | None = None,
                  producer_id_expiration_ms: int = 86_400_000,
-                 dir_failures: LogDirFailureChannel | None = None):
+                 dir_failures: LogDirFailureChannel | None = None,
+                 high_watermark: int | None = None):
+        """``high_watermark``: the checkpointed one (a replica in a cluster); None: every
+        record that survived loading counts as committed (one broker is its own ISR)."""
         self.directory = Path(directory)
         self.dir_failures = dir_failures or LogDirFailureChannel()
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -101,8 +104,8 @@ class UnifiedLog:
         # Set by the remote log manager once segments are tiered (-1: nothing in remote storage).
         self.highest_offset_in_remote_storage = -1
         self._unflushed_messages = 0
-        # Everything that survived loading is valid; replication may lower this for a follower.
-        self.update_high_watermark(loaded.next_offset)
+        self.update_high_watermark(loaded.next_offset if high_watermark is None
+                                   else min(high_watermark, loaded.next_offset))
         self._update_first_unstable_offset()
 
     # ---- offsets ----------------------------------------------------------------------------
