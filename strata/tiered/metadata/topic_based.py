@@ -1,12 +1,17 @@
 """The default RemoteLogMetadataManager: remote segment metadata in ``__remote_log_metadata``.
 
-Kafka's ``TopicBasedRemoteLogMetadataManager`` without the client round trip: publishing
-appends the serialised event (``serde``) to the metadata partition the user partition maps
-to (``RemoteLogMetadataTopicPartitioner``) through a ``MetadataTopicLog``, then applies the
+Kafka's ``TopicBasedRemoteLogMetadataManager``: publishing appends the serialised event
+(``serde``) to the metadata partition the user partition maps to
+(``RemoteLogMetadataTopicPartitioner``) through a ``MetadataTopicLog``, then applies the
 partition's records from the log up to and including it to the in-memory
 ``RemotePartitionMetadataStore`` -- the same code path that replays the topic at start, so
 what this broker reads is exactly what the log says. Bad records (undecodable, unknown
-segment, invalid transition) are logged and skipped, never fatal.
+segment, invalid transition, a repeated final state) are logged and skipped, never fatal.
+
+On one broker the topic log is the broker's own partition logs and there is no client
+round trip. In a cluster it is remote (``ClusterMetadataTopicLog``: the Kafka protocol to
+each partition's leader); then, as in Kafka, the topic is loaded in the background and a
+consumer thread applies what every broker publishes (see the class docstring).
 
 Snapshots (Kafka has none and replays the whole topic at every start): per metadata
 partition the materialised state is written every
@@ -19,11 +24,13 @@ file format; files live in ``{log.dir}/remote-log-metadata-snapshots/``.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import struct
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +90,9 @@ REPLICATION_FACTOR = "remote.log.metadata.topic.replication.factor"
 RETENTION_MS = "remote.log.metadata.topic.retention.ms"
 SNAPSHOT_INTERVAL_RECORDS = "remote.log.metadata.snapshot.interval.records"
 SNAPSHOT_INTERVAL_MS = "remote.log.metadata.snapshot.interval.ms"
+CONSUME_WAIT_MS = "remote.log.metadata.consume.wait.ms"
+INITIALIZATION_RETRY_INTERVAL_MS = "remote.log.metadata.initialization.retry.interval.ms"
+POLL_INTERVAL_MS = "remote.log.metadata.poll.interval.ms"
 BROKER_ID = "broker.id"
 CLUSTER_ID = "cluster.id"
 LOG_DIR = "log.dir"
@@ -102,11 +112,23 @@ CONFIG = (ConfigDef()
           .define(SNAPSHOT_INTERVAL_MS, ConfigType.LONG, 60_000, at_least(0),
                   "Most milliseconds a metadata partition's applied records wait for a snapshot "
                   "(0: no time trigger).")
+          .define(CONSUME_WAIT_MS, ConfigType.LONG, 120_000, at_least(0),
+                  "With a remote topic log: most milliseconds a publish waits for its record to "
+                  "be read back from the leader and applied.")
+          .define(INITIALIZATION_RETRY_INTERVAL_MS, ConfigType.LONG, 100, at_least(1),
+                  "With a remote topic log: milliseconds between attempts to create the topic "
+                  "and load its partitions.")
+          .define(POLL_INTERVAL_MS, ConfigType.LONG, 100, at_least(1),
+                  "With a remote topic log: milliseconds between two rounds of the background "
+                  "consumer (one Fetch per metadata partition holding an assigned partition).")
           .define(BROKER_ID, ConfigType.INT, -1)
           .define(CLUSTER_ID, ConfigType.STRING, None)
           .define(LOG_DIR, ConfigType.STRING, None))
 
 SNAPSHOT_DIR_NAME = "remote-log-metadata-snapshots"
+
+# Most records the consumer thread reads from one metadata partition per round.
+POLL_MAX_RECORDS = 10_000
 
 
 def snapshot_path(log_dir: Path | str, metadata_partition: int) -> Path:
@@ -287,17 +309,29 @@ def _segment_id(tip: TopicIdPartition, segment_uuid: uuid.UUID) -> RemoteLogSegm
 class _MetadataPartition:
     """Consumption state of one metadata partition; ``lock`` orders its appends and applies."""
 
-    __slots__ = ("partition", "lock", "next_offset", "last_value_crc", "ready",
-                 "unsnapshotted", "last_snapshot_ns")
+    __slots__ = ("partition", "lock", "next_offset", "last_value_crc", "ready", "positioned",
+                 "applied", "unsnapshotted", "last_snapshot_ns")
 
     def __init__(self, partition: int, now_ns: int) -> None:
         self.partition = partition
         self.lock = threading.Lock()
         self.next_offset = 0           # every record below it is applied
         self.last_value_crc = -1       # CRC32C of the value at next_offset - 1, -1 if unknown
-        self.ready = False             # replayed at start
+        self.ready = False             # loaded: snapshot and replay done
+        self.positioned = False        # snapshot loaded or next_offset at the log start
+        self.applied = 0               # records applied since it was created
         self.unsnapshotted = 0         # records applied since the last snapshot
         self.last_snapshot_ns = now_ns
+
+
+class _Pending:
+    """An assigned user partition not ready yet: ready once its metadata partition is applied
+    up to ``target``, the end offset read after the assignment (None: not read yet)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self) -> None:
+        self.target: int | None = None
 
 
 def _completed() -> concurrent.futures.Future[None]:
@@ -325,33 +359,57 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     Before ``start`` returns, reads and publishes raise RemoteStorageNotReadyException.
 
     Configs (rlmm prefix already stripped): ``remote.log.metadata.topic.num.partitions``
-    (50), ``remote.log.metadata.topic.replication.factor`` (3; the topic is created with
-    replication factor 1 by this single-node broker), ``remote.log.metadata.topic.retention.ms``
+    (50), ``remote.log.metadata.topic.replication.factor`` (3; the topic log decides the
+    replication factor it creates the topic with), ``remote.log.metadata.topic.retention.ms``
     (-1), ``remote.log.metadata.snapshot.interval.records`` (1000),
     ``remote.log.metadata.snapshot.interval.ms`` (60000), ``broker.id``, ``cluster.id`` and
-    ``log.dir`` (required: the snapshots' home).
+    ``log.dir`` (required: the snapshots' home); with a remote topic log also
+    ``remote.log.metadata.poll.interval.ms`` (100), ``remote.log.metadata.consume.wait.ms``
+    (120000) and ``remote.log.metadata.initialization.retry.interval.ms`` (100).
 
     An existing topic keeps its partition count, which then wins over the configured one
     (Kafka refuses to start instead). Every metadata partition is materialised whole,
-    whatever this broker leads or follows: a single node hosts every partition, and whole
-    partitions keep snapshots complete. Leadership calls only track the assigned set
-    (``assigned_partitions``); a partition's state is dropped when its
-    DELETE_PARTITION_FINISHED is applied, as in Kafka.
+    whatever this broker leads or follows: whole partitions keep snapshots complete. A
+    partition's state is dropped when its DELETE_PARTITION_FINISHED is applied, as in Kafka.
 
-    Counters of the last ``start``: ``replayed_records`` (records read from the log after
-    the snapshots), ``replayed_records_by_partition``, ``snapshot_offsets`` (metadata
-    partition -> offset of the snapshot it loaded). ``skipped_records`` counts bad records.
+    Local topic log (``LogMetadataTopicLog``, ``InMemoryMetadataTopicLog``: one broker):
+    ``start`` loads every metadata partition before it returns; a read first applies what
+    other writers appended to its metadata partition since (``poll`` does it for all), so
+    there is no consumer thread; leadership calls only track the assigned set
+    (``assigned_partitions``), and ``is_ready`` is true once started.
+
+    Remote topic log (one whose class says ``remote = True``: ``ClusterMetadataTopicLog``,
+    the topic replicated across a cluster, its partitions led by any broker):
+
+    - ``start`` returns at once; a loader thread creates the topic and loads the metadata
+      partitions (those holding assigned partitions first), retrying every
+      ``remote.log.metadata.initialization.retry.interval.ms`` until all are loaded (the
+      topic cannot be created before enough brokers registered). Until a metadata partition
+      is loaded, reads and publishes concerning it raise RemoteStorageNotReadyException.
+    - A consumer thread (Kafka's ConsumerTask) applies, every
+      ``remote.log.metadata.poll.interval.ms``, what was appended since to each loaded
+      metadata partition holding an assigned partition (one Fetch each when idle). Reads
+      serve the applied state, never catching up over the network themselves.
+    - ``is_ready(tip)`` (Kafka's): true once ``tip`` is assigned and its metadata partition is
+      applied up to the end offset its leader reported after the assignment; a partition
+      assigned as leader again (a new leadership) waits for a fresh end offset. A new leader
+      waits for it before it resumes copying; a follower before it rebuilds from the remote
+      metadata. ``wait_ready`` blocks for it.
+    - ``close`` stops both threads and closes the topic log (its connections).
+
+    Counters of the last load: ``replayed_records`` (records read from the log after the
+    snapshots), ``replayed_records_by_partition``, ``snapshot_offsets`` (metadata partition
+    -> offset of the snapshot it loaded). ``skipped_records`` counts bad records.
 
     Threads: any method from any thread. A lock per metadata partition orders its appends,
     applies and snapshot writes; the store's one lock guards the caches for readers. A
     publish blocks its caller until its record is appended and applied (the returned future
-    is already done) and occasionally for a snapshot write of its metadata partition. A
-    read first applies records other writers appended to its metadata partition since
-    (``poll`` does it for all), so there is no consumer thread.
+    is already done) and occasionally for a snapshot write of its metadata partition.
     """
 
     def __init__(self, topic_log: MetadataTopicLog, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._topic_log = topic_log
+        self._remote = bool(getattr(topic_log, "remote", False))
         self._clock = clock
         self._store = RemotePartitionMetadataStore()
         self._configured = False
@@ -359,14 +417,25 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._closed = False
         self._lifecycle_lock = threading.Lock()
         self._partitions: list[_MetadataPartition] = []
-        self._partitioner: RemoteLogMetadataTopicPartitioner | None = None
+        # the partitioner and its memo, swapped together when the topic's count wins
+        self._mapping: tuple[RemoteLogMetadataTopicPartitioner | None,
+                             dict[TopicIdPartition, int]] = (None, {})
         self._assigned: set[TopicIdPartition] = set()
-        self._assigned_lock = threading.Lock()
-        self._partition_of: dict[TopicIdPartition, int] = {}
+        self._assigned_lock = threading.RLock()
+        self._ready_changed = threading.Condition(self._assigned_lock)
+        self._pending: dict[TopicIdPartition, _Pending] = {}   # remote: assigned, not ready
+        self._ready: set[TopicIdPartition] = set()             # remote: assigned and ready
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._poll_failing: set[int] = set()
         self.num_partitions = 50
         self.retention_ms = -1
         self.snapshot_interval_records = 1000
         self.snapshot_interval_ms = 60_000
+        self.poll_interval_ms = 100
+        self.consume_wait_ms = 120_000
+        self.initialization_retry_interval_ms = 100
         self.broker_id = -1
         self.cluster_id: str | None = None
         self.log_dir: Path | None = None
@@ -374,6 +443,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.replayed_records_by_partition: dict[int, int] = {}
         self.snapshot_offsets: dict[int, int] = {}
         self.skipped_records = 0
+
+    @property
+    def remote(self) -> bool:
+        """Whether the topic log is remote (consumed in the background)."""
+        return self._remote
 
     # ---- life cycle -----------------------------------------------------------------------
 
@@ -389,18 +463,22 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.retention_ms = values[RETENTION_MS]
             self.snapshot_interval_records = values[SNAPSHOT_INTERVAL_RECORDS]
             self.snapshot_interval_ms = values[SNAPSHOT_INTERVAL_MS]
+            self.poll_interval_ms = values[POLL_INTERVAL_MS]
+            self.consume_wait_ms = values[CONSUME_WAIT_MS]
+            self.initialization_retry_interval_ms = values[INITIALIZATION_RETRY_INTERVAL_MS]
             self.broker_id = values[BROKER_ID]
             self.cluster_id = values[CLUSTER_ID]
             self.log_dir = Path(values[LOG_DIR])
-            if values[REPLICATION_FACTOR] > 1:
+            if values[REPLICATION_FACTOR] > 1 and not self._remote:
                 log.info("%s=%d: this broker creates %s with replication factor 1",
                          REPLICATION_FACTOR, values[REPLICATION_FACTOR], REMOTE_LOG_METADATA_TOPIC_NAME)
-            self._partitioner = RemoteLogMetadataTopicPartitioner(self.num_partitions)
+            self._mapping = (RemoteLogMetadataTopicPartitioner(self.num_partitions), {})
             self._configured = True
 
     def start(self) -> None:
         """Create the topic if absent, then per metadata partition load the snapshot (if it
-        is valid and fits the log) and apply the records after it."""
+        is valid and fits the log) and apply the records after it. With a remote topic log
+        a background thread does that (retrying until done) and this returns at once."""
         with self._lifecycle_lock:
             if not self._configured:
                 raise RemoteStorageException("configure() must be called before start()")
@@ -408,42 +486,219 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 raise RemoteStorageException("this RemoteLogMetadataManager is closed")
             if self._started:
                 return
-            count = self._topic_log.ensure_topic(self.num_partitions, self.retention_ms)
-            if count != self.num_partitions:
-                log.warning("%s has %d partitions, not %s=%d; using %d", REMOTE_LOG_METADATA_TOPIC_NAME,
-                            count, NUM_PARTITIONS, self.num_partitions, count)
-                self.num_partitions = count
-                self._partitioner = RemoteLogMetadataTopicPartitioner(count)
-            now = self._clock.nanoseconds()
-            self._store = RemotePartitionMetadataStore()  # a retried start begins afresh
-            self._partition_of.clear()
-            self._partitions = [_MetadataPartition(p, now) for p in range(count)]
-            self.replayed_records = 0
-            self.replayed_records_by_partition = {}
-            self.snapshot_offsets = {}
+            if self._remote:
+                self._started = True
+                self._threads = [
+                    threading.Thread(target=self._run_loader, daemon=True,
+                                     name=f"rlmm-loader-{self.broker_id}"),
+                    threading.Thread(target=self._run_consumer, daemon=True,
+                                     name=f"rlmm-consumer-{self.broker_id}")]
+                for thread in self._threads:
+                    thread.start()
+                return
+            self._create_topic()
             for mp in self._partitions:
-                with mp.lock:
-                    if not self._load_snapshot(mp):
-                        mp.next_offset = self._topic_log.log_start_offset(mp.partition)
-                    replayed = self._consume(mp, live=False)
-                    self.replayed_records_by_partition[mp.partition] = replayed
-                    self.replayed_records += replayed
-                    mp.ready = True
-                    self._maybe_snapshot(mp)
+                self._load(mp)
             self._started = True
-            log.info("topic-based RLMM started: %d metadata partitions, %d snapshot(s) loaded, "
-                     "%d record(s) replayed", count, len(self.snapshot_offsets), self.replayed_records)
+            self._log_loaded()
+        with self._ready_changed:
+            self._ready_changed.notify_all()
 
     def close(self) -> None:
-        """Write the snapshots of partitions with records applied since their last one."""
+        """Stop the background threads (closing a remote topic log), then write the snapshots
+        of partitions with records applied since their last one."""
         with self._lifecycle_lock:
             if self._closed:
                 return
             self._closed = True
-            for mp in self._partitions:
-                with mp.lock:
-                    if mp.ready and mp.unsnapshotted:
-                        self._write_snapshot(mp)
+            threads, self._threads = self._threads, []
+        self._stop.set()
+        self._wake.set()
+        if self._remote:
+            close = getattr(self._topic_log, "close", None)
+            if close is not None:
+                close()  # interrupts calls blocked on a connection
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=30)
+                if thread.is_alive():
+                    log.warning("%s did not stop within 30 s", thread.name)
+        with self._ready_changed:
+            self._ready_changed.notify_all()
+        for mp in self._partitions:
+            with mp.lock:
+                if mp.ready and mp.unsnapshotted:
+                    self._write_snapshot(mp)
+
+    def _create_topic(self) -> None:
+        """Create the topic if absent and set up its (not yet loaded) metadata partitions."""
+        count = self._topic_log.ensure_topic(self.num_partitions, self.retention_ms)
+        if count != self.num_partitions:
+            log.warning("%s has %d partitions, not %s=%d; using %d", REMOTE_LOG_METADATA_TOPIC_NAME,
+                        count, NUM_PARTITIONS, self.num_partitions, count)
+            self.num_partitions = count
+        self._mapping = (RemoteLogMetadataTopicPartitioner(count), {})
+        now = self._clock.nanoseconds()
+        self._store = RemotePartitionMetadataStore()  # a retried start begins afresh
+        self.replayed_records = 0
+        self.replayed_records_by_partition = {}
+        self.snapshot_offsets = {}
+        self._partitions = [_MetadataPartition(p, now) for p in range(count)]
+
+    def _load(self, mp: _MetadataPartition) -> None:
+        """Load the snapshot (or start at the log start) and replay the rest; a failed
+        attempt leaves what it applied, and the next one goes on from there."""
+        with mp.lock:
+            if mp.ready:
+                return
+            if not mp.positioned:
+                if not self._load_snapshot(mp):
+                    mp.next_offset = self._topic_log.log_start_offset(mp.partition)
+                mp.positioned = True
+            self._consume(mp, live=False)
+            self.replayed_records_by_partition[mp.partition] = mp.applied
+            self.replayed_records = sum(self.replayed_records_by_partition.values())
+            mp.ready = True
+            self._maybe_snapshot(mp)
+
+    def _log_loaded(self) -> None:
+        log.info("topic-based RLMM loaded: %d metadata partitions, %d snapshot(s) loaded, "
+                 "%d record(s) replayed", len(self._partitions), len(self.snapshot_offsets),
+                 self.replayed_records)
+
+    # ---- background threads (remote topic log) -------------------------------------------
+
+    def _run_loader(self) -> None:
+        """Create the topic and load every metadata partition, retrying until done."""
+        interval = self.initialization_retry_interval_ms / 1000
+        reported: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                if not self._partitions:
+                    self._create_topic()
+                for mp in self._loading_order():
+                    if self._stop.is_set():
+                        return
+                    try:
+                        self._load(mp)
+                    except Exception as exc:  # noqa: BLE001 - retried next round
+                        self._report(reported,
+                                     f"loading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}", exc)
+                        continue
+                    self._wake.set()  # the consumer may now read its end offsets
+                    with self._ready_changed:
+                        self._ready_changed.notify_all()
+                if all(mp.ready for mp in self._partitions):
+                    self._log_loaded()
+                    return
+            except Exception as exc:  # noqa: BLE001 - retried after the interval
+                self._report(reported, f"creating {REMOTE_LOG_METADATA_TOPIC_NAME}", exc)
+            self._stop.wait(interval)
+
+    def _loading_order(self) -> list[_MetadataPartition]:
+        """Unloaded metadata partitions, those holding assigned partitions first."""
+        with self._assigned_lock:
+            wanted = {self.metadata_partition(tip) for tip in self._assigned}
+        unloaded = [mp for mp in self._partitions if not mp.ready]
+        return sorted(unloaded, key=lambda mp: (mp.partition not in wanted, mp.partition))
+
+    @staticmethod
+    def _report(reported: set[str], what: str, exc: BaseException) -> None:
+        """Log a failure loudly the first time, quietly while it repeats."""
+        level = logging.DEBUG if what in reported else logging.INFO
+        reported.add(what)
+        log.log(level, "%s failed (retrying): %s: %s", what, type(exc).__name__, exc)
+
+    def _run_consumer(self) -> None:
+        """Kafka's ConsumerTask: read end offsets for new assignments, apply what others
+        appended to the metadata partitions in use, mark partitions ready; then wait."""
+        while not self._stop.is_set():
+            try:
+                self._consume_round()
+            except Exception:  # noqa: BLE001 - the thread must survive anything
+                if self._stop.is_set():
+                    return
+                log.exception("remote log metadata consumer round failed")
+            self._wake.wait(self.poll_interval_ms / 1000)
+            self._wake.clear()
+
+    def _consume_round(self) -> None:
+        partitions = self._partitions
+        if not partitions:
+            return
+        with self._assigned_lock:
+            in_use = {self.metadata_partition(tip) for tip in self._assigned}
+            unread: dict[int, list[_Pending]] = {}
+            for tip, pending in self._pending.items():
+                if pending.target is None:
+                    unread.setdefault(self.metadata_partition(tip), []).append(pending)
+        for p in sorted(unread):
+            if self._stop.is_set() or not partitions[p].ready:
+                continue
+            try:
+                end = self._topic_log.end_offset(p)
+            except Exception as exc:  # noqa: BLE001 - next round
+                self._poll_failed(p, exc)
+                continue
+            with self._assigned_lock:
+                for pending in unread[p]:
+                    if pending.target is None:
+                        pending.target = end
+        for p in sorted(in_use):
+            if self._stop.is_set():
+                return
+            mp = partitions[p]
+            if not mp.ready:
+                continue
+            try:
+                self._poll_partition(mp)
+            except Exception as exc:  # noqa: BLE001 - next round
+                self._poll_failed(p, exc)
+                continue
+            if p in self._poll_failing:
+                self._poll_failing.discard(p)
+                log.info("reading %s-%d works again", REMOTE_LOG_METADATA_TOPIC_NAME, p)
+        self._mark_ready(partitions)
+        for mp in partitions:  # the time trigger of snapshots
+            if mp.ready and mp.unsnapshotted and mp.lock.acquire(blocking=False):
+                try:
+                    self._maybe_snapshot(mp)
+                finally:
+                    mp.lock.release()
+
+    def _poll_failed(self, partition: int, exc: BaseException) -> None:
+        level = logging.DEBUG if partition in self._poll_failing else logging.WARNING
+        self._poll_failing.add(partition)
+        log.log(level, "reading %s-%d failed (retrying): %s", REMOTE_LOG_METADATA_TOPIC_NAME,
+                partition, exc)
+
+    def _poll_partition(self, mp: _MetadataPartition) -> int:
+        """Read what follows the applied records (off the lock), then apply it; skipped while a
+        publish holds the lock, since a publish applies everything up to its own record."""
+        records = list(itertools.islice(self._topic_log.read(mp.partition, mp.next_offset),
+                                        POLL_MAX_RECORDS))
+        if not records or not mp.lock.acquire(blocking=False):
+            return 0
+        try:
+            if self._closed:
+                return 0
+            count = self._consume(mp, live=True, records=records)
+            self._maybe_snapshot(mp)
+            return count
+        finally:
+            mp.lock.release()
+
+    def _mark_ready(self, partitions: list[_MetadataPartition]) -> None:
+        with self._assigned_lock:
+            done = [tip for tip, pending in self._pending.items()
+                    if pending.target is not None
+                    and partitions[self.metadata_partition(tip)].ready
+                    and partitions[self.metadata_partition(tip)].next_offset >= pending.target]
+            for tip in done:
+                del self._pending[tip]
+                self._ready.add(tip)
+            if done:
+                self._ready_changed.notify_all()
 
     # ---- publishing -----------------------------------------------------------------------
 
@@ -489,10 +744,16 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _publish(self, tip: TopicIdPartition, metadata: RemoteLogMetadata,
                  validate: Callable[[], None]) -> concurrent.futures.Future[None]:
-        """Validate against the caught-up state, append, apply through the appended offset."""
+        """Validate against the caught-up state, append, apply through the appended offset.
+
+        The record counts as applied once the offset the append returned is; with a remote
+        topic log also once a record with the very same value is applied at or after the
+        offset the append started from: an attempt of a retried append that landed although
+        it seemed to fail (the append may even give up after such an attempt).
+        """
         self._ensure_running()
         value = serialize(metadata)  # type: ignore[arg-type]
-        mp = self._partitions[self.metadata_partition(tip)]
+        mp = self._loaded(tip)
         with mp.lock:
             self._ensure_running()
             try:
@@ -500,25 +761,64 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except Exception as exc:
                 return _failed(exc, f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
             validate()
+            mine: list[int] = []
+
+            def seen(offset: int, applied: bytes) -> None:
+                if applied == value:
+                    mine.append(offset)
             try:
-                offset = self._topic_log.append(mp.partition, value)
-                self._consume(mp, live=True)
-                if mp.next_offset <= offset:
-                    raise RemoteStorageException(
-                        f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition} offset {offset} is not "
-                        f"readable after its append (read up to {mp.next_offset})")
+                try:
+                    offset = self._topic_log.append(mp.partition, value)
+                except Exception as exc:
+                    if not self._remote:
+                        raise
+                    # the append gave up, but one of its attempts may have landed
+                    try:
+                        self._consume(mp, live=True, on_record=seen)
+                    except Exception:  # noqa: BLE001 - the append's error says more
+                        raise exc from None
+                    if not mine:
+                        raise
+                    offset = mine[0]
+                self._consume_through(mp, offset, seen, mine)
             except Exception as exc:
                 return _failed(exc, f"storing {metadata} in {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
             self._maybe_snapshot(mp)
         return _completed()
 
+    def _consume_through(self, mp: _MetadataPartition, offset: int,
+                         on_record: Callable[[int, bytes], None], mine: list[int]) -> None:
+        """Apply records until ``offset`` is applied; with a remote log also until a copy of
+        its value from an earlier attempt (``mine``, at or below ``offset``) is, reading the
+        leader (whose high watermark may trail the append's acknowledgement after a leader
+        change) for up to ``consume_wait_ms``."""
+        deadline = time.monotonic() + self.consume_wait_ms / 1000
+        while True:
+            self._consume(mp, live=True, on_record=on_record)
+            if mp.next_offset > offset or (self._remote and any(m <= offset for m in mine)):
+                return
+            if not self._remote or time.monotonic() >= deadline or \
+                    self._stop.wait(min(self.poll_interval_ms / 1000, max(0.0, deadline - time.monotonic()))):
+                raise RemoteStorageException(
+                    f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition} offset {offset} is not "
+                    f"readable after its append (read up to {mp.next_offset})")
+
     # ---- reads ----------------------------------------------------------------------------
 
     def poll(self) -> int:
-        """Apply what other writers appended to any metadata partition; the records read.
-        Reads do this for their own metadata partition, so calling it is never required."""
+        """Apply what other writers appended to any (loaded) metadata partition; the records
+        read. Never required: with a local topic log reads do this for their own metadata
+        partition, with a remote one the consumer thread for those in use."""
         self._ensure_running()
-        return sum(self._catch_up(mp) for mp in self._partitions)
+        if not self._remote:
+            return sum(self._catch_up(mp) for mp in self._partitions)
+        total = 0
+        for mp in self._partitions:
+            if mp.ready:
+                with mp.lock:
+                    total += self._consume(mp, live=True)
+                    self._maybe_snapshot(mp)
+        return total
 
     def remote_log_segment_metadata(self, topic_id_partition: TopicIdPartition, epoch_for_offset: int,
                                     offset: int) -> RemoteLogSegmentMetadata | None:
@@ -556,12 +856,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def metadata_partition(self, topic_id_partition: TopicIdPartition) -> int:
         """The ``__remote_log_metadata`` partition holding this partition's events."""
-        found = self._partition_of.get(topic_id_partition)
+        partitioner, memo = self._mapping
+        found = memo.get(topic_id_partition)
         if found is None:
-            if self._partitioner is None:
+            if partitioner is None:
                 raise RemoteStorageNotReadyException("configure() has not been called")
-            found = self._partition_of[topic_id_partition] = \
-                self._partitioner.metadata_partition(topic_id_partition)
+            found = memo[topic_id_partition] = partitioner.metadata_partition(topic_id_partition)
         return found
 
     def read_offset(self, metadata_partition: int) -> int | None:
@@ -575,40 +875,83 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def on_partition_leadership_changes(self, leader_partitions: AbstractSet[TopicIdPartition],
                                         follower_partitions: AbstractSet[TopicIdPartition]) -> None:
+        """Add to the assigned set. With a remote topic log, a partition assigned anew, or as
+        leader, is not ready until its metadata partition is applied up to the end offset
+        read after this call (a follower already assigned stays as it is)."""
         if self._closed:
             raise RemoteStorageException("this RemoteLogMetadataManager is closed")
         with self._assigned_lock:
+            if self._remote:
+                for tip in leader_partitions:
+                    pending = self._pending.get(tip)
+                    if pending is None or pending.target is not None:
+                        self._ready.discard(tip)
+                        self._pending[tip] = _Pending()
+                for tip in follower_partitions:
+                    if tip not in self._assigned and tip not in leader_partitions:
+                        self._pending[tip] = _Pending()
             self._assigned |= set(leader_partitions) | set(follower_partitions)
+        if self._remote:
+            self._wake.set()
 
     def on_stop_partitions(self, partitions: AbstractSet[TopicIdPartition]) -> None:
         if self._closed:
             raise RemoteStorageException("this RemoteLogMetadataManager is closed")
         with self._assigned_lock:
             self._assigned -= set(partitions)
+            for tip in partitions:
+                self._pending.pop(tip, None)
+                self._ready.discard(tip)
 
     def assigned_partitions(self) -> frozenset[TopicIdPartition]:
         with self._assigned_lock:
             return frozenset(self._assigned)
 
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
+        """Local topic log: started. Remote: assigned and applied up to the end offset its
+        metadata partition had after the assignment (see ``on_partition_leadership_changes``)."""
         if not self._started or self._closed:
             return False
+        if self._remote:
+            with self._assigned_lock:
+                return topic_id_partition in self._ready
         return self._partitions[self.metadata_partition(topic_id_partition)].ready
+
+    def wait_ready(self, topic_id_partition: TopicIdPartition, timeout_s: float) -> bool:
+        """Block until ``is_ready`` or ``timeout_s`` passed (or the manager closed); is_ready."""
+        deadline = time.monotonic() + timeout_s
+        with self._ready_changed:
+            while not self.is_ready(topic_id_partition):
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0:
+                    return False
+                self._ready_changed.wait(left)
+            return True
 
     # ---- consuming ------------------------------------------------------------------------
 
-    def _consume(self, mp: _MetadataPartition, *, live: bool) -> int:
-        """Apply the partition's records from ``mp.next_offset`` to the high watermark; the
-        number read. Caller holds ``mp.lock``."""
+    def _consume(self, mp: _MetadataPartition, *, live: bool,
+                 records: Iterable[tuple[int, bytes]] | None = None,
+                 on_record: Callable[[int, bytes], None] | None = None) -> int:
+        """Apply the partition's records from ``mp.next_offset`` to the high watermark (or
+        those of ``records`` at or after it, read from there earlier); the number applied,
+        each also handed to ``on_record``. Caller holds ``mp.lock``."""
+        if records is None:
+            records = self._topic_log.read(mp.partition, mp.next_offset)
         count = 0
-        for offset, value in self._topic_log.read(mp.partition, mp.next_offset):
-            if offset < mp.next_offset:
-                continue
-            self._apply(mp.partition, offset, value, live)
-            mp.next_offset = offset + 1
-            mp.last_value_crc = _crc32c.crc32c(value)
-            count += 1
-        mp.unsnapshotted += count
+        try:
+            for offset, value in records:
+                if offset < mp.next_offset:
+                    continue
+                self._apply(mp.partition, offset, value, live)
+                mp.next_offset = offset + 1
+                mp.last_value_crc = _crc32c.crc32c(value)
+                count += 1
+                if on_record is not None:
+                    on_record(offset, value)
+        finally:
+            mp.unsnapshotted += count
+            mp.applied += count
         return count
 
     def _apply(self, partition: int, offset: int, value: bytes, live: bool) -> None:
@@ -710,13 +1053,23 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if not self._started:
             raise RemoteStorageNotReadyException("the topic-based RLMM has not started yet")
 
-    def _ensure_ready(self, tip: TopicIdPartition) -> None:
-        """Check a read may be served, after applying what others appended meanwhile."""
-        self._ensure_running()
-        mp = self._partitions[self.metadata_partition(tip)]
+    def _loaded(self, tip: TopicIdPartition) -> _MetadataPartition:
+        """The metadata partition of ``tip``; RemoteStorageNotReadyException until loaded."""
+        partitions = self._partitions
+        if not partitions:
+            raise RemoteStorageNotReadyException(f"{REMOTE_LOG_METADATA_TOPIC_NAME} is not loaded yet")
+        mp = partitions[self.metadata_partition(tip)]
         if not mp.ready:
             raise RemoteStorageNotReadyException(f"remote log metadata of {tip} is not loaded yet")
-        self._catch_up(mp)
+        return mp
+
+    def _ensure_ready(self, tip: TopicIdPartition) -> None:
+        """Check a read may be served; with a local topic log, after applying what others
+        appended meanwhile (a remote one is applied by the consumer thread)."""
+        self._ensure_running()
+        mp = self._loaded(tip)
+        if not self._remote:
+            self._catch_up(mp)
 
     def _catch_up(self, mp: _MetadataPartition) -> int:
         if self._topic_log.end_offset(mp.partition) <= mp.next_offset:
