@@ -102,16 +102,20 @@ class _ReplicasFollowStates:
     ``__consumer_offsets`` partitions this broker starts leading and unloads those it stops
     leading (on the event loop)."""
 
-    def __init__(self, replica_manager, manager: LogManager, metadata, loop, group_coordinator):
+    def __init__(self, replica_manager, manager: LogManager, metadata, loop, group_coordinator,
+                 remote_log_manager=None):
         self.replica_manager = replica_manager
         self.manager = manager
         self.metadata = metadata
         self.loop = loop
         self.group_coordinator = group_coordinator
+        self.remote_log_manager = remote_log_manager
 
     def on_partition_states(self, states) -> None:
         from strata.coordinator.offsets_records import OFFSETS_TOPIC
         change = self.replica_manager.apply_states(states)
+        if self.remote_log_manager is not None and (change.became_leader or change.stopped_leading):
+            self.remote_log_manager.wake()   # a new leader resumes copying, an old one stops
         for tp, st in states.items():
             if st is None and self.metadata.topic(tp.topic) is not None:
                 self.manager.delete_log(tp)  # reassigned away (a deleted topic's go with it)
@@ -131,9 +135,6 @@ def _join_cluster(props: dict[str, str], node_id: int):
     config = ZkClientConfig.from_properties(props)
     if config is None:
         return None
-    if props.get("remote.log.storage.system.enable", "false").strip().lower() == "true":
-        raise SystemExit("remote.log.storage.system.enable=true is not supported with "
-                         "zookeeper.connect yet: tiered storage across replicas is issue 27")
     zk = StrataZkClient(config).start()
     zk.create_top_level_paths()
     log.info("broker %d connected to ZooKeeper at %s", node_id, config.connect)
@@ -241,6 +242,30 @@ def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
     return call
 
 
+def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
+    """``__remote_log_metadata`` through the Kafka protocol to each partition's leader, with
+    ``min.insync.replicas`` 2 (Kafka 4.3's, KIP-1235) or the replication factor if lower."""
+    from strata.cluster.zk_metadata import INTERNAL_RF_KEYS, RLMM_RF_KEY
+    from strata.tiered.metadata.cluster_topic_log import ClusterMetadataTopicLog
+    from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
+    key, default = INTERNAL_RF_KEYS[REMOTE_LOG_METADATA_TOPIC_NAME]
+    rf = _int(props, RLMM_RF_KEY, _int(props, key, default))
+
+    def create_topic(num_partitions: int, configs: dict[str, str]) -> int:
+        return int(metadata.create_internal_topic(REMOTE_LOG_METADATA_TOPIC_NAME, num_partitions,
+                                                  configs).partitions)
+
+    def leader_of(partition: int) -> tuple[str, int] | None:
+        st = metadata.partition_state(REMOTE_LOG_METADATA_TOPIC_NAME, partition)
+        if st is None or st.leader < 0:
+            return None
+        found = next((b for b in metadata.live_brokers() if b.node_id == st.leader), None)
+        return None if found is None else (found.host, found.port)
+
+    return ClusterMetadataTopicLog(create_topic, leader_of, client_id=f"broker-{node_id}-rlmm",
+                                   min_insync_replicas=min(2, rf))
+
+
 def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogManager,
                              replica_manager, node_id: int, log_dirs: list[Path]):
     """The tiering stack when ``remote.log.storage.system.enable=true``, else None."""
@@ -265,9 +290,14 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
             raise KafkaError(result.message or f"append to {tp} failed", code=result.error)
         return result.base_offset
 
-    topic_log = LogMetadataTopicLog(metadata, get_log=replica_manager.get_log, append=append)
+    if replica_manager.clustered:
+        # in a cluster the metadata partitions are replicated: published with acks=all to
+        # their leaders and consumed from them, wherever they live
+        topic_log = _cluster_metadata_topic_log(metadata, node_id, props)
+    else:
+        topic_log = LogMetadataTopicLog(metadata, get_log=replica_manager.get_log, append=append)
     rlmm_class = load_plugin(cfg.rlmm_class_name)
-    # The default manager keeps its records in this broker's own __remote_log_metadata logs.
+    # The default manager keeps its records in the __remote_log_metadata topic.
     rlmm = rlmm_class(topic_log) if issubclass(rlmm_class, TopicBasedRemoteLogMetadataManager) \
         else rlmm_class()
     rlmm.configure(cfg.rlmm_props(broker_id=node_id, cluster_id=metadata.cluster_id,
@@ -281,10 +311,15 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         copier_threads=cfg.copier_threads, expiration_threads=cfg.expiration_threads,
         reader_threads=cfg.reader_threads, reader_max_pending_tasks=cfg.reader_max_pending_tasks,
         **quota_settings(cfg))   # static values overlaid with the stored dynamic ones
+    def leader_epoch_of(tp: TopicPartition) -> int | None:
+        st = replica_manager.state(tp)
+        return st.leader_epoch if st is not None and st.leader == node_id else None
+
     rlm = RemoteLogManager(
         rsm, rlmm, broker_id=node_id, logs=log_manager.all_logs,
         topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
-        settings=settings, index_cache=index_cache)
+        settings=settings, index_cache=index_cache,
+        leader_epoch_of=leader_epoch_of if replica_manager.clustered else None)
     return rlm, cfg
 
 
@@ -400,8 +435,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         replica_manager.leader_quota = leader_quota
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
-            on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota)
-        follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop, ctx.group_coordinator)
+            on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota,
+            remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
+        follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop,
+                                       ctx.group_coordinator, rlm)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said
     metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it

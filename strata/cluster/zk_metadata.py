@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 METADATA_WAIT_MS = "zookeeper.metadata.wait.ms"   # Strata's: how long a write waits for the view
 DEFAULT_METADATA_WAIT_MS = 30_000
+# the RLMM's setting is Kafka's rlmm.config.-prefixed key; the bare one is accepted too
+RLMM_RF_KEY = "rlmm.config.remote.log.metadata.topic.replication.factor"
 INTERNAL_RF_KEYS = {"__consumer_offsets": ("offsets.topic.replication.factor", 3),
                     "__remote_log_metadata": ("remote.log.metadata.topic.replication.factor", 3),
                     "__transaction_state": ("transaction.state.log.replication.factor", 3)}
@@ -302,6 +304,8 @@ class ZkClusterMetadata(ClusterMetadata):
         """The topic's ``*.replication.factor``: broker-managed topics wait for enough brokers
         (COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's do."""
         key, default = INTERNAL_RF_KEYS.get(name, (None, 1))
+        if name == "__remote_log_metadata" and self.broker_props.get(RLMM_RF_KEY):
+            key = RLMM_RF_KEY
         wanted = self._int_prop(key, default) if key else default
         live = len(self._registered())
         if wanted > live:

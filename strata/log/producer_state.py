@@ -751,6 +751,21 @@ class ProducerStateManager:
         self._last_snap_offset = 0
         self._last_map_offset = offset
 
+    def load_snapshot_at(self, offset: int, data: bytes, now_ms: int) -> None:
+        """Install snapshot bytes (a remote segment's, KIP-405) as the state at ``offset``:
+        written as ``<offset>.snapshot``, then loaded as at start-up. The state must be empty
+        at ``offset`` (``truncate_fully_and_start_at``). Raises CorruptSnapshotError."""
+        entries = decode_snapshot(data, f"producer snapshot at {offset}")
+        path = self.log_dir / snapshot_file_name(offset)
+        write_snapshot(path, entries)
+        self._snapshots[offset] = path
+        self._snapshots = dict(sorted(self._snapshots.items()))
+        for entry in entries:
+            if not self._is_producer_expired(now_ms, entry):
+                self.load_producer_entry(entry)
+        self._last_snap_offset = offset
+        self._last_map_offset = offset
+
     def truncate_fully_and_reload_snapshots(self) -> None:
         self.truncate_fully_and_start_at(0)
         self._snapshots = self._scan_snapshots()

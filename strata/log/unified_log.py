@@ -48,6 +48,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 class FetchIsolation(Enum):
@@ -358,6 +359,16 @@ class UnifiedLog:
             if timestamp == LATEST_TIERED_TIMESTAMP:
                 off = self.highest_offset_in_remote_storage
                 return TimestampAndOffset(-1, off, epochs.epoch_for_offset(off) if off >= 0 else None)
+            if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+                # KIP-1023: the first offset not yet in the remote tier (-1: not tiered, or
+                # nothing copied while the remote tier already starts the log)
+                if not self.remote_log_enabled:
+                    return TimestampAndOffset(-1, -1, None)
+                off = self.highest_offset_in_remote_storage + 1
+                if off == 0 and self.local_log_start_offset != self._log_start_offset:
+                    return TimestampAndOffset(-1, -1, None)
+                off = max(off, self._log_start_offset)
+                return TimestampAndOffset(-1, off, epochs.epoch_for_offset(off))
             if timestamp == MAX_TIMESTAMP:
                 best_seg = None
                 for seg in self.local_log.segments:
@@ -403,6 +414,23 @@ class UnifiedLog:
             self.producer_state.truncate_fully_and_start_at(offset)
             self._log_start_offset = offset
             self._high_watermark = LogOffsetMetadata(offset)
+            self._update_first_unstable_offset()
+
+    def truncate_fully_and_start_after_remote(self, next_offset: int, log_start_offset: int,
+                                              epochs: list, producer_snapshot: bytes | None) -> None:
+        """KIP-405's follower: the leader's local log starts at ``next_offset`` and everything
+        below it is in the remote tier. Drop the whole local log, start it empty at
+        ``next_offset`` with the log start offset at the leader's (the remote tier serves
+        [log start, next)), and take the leader epochs and producer state up to ``next_offset``
+        from the remote segment that ends just before it."""
+        with self.lock:
+            self.truncate_fully_and_start_at(next_offset)
+            self._log_start_offset = min(log_start_offset, next_offset)
+            self.leader_epoch_cache.assign_entries(
+                [e for e in epochs if e.start_offset < next_offset])
+            if producer_snapshot:
+                self.producer_state.load_snapshot_at(next_offset, producer_snapshot,
+                                                     self._clock.milliseconds())
             self._update_first_unstable_offset()
 
     def _rebuild_producer_state(self) -> None:

@@ -214,7 +214,7 @@ class ApiKey(IntEnum):
 API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),

@@ -13,8 +13,12 @@ as in Kafka. Each thread sends one Fetch for all its ready partitions and, per p
 - OFFSET_OUT_OF_RANGE: truncated to the leader's end (ListOffsets latest) when ours is past it,
   else restarted at the leader's log start offset when ours is below it (Kafka's
   ``fetchOffsetAndTruncate``);
-- OFFSET_MOVED_TO_TIERED_STORAGE: the partition is marked failed (KIP-405 follower catch-up
-  is not built yet) until the next leader or epoch change;
+- OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the leader's local log starts above our log end
+  and what lies below it is in the remote tier. As Kafka's TierStateMachine: the leader's
+  earliest local offset and its epoch (ListOffsets -4), its log start offset (-2), the epoch
+  of the offset just below (OffsetForLeaderEpoch), then ``remote_aux_state`` rebuilds the log
+  from the remote segment ending there (leader epochs, producer state) and fetching resumes
+  after it; any failure backs off and retries, the log untouched;
 - other errors (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
   ...): that partition backs off ``replica.fetch.backoff.ms``; new metadata brings the leader.
 
@@ -39,7 +43,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from strata.common.errors import CorruptRecordError, ErrorCode, InvalidRecordError
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
-from strata.log.unified_log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, UnifiedLog
+from strata.log.unified_log import (
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP, UnifiedLog)
 
 __all__ = ["ReplicaFetcherManager", "ReplicaFetcherThread", "fetcher_id"]
 
@@ -85,6 +91,7 @@ class _PartitionState:
     delay_until: float = 0.0    # time.monotonic() before which it is not fetched
     lag: int | None = None      # leader's high watermark - our log end, from the last answer
     failed: bool = False        # stopped until the next leader or epoch change
+    new: bool = True            # not fetched yet (KIP-1023 may start it at the tiered offset)
 
 
 class ReplicaFetcherThread(threading.Thread):
@@ -238,7 +245,13 @@ class ReplicaFetcherThread(threading.Thread):
             if ulog is None:
                 missing.append(tp)
                 continue
-            epoch = self._states[tp].epoch
+            st = self._states[tp]
+            if st.new and m.fetch_last_tiered_offset and m.remote_aux_state is not None:
+                if not self._start_at_tiered_offset(tp, st, ulog):
+                    self._delay([tp], m.backoff_ms)
+                    continue
+            st.new = False
+            epoch = st.epoch
             with ulog.lock:
                 offset = ulog.log_end_offset
                 last_epoch = ulog.leader_epoch_cache.latest_epoch()
@@ -292,17 +305,29 @@ class ReplicaFetcherThread(threading.Thread):
 
     def _list_offset(self, tp: TopicPartition, epoch: int, timestamp: int) -> int | None:
         """The leader's offset for ``timestamp`` (latest or earliest), None on any failure."""
-        from kio.schema.list_offsets.v9.request import (
-            ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic)
-        from kio.schema.list_offsets.v9.response import ListOffsetsResponse
+        found = self._list_offset_and_epoch(tp, epoch, timestamp)
+        return None if found is None else found[0]
+
+    def _list_offset_and_epoch(self, tp: TopicPartition, epoch: int,
+                               timestamp: int) -> tuple[int, int] | None:
+        """(offset, its leader epoch) the leader answers for ``timestamp``, None on failure."""
+        if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:   # v11 (KIP-1023)
+            from kio.schema.list_offsets.v11 import request as rq
+            from kio.schema.list_offsets.v11.response import ListOffsetsResponse
+        else:
+            from kio.schema.list_offsets.v9 import request as rq
+            from kio.schema.list_offsets.v9.response import ListOffsetsResponse
         from kio.schema.types import BrokerId, TopicName
-        from kio.static.primitive import i8, i32, i64
-        req = ListOffsetsRequest(
+        from kio.static.primitive import i8, i32, i32Timedelta, i64
+        extra = {"timeout": i32Timedelta.parse(datetime.timedelta(
+            milliseconds=self.manager.socket_timeout_ms))} \
+            if "timeout" in rq.ListOffsetsRequest.__dataclass_fields__ else {}
+        req = rq.ListOffsetsRequest(
             replica_id=BrokerId(self.manager.broker_id), isolation_level=i8(0),
-            topics=(ListOffsetsTopic(name=TopicName(tp.topic), partitions=(
-                ListOffsetsPartition(partition_index=i32(tp.partition),
-                                     current_leader_epoch=i32(epoch),
-                                     timestamp=i64(timestamp)),)),))
+            topics=(rq.ListOffsetsTopic(name=TopicName(tp.topic), partitions=(
+                rq.ListOffsetsPartition(partition_index=i32(tp.partition),
+                                        current_leader_epoch=i32(epoch),
+                                        timestamp=i64(timestamp)),)),), **extra)
         try:
             resp = self._connection().request(req, ListOffsetsResponse)
         except Exception as exc:  # noqa: BLE001
@@ -318,8 +343,41 @@ class ReplicaFetcherThread(threading.Thread):
                         log.info("%s: ListOffsets %d for %s answered %s", self.name, timestamp,
                                  tp, _error_name(code))
                         return None
-                    return int(p.offset)
+                    return int(p.offset), int(p.leader_epoch)
         log.warning("%s: ListOffsets for %s answered without the partition", self.name, tp)
+        return None
+
+    def _end_offset_for_epoch(self, tp: TopicPartition, current_epoch: int,
+                              epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch to the leader: (the largest epoch <= ``epoch``, its end
+        offset), None on any failure."""
+        from kio.schema.offset_for_leader_epoch.v4.request import (
+            OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic)
+        from kio.schema.offset_for_leader_epoch.v4.response import OffsetForLeaderEpochResponse
+        from kio.schema.types import BrokerId, TopicName
+        from kio.static.primitive import i32
+        req = OffsetForLeaderEpochRequest(
+            replica_id=BrokerId(self.manager.broker_id),
+            topics=(OffsetForLeaderTopic(topic=TopicName(tp.topic), partitions=(
+                OffsetForLeaderPartition(partition=i32(tp.partition),
+                                         current_leader_epoch=i32(current_epoch),
+                                         leader_epoch=i32(epoch)),)),))
+        try:
+            resp = self._connection().request(req, OffsetForLeaderEpochResponse)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: OffsetForLeaderEpoch %d for %s failed (%s: %s)", self.name, epoch,
+                        tp, type(exc).__name__, exc)
+            self._close_connection()
+            return None
+        for t in resp.topics:
+            for p in t.partitions:
+                if t.topic == tp.topic and p.partition == tp.partition:
+                    code = _code(p.error_code)
+                    if code != ErrorCode.NONE:
+                        log.info("%s: OffsetForLeaderEpoch %d for %s answered %s", self.name,
+                                 epoch, tp, _error_name(code))
+                        return None
+                    return int(p.leader_epoch), int(p.end_offset)
         return None
 
     # ---- answers ----------------------------------------------------------------------------
@@ -356,12 +414,7 @@ class ReplicaFetcherThread(threading.Thread):
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._handle_out_of_range(tp, st, ulog)
         if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
-            log.error("%s: %s: the leader's log starts in remote storage above our log end %d; "
-                      "a follower cannot catch up from tiered storage yet: partition marked "
-                      "failed until its leader or leader epoch changes",
-                      self.name, tp, ulog.log_end_offset)
-            st.failed = True
-            return True
+            return self._handle_moved_to_tiered_storage(tp, st, ulog)
         if code in _BACK_OFF:
             log.debug("%s: %s answered %s; backing off", self.name, tp, _error_name(code))
         else:
@@ -438,6 +491,68 @@ class ReplicaFetcherThread(threading.Thread):
                 return False
             return True
 
+    def _handle_moved_to_tiered_storage(self, tp, st: _PartitionState, ulog: UnifiedLog) -> bool:
+        """KIP-405's BuildingRemoteLogAuxState; False (back off, retry) on any failure."""
+        if self.manager.remote_aux_state is None:
+            log.error("%s: %s: the leader's log starts in remote storage above our log end %d, "
+                      "but this broker has no tiered storage (remote.log.storage.system.enable)"
+                      ": partition marked failed until its leader or leader epoch changes",
+                      self.name, tp, ulog.log_end_offset)
+            st.failed = True
+            return True
+        return self._rebuild_from_remote(tp, st, ulog, EARLIEST_LOCAL_TIMESTAMP)
+
+    def _start_at_tiered_offset(self, tp, st: _PartitionState, ulog: UnifiedLog) -> bool:
+        """KIP-1023 (``follower.fetch.last.tiered.offset.enable``): an empty replica of a
+        tiered partition starts at the leader's first offset not yet in the remote tier
+        instead of copying what the remote tier already holds. True when it did (or there was
+        nothing to skip), False to back off."""
+        with ulog.lock:
+            empty = ulog.log_end_offset == 0 and ulog.log_start_offset == 0
+        if not empty or not ulog.remote_log_enabled:
+            return True
+        return self._rebuild_from_remote(tp, st, ulog, EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+
+    def _rebuild_from_remote(self, tp, st: _PartitionState, ulog: UnifiedLog, timestamp: int) -> bool:
+        """Start the log after the remote segment below the leader's offset for ``timestamp``
+        (its earliest local offset, or its earliest pending upload), as Kafka's
+        TierStateMachine; False (back off, retry) on any failure."""
+        build = self.manager.remote_aux_state
+        local = self._list_offset_and_epoch(tp, st.epoch, timestamp)
+        start = self._list_offset(tp, st.epoch, EARLIEST_TIMESTAMP) if local else None
+        if local is None or start is None:
+            return False
+        leader_local_start, local_epoch = local
+        if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP and leader_local_start <= max(start, 0):
+            return True     # nothing tiered yet (or not tiered): fetch from the start
+        if local_epoch < 0:
+            log.warning("%s: %s: the leader knows no epoch for its offset %d",
+                        self.name, tp, leader_local_start)
+            return False
+        target = local_epoch
+        if local_epoch > 0:
+            # the offset just below the local start may belong to an earlier epoch (or to one
+            # before a gap in the epochs): the leader's end of the epoch before says which
+            earlier = self._end_offset_for_epoch(tp, st.epoch, local_epoch - 1)
+            if earlier is None:
+                return False
+            if earlier[1] > leader_local_start - 1:
+                target = earlier[0]
+        log.info("%s: %s: %s; rebuilding from the remote segment of epoch %d holding offset "
+                 "%d (leader's log start %d)", self.name, tp,
+                 f"offset {ulog.log_end_offset} moved to tiered storage"
+                 if timestamp == EARLIEST_LOCAL_TIMESTAMP else "an empty replica starts at the "
+                 f"leader's earliest pending upload {leader_local_start}",
+                 target, leader_local_start - 1, start)
+        try:
+            build(ulog, target, leader_local_start, start)
+        except Exception as exc:  # noqa: BLE001 - retried after the back-off
+            log.warning("%s: %s: rebuilding from the remote tier failed, retrying after %d ms: "
+                        "%s: %s", self.name, tp, self.manager.backoff_ms, type(exc).__name__, exc)
+            return False
+        st.lag = None
+        return True
+
     def _handle_out_of_range(self, tp, st: _PartitionState, ulog: UnifiedLog) -> bool:
         """Kafka's ``fetchOffsetAndTruncate``; False (back off) when the leader cannot say."""
         leo = ulog.log_end_offset
@@ -484,8 +599,14 @@ class ReplicaFetcherManager:
                  on_append: Callable[[TopicPartition], None] | None = None,
                  connect: Callable[[str], Any] | None = None,
                  socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS,
-                 quota: Any = None):
-        """``quota``: the follower replication throttle (strata.replication.quota), if any."""
+                 quota: Any = None,
+                 remote_aux_state: Callable[[UnifiedLog, int, int, int], int] | None = None,
+                 fetch_last_tiered_offset: bool = False):
+        """``quota``: the follower replication throttle (strata.replication.quota), if any.
+        ``remote_aux_state(log, target epoch, leader's local log start, leader's log start)``:
+        KIP-405's rebuild from the remote tier (RemoteLogManager.build_remote_log_aux_state),
+        None without tiered storage. ``fetch_last_tiered_offset``: KIP-1023's
+        ``follower.fetch.last.tiered.offset.enable``."""
         if num_fetchers < 1:
             raise ValueError(f"num.replica.fetchers must be >= 1, got {num_fetchers}")
         if socket_timeout_ms < max_wait_ms:   # as Kafka's config check: a long poll must fit
@@ -504,6 +625,8 @@ class ReplicaFetcherManager:
         self.socket_timeout_ms = socket_timeout_ms
         self.connect = connect or self._default_connect
         self.quota = quota
+        self.remote_aux_state = remote_aux_state
+        self.fetch_last_tiered_offset = fetch_last_tiered_offset
         self._lock = threading.Lock()
         self._fetchers: dict[tuple[int, int], ReplicaFetcherThread] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
@@ -526,6 +649,8 @@ class ReplicaFetcherManager:
                    partition_max_bytes=num("replica.fetch.max.bytes", DEFAULT_PARTITION_MAX_BYTES),
                    backoff_ms=num("replica.fetch.backoff.ms", DEFAULT_BACKOFF_MS),
                    socket_timeout_ms=num("replica.socket.timeout.ms", DEFAULT_SOCKET_TIMEOUT_MS),
+                   fetch_last_tiered_offset=str(props.get(
+                       "follower.fetch.last.tiered.offset.enable", "false")).strip().lower() == "true",
                    **kwargs)
 
     def _default_connect(self, address: str):

@@ -31,7 +31,9 @@ Families (``{topic}``: per topic and an all-topics series without the label):
 - ``kafka_server_BrokerTopicMetrics_<N>_total{topic}`` for N in RemoteCopyBytesPerSec,
   RemoteCopyRequestsPerSec, RemoteCopyErrorsPerSec, RemoteFetchBytesPerSec,
   RemoteFetchRequestsPerSec, RemoteFetchErrorsPerSec, RemoteDeleteRequestsPerSec,
-  RemoteDeleteErrorsPerSec (since broker start; a failed attempt counts as a request too).
+  RemoteDeleteErrorsPerSec, BuildRemoteLogAuxStateRequestsPerSec,
+  BuildRemoteLogAuxStateErrorsPerSec (since broker start; a failed attempt counts as a request
+  too).
 - ``kafka_server_BrokerTopicMetrics_<N>{topic}`` gauges: RemoteCopyLagBytes and
   RemoteCopyLagSegments (inactive local segments not yet copied), RemoteLogSizeBytes (bytes of
   the copied segments), RemoteLogMetadataCount (remote segment metadata in any live state:
@@ -126,6 +128,9 @@ TOPIC_COUNTERS = (
     ("RemoteFetchErrorsPerSec", "Consumer reads from remote storage that failed."),
     ("RemoteDeleteRequestsPerSec", "Remote segment deletions attempted."),
     ("RemoteDeleteErrorsPerSec", "Remote segment deletions that failed."),
+    ("BuildRemoteLogAuxStateRequestsPerSec",
+     "Follower rebuilds of leader epochs and producer state from the remote tier (KIP-405)."),
+    ("BuildRemoteLogAuxStateErrorsPerSec", "Follower rebuilds from the remote tier that failed."),
 )
 TOPIC_GAUGES = (
     ("RemoteCopyLagBytes", "Bytes of inactive local segments not yet copied to remote storage."),

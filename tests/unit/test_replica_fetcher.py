@@ -17,6 +17,8 @@ from kio.schema.fetch.v12 import response as fr
 from kio.schema.fetch.v12.request import FetchRequest
 from kio.schema.list_offsets.v9 import response as lr
 from kio.schema.list_offsets.v9.request import ListOffsetsRequest
+from kio.schema.offset_for_leader_epoch.v4 import response as er
+from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest
 
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
@@ -57,9 +59,9 @@ def append(ulog: UnifiedLog, epoch: int, count: int = 1, value: bytes = b"v") ->
 
 
 def all_bytes(ulog: UnifiedLog) -> bytes:
-    if ulog.log_end_offset == ulog.log_start_offset:
+    if ulog.log_end_offset == ulog.local_log_start_offset:
         return b""
-    return bytes(ulog.read(ulog.log_start_offset, 1 << 30, FetchIsolation.LOG_END).records)
+    return bytes(ulog.read(ulog.local_log_start_offset, 1 << 30, FetchIsolation.LOG_END).records)
 
 
 def partition(tp: TopicPartition, code: ErrorCode = ErrorCode.NONE, *, hw: int = -1,
@@ -98,6 +100,7 @@ class FakeLeader:
         self.sticky: dict[TopicPartition, fr.PartitionData] = {}
         self.fetches: list[tuple[float, FetchRequest]] = []
         self.list_offsets: list[ListOffsetsRequest] = []
+        self.epoch_requests: list[OffsetForLeaderEpochRequest] = []
         self.answers: list[fr.FetchResponse] = []
         self.wake = threading.Event()
 
@@ -143,11 +146,28 @@ class FakeLeader:
             for p in t.partitions:
                 ulog = self.logs[TopicPartition(t.name, p.partition_index)]
                 found = ulog.fetch_offset_by_timestamp(p.timestamp)
+                epoch = found.leader_epoch if found.leader_epoch is not None else -1
                 parts.append(lr.ListOffsetsPartitionResponse(
                     partition_index=p.partition_index, error_code=kio_error_code(ErrorCode.NONE),
-                    timestamp=-1, offset=found.offset, leader_epoch=-1))
+                    timestamp=-1, offset=found.offset, leader_epoch=epoch))
             topics.append(lr.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
         return lr.ListOffsetsResponse(throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+    def answer_offset_for_leader_epoch(self, req: OffsetForLeaderEpochRequest):
+        """The leader's end offset for each epoch asked (Kafka's endOffsetForEpoch)."""
+        self.epoch_requests.append(req)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                ulog = self.logs[TopicPartition(t.topic, p.partition)]
+                found = ulog.leader_epoch_cache.end_offset_for(p.leader_epoch, ulog.log_end_offset)
+                parts.append(er.EpochEndOffset(error_code=kio_error_code(ErrorCode.NONE),
+                                               partition=p.partition, leader_epoch=found.leader_epoch,
+                                               end_offset=found.offset))
+            topics.append(er.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))
+        return er.OffsetForLeaderEpochResponse(throttle_time=datetime.timedelta(0),
+                                               topics=tuple(topics))
 
 
 class FakeConnection:
@@ -158,9 +178,11 @@ class FakeConnection:
     def request(self, body, response_cls):
         if self.closed:
             raise ConnectionError("closed")
-        if isinstance(body, ListOffsetsRequest):
+        if type(body).__name__ == "ListOffsetsRequest":
             self.leader.list_offsets.append(body)
             return self.leader.answer_list_offsets(body)
+        if isinstance(body, OffsetForLeaderEpochRequest):
+            return self.leader.answer_offset_for_leader_epoch(body)
         assert isinstance(body, FetchRequest) and response_cls is fr.FetchResponse
         self.leader.fetches.append((time.monotonic(), body))
         resp = self.leader.answer_fetch(body)
@@ -475,7 +497,8 @@ def test_an_unknown_leader_endpoint_backs_off_without_crashing(cluster, managers
     wait_for(lambda: follower.log_end_offset == 1, "the fetch once the endpoint is known")
 
 
-def test_offset_moved_to_tiered_storage_marks_the_partition_failed(cluster, managers):
+def test_offset_moved_to_tiered_storage_without_tiered_storage_marks_the_partition_failed(
+        cluster, managers):
     tp2 = TopicPartition("t", 1)
     leader_log, leader_log2 = cluster.log("leader", TP), cluster.log("leader", tp2)
     append(leader_log2, 1, 2)
@@ -499,6 +522,135 @@ def test_offset_moved_to_tiered_storage_marks_the_partition_failed(cluster, mana
     m.add_partitions({TP: (LEADER, 2)})   # a new epoch: fetched again
     assert m.fetching() == {TP: (LEADER, 2), tp2: (LEADER, 1)}
     assert m.failed_partitions() == {}
+
+
+def kip405_scenario_1_leader(cluster) -> UnifiedLog:
+    """KIP-405's follower scenario 1: seg-0-2 (LE-0) is only in the remote tier; the leader's
+    local log holds 3-4 at LE-1, 5-6 at LE-2, 7 at LE-3."""
+    from strata.log.leader_epoch import EpochEntry
+    leader_log = cluster.log("leader", TP)
+    leader_log.truncate_fully_and_start_after_remote(3, 0, [EpochEntry(0, 0)], None)
+    for epoch, count in ((1, 2), (2, 2), (3, 1)):
+        append(leader_log, epoch, count)
+    leader_log.update_high_watermark(leader_log.log_end_offset)
+    return leader_log
+
+
+class RemoteRebuild:
+    """The RemoteLogManager's part, as the fetcher sees it: records its calls, fails the first
+    ``failures`` of them, else starts the log after the remote segment as the real one does
+    (leader epochs up to it, as the remote tier's checkpoint would give them)."""
+
+    def __init__(self, remote_epochs, failures: int = 0):
+        self.remote_epochs = remote_epochs
+        self.failures = failures
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, ulog: UnifiedLog, target_epoch: int, local_start: int, log_start: int) -> int:
+        self.calls.append((target_epoch, local_start, log_start))
+        if self.failures:
+            self.failures -= 1
+            from strata.tiered.api import RemoteStorageNotReadyException
+            raise RemoteStorageNotReadyException("metadata not consumed yet")
+        ulog.truncate_fully_and_start_after_remote(local_start, log_start, self.remote_epochs, None)
+        return local_start
+
+
+def test_offset_moved_to_tiered_storage_rebuilds_from_the_remote_tier_then_fetches_the_local_tail(
+        cluster, managers):
+    """KIP-405 scenario 1 (a new empty follower): OMTS, then ELO 3 at LE-1 from the leader,
+    the epoch of offset 2 (LE-0, since LE-0 ends at 3), the remote segment's state up to 3,
+    and fetching from 3: the follower ends with the leader's epochs LE-0@0 .. LE-3@7."""
+    from strata.log.leader_epoch import EpochEntry
+    leader_log = kip405_scenario_1_leader(cluster)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    leader.script[TP] = [partition(TP, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, log_start=0)]
+    follower = cluster.follower(TP)
+    rebuild = RemoteRebuild([EpochEntry(0, 0)])
+    m = cluster.manager(remote_aux_state=rebuild)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up after the rebuild")
+    assert rebuild.calls == [(0, 3, 0)]
+    assert [p.timestamp for r in leader.list_offsets for t in r.topics for p in t.partitions] \
+        == [-4, EARLIEST_TIMESTAMP]
+    assert [p.leader_epoch for r in leader.epoch_requests for t in r.topics
+            for p in t.partitions] == [0]
+    assert follower.log_start_offset == 0 and follower.local_log_start_offset == 3
+    assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries() \
+        == [EpochEntry(0, 0), EpochEntry(1, 3), EpochEntry(2, 5), EpochEntry(3, 7)]
+    assert all_bytes(follower) == all_bytes(leader_log)
+    assert m.failed_partitions() == {}
+
+
+def test_a_rebuild_that_fails_backs_off_and_retries_with_the_log_untouched(cluster, managers):
+    from strata.log.leader_epoch import EpochEntry
+    leader_log = kip405_scenario_1_leader(cluster)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    leader.script[TP] = [partition(TP, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, log_start=0)] * 3
+    follower = cluster.follower(TP)
+    rebuild = RemoteRebuild([EpochEntry(0, 0)], failures=2)
+    m = cluster.manager(remote_aux_state=rebuild)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+    wait_for(lambda: len(rebuild.calls) >= 1, "a first attempt")
+    assert follower.log_end_offset == 0 and follower.leader_epoch_cache.epoch_entries() == []
+    wait_for(lambda: follower.log_end_offset == 8, "caught up after the retries")
+    assert len(rebuild.calls) == 3
+    times = [t for t, _ in leader.fetches[:3]]
+    assert all(b - a >= 0.09 for a, b in zip(times, times[1:]))   # replica.fetch.backoff.ms
+    assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries()
+
+
+def test_an_empty_replica_starts_at_the_leaders_earliest_pending_upload_with_kip_1023(
+        cluster, managers):
+    """KIP-1023: offsets 0-4 are in the remote tier, 5-7 not yet (LE-0@0, LE-1@3, LE-2@5,
+    LE-3@7); an empty follower asks ListOffsets -6 (5 at LE-2), the end of LE-1 (5, so offset
+    4 is LE-1's), rebuilds from the remote segment holding 4 and copies only 5-7."""
+    from strata.log.leader_epoch import EpochEntry
+    tiered = LogConfig({"remote.storage.enable": "true"})
+    leader_log = UnifiedLog(cluster.tmp_path / "leader" / "t-0", tiered, topic_partition=TP)
+    cluster.opened.append(leader_log)
+    for epoch, count in ((0, 3), (1, 2), (2, 2), (3, 1)):
+        append(leader_log, epoch, count)
+    leader_log.update_high_watermark(leader_log.log_end_offset)
+    leader_log.update_highest_offset_in_remote_storage(4)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower_logs[TP] = UnifiedLog(cluster.tmp_path / "follower" / "t-0",
+                                                      tiered, topic_partition=TP)
+    cluster.opened.append(follower)
+    rebuild = RemoteRebuild([EpochEntry(0, 0), EpochEntry(1, 3)])
+    m = cluster.manager(remote_aux_state=rebuild, fetch_last_tiered_offset=True)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up")
+    assert rebuild.calls == [(1, 5, 0)]
+    assert follower.local_log_start_offset == 5
+    assert [p.leader_epoch for r in leader.epoch_requests for t in r.topics
+            for p in t.partitions] == [1]
+    assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries()
+    first_fetch = request_partition(leader.fetches[0][1])
+    assert first_fetch.fetch_offset == 5
+
+
+def test_without_kip_1023_an_empty_replica_copies_from_the_leaders_start(cluster, managers):
+    tiered = LogConfig({"remote.storage.enable": "true"})
+    leader_log = UnifiedLog(cluster.tmp_path / "leader" / "t-0", tiered, topic_partition=TP)
+    cluster.opened.append(leader_log)
+    append(leader_log, 0, 8)
+    leader_log.update_high_watermark(8)
+    leader_log.update_highest_offset_in_remote_storage(4)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower_logs[TP] = UnifiedLog(cluster.tmp_path / "follower" / "t-0",
+                                                      tiered, topic_partition=TP)
+    cluster.opened.append(follower)
+    rebuild = RemoteRebuild([])
+    m = cluster.manager(remote_aux_state=rebuild)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 0)})
+    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up")
+    assert rebuild.calls == [] and leader.list_offsets == []
+    assert request_partition(leader.fetches[0][1]).fetch_offset == 0
 
 
 def test_a_newer_epoch_keeps_progress_and_a_moved_partition_leaves_its_fetcher(cluster, managers):

@@ -1,6 +1,7 @@
 """ListOffsets: latest, earliest, max-timestamp and by-timestamp lookups.
 
-v8 adds −4 (earliest local offset), v9 −5 (latest tiered offset, −1 when nothing is tiered);
+v8 adds −4 (earliest local offset), v9 −5 (latest tiered offset, −1 when nothing is tiered),
+v10 a timeout (ignored: answers never wait), v11 −6 (earliest offset pending upload, KIP-1023);
 −2 is the start of the whole log, remote tier included, and timestamp lookups search the remote
 segments' time indexes before the local ones.
 """

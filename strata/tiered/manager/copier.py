@@ -73,7 +73,7 @@ def copy_log_segments(ctx: TieringContext, part: PartitionTiering) -> int:
     ends the wait and the run."""
     copied = 0
 
-    def stop() -> bool:
+    def stop() -> bool:   # copy_enabled is False once the leadership is superseded
         return ctx.stopping or not part.copy_enabled
 
     for seg, next_base in candidate_segments(part):

@@ -108,7 +108,8 @@ class TieringMetrics:
 
     NAMES = ("RemoteCopyBytesPerSec", "RemoteCopyRequestsPerSec", "RemoteCopyErrorsPerSec",
              "RemoteFetchBytesPerSec", "RemoteFetchRequestsPerSec", "RemoteFetchErrorsPerSec",
-             "RemoteDeleteRequestsPerSec", "RemoteDeleteErrorsPerSec")
+             "RemoteDeleteRequestsPerSec", "RemoteDeleteErrorsPerSec",
+             "BuildRemoteLogAuxStateRequestsPerSec", "BuildRemoteLogAuxStateErrorsPerSec")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -140,6 +141,13 @@ class TieringMetrics:
     def delete_failed(self, topic: str) -> None:
         self._add("RemoteDeleteRequestsPerSec", topic)
         self._add("RemoteDeleteErrorsPerSec", topic)
+
+    def aux_state_built(self, topic: str) -> None:
+        self._add("BuildRemoteLogAuxStateRequestsPerSec", topic)
+
+    def aux_state_failed(self, topic: str) -> None:
+        self._add("BuildRemoteLogAuxStateRequestsPerSec", topic)
+        self._add("BuildRemoteLogAuxStateErrorsPerSec", topic)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         with self._lock:
@@ -214,11 +222,18 @@ class _Task:
 
 
 class PartitionTiering:
-    """The tiering state of one partition this broker leads."""
+    """The tiering state of one tiered partition hosted here, for one leadership: as its
+    leader (copy and expire) at ``leader_epoch``, or as a follower (``leader`` False), which
+    only learns from the metadata how far the remote tier reaches. A new leadership gets a
+    new object; the old one is ``superseded`` and its tasks stop at their next segment."""
 
-    def __init__(self, tip: TopicIdPartition, ulog: UnifiedLog, settings: TieringSettings):
+    def __init__(self, tip: TopicIdPartition, ulog: UnifiedLog, settings: TieringSettings, *,
+                 leader: bool = True, leader_epoch: int = 0):
         self.tip = tip
         self.log = ulog
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.superseded = False
         self.initialized = False
         self.copying: RemoteLogSegmentId | None = None
 
@@ -230,14 +245,19 @@ class PartitionTiering:
 
     @property
     def copy_enabled(self) -> bool:
-        return self.log.remote_log_enabled and not self.log.config.get("remote.log.copy.disable")
+        return (self.leader and not self.superseded and self.log.remote_log_enabled
+                and not self.log.config.get("remote.log.copy.disable"))
 
 
 class RemoteLogManager:
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
                  broker_id: int, logs: Callable[[], list[UnifiedLog]],
                  topic_id: Callable[[str], Any], settings: TieringSettings | None = None,
-                 index_cache: Any = None, clock: Clock = SYSTEM_CLOCK):
+                 index_cache: Any = None, clock: Clock = SYSTEM_CLOCK,
+                 leader_epoch_of: Callable[[TopicPartition], int | None] | None = None):
+        """``leader_epoch_of``: in a cluster, this broker's leader epoch for a partition it
+        leads, None for one it follows (only leaders copy and expire, as in Kafka); without
+        it (one broker) every log is led."""
         self.settings = settings or TieringSettings()
         s = self.settings
         quotas = RemoteLogQuotas(
@@ -251,6 +271,7 @@ class RemoteLogManager:
                                   quotas=quotas)
         self._logs = logs
         self._topic_id = topic_id
+        self._leader_epoch_of = leader_epoch_of
         self._partitions: dict[TopicPartition, PartitionTiering] = {}
         self._removals: dict[TopicIdPartition, _Task] = {}
         self._disabling: dict[TopicPartition, _Task] = {}   # delete-on-disable in progress
@@ -265,6 +286,7 @@ class RemoteLogManager:
         self.reader_stats = ReaderPoolStats(s.reader_threads)
         self._read_ahead: dict[TopicPartition, tuple[int, int]] = {}   # next offset, window
         self._driver: threading.Thread | None = None
+        self._deletions_resumed = False
 
     @property
     def metrics(self) -> TieringMetrics:
@@ -304,10 +326,7 @@ class RemoteLogManager:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        orphans = self._partitions_of_deleted_topics()
-        if orphans:
-            log.info("resuming remote deletion of %d partition(s) of deleted topics", len(orphans))
-            self.on_partitions_deleted(orphans)
+        self._resume_deletions()
         self._driver = threading.Thread(target=self._drive, name="rlm-driver", daemon=True)
         self._driver.start()
 
@@ -371,6 +390,7 @@ class RemoteLogManager:
 
     def _schedule_round(self) -> None:
         now = self.ctx.clock.milliseconds()
+        self._resume_deletions()
         seen = set()
         for ulog in self._logs():
             tp = ulog.topic_partition
@@ -383,22 +403,47 @@ class RemoteLogManager:
             if topic_id is None:
                 continue
             seen.add(tp)
-            if part is None or part.log is not ulog:
-                part = PartitionTiering(TopicIdPartition(topic_id, tp), ulog, self.settings)
-                with self._lock:
-                    self._partitions[tp] = part
-                self.ctx.rlmm.on_partition_leadership_changes({part.tip}, set())
+            epoch = 0 if self._leader_epoch_of is None else self._leader_epoch_of(tp)
+            leader = epoch is not None
+            if part is None or part.log is not ulog or part.leader != leader \
+                    or (leader and part.leader_epoch != epoch):
+                part = self._track(tp, PartitionTiering(
+                    TopicIdPartition(topic_id, tp), ulog, self.settings, leader=leader,
+                    leader_epoch=epoch if leader else -1))
+            if not part.leader:
+                self._submit(self._expirers, part.expire_task, now, self._follow, part)
+                continue
             if part.copy_enabled:
                 self._submit(self._copiers, part.copy_task, now, self._copy, part)
             self._submit(self._expirers, part.expire_task, now, self._expire, part)
         with self._lock:
-            for tp in [tp for tp in self._partitions if tp not in seen]:
-                del self._partitions[tp]
+            gone = [self._partitions.pop(tp) for tp in list(self._partitions) if tp not in seen]
             removals = list(self._removals.items())
+        for part in gone:
+            part.superseded = True
+        if gone:
+            try:
+                self.ctx.rlmm.on_stop_partitions({p.tip for p in gone})
+            except Exception as exc:  # noqa: BLE001 - the metadata manager is closing
+                log.debug("on_stop_partitions failed: %s", exc)
         for tip, task in removals:
             self._submit(self._expirers, task, now, self._remove_partition, tip)
         if now >= self._next_sweep_ms:
             self._submit(self._expirers, self._sweep, now, self._abort_incomplete_uploads, now)
+
+    def _track(self, tp: TopicPartition, part: PartitionTiering) -> PartitionTiering:
+        """Make ``part`` the partition's tiering state; the one it replaces stops."""
+        with self._lock:
+            old = self._partitions.get(tp)
+            self._partitions[tp] = part
+        if old is not None:
+            old.superseded = True
+        if part.leader:
+            log.info("%s: tiering as leader at epoch %d", tp, part.leader_epoch)
+            self.ctx.rlmm.on_partition_leadership_changes({part.tip}, set())
+        else:
+            self.ctx.rlmm.on_partition_leadership_changes(set(), {part.tip})
+        return part
 
     def _abort_incomplete_uploads(self, started_ms: int) -> None:
         expirer.abort_incomplete_uploads(self.ctx)
@@ -462,6 +507,58 @@ class RemoteLogManager:
     def _expire(self, part: PartitionTiering) -> None:
         self._ensure_initialized(part)
         expirer.expire_remote_segments(self.ctx, part)
+
+    def _follow(self, part: PartitionTiering) -> None:
+        """Kafka's RLMFollowerTask: a follower learns from the metadata the highest offset
+        its leaders copied in its epoch lineage, so its local retention may delete what is
+        in the remote tier; it copies and deletes nothing."""
+        if not self.ctx.rlmm.is_ready(part.tip):
+            raise KafkaStorageError(f"remote log metadata of {part.tip} is not loaded yet")
+        part.log.update_highest_offset_in_remote_storage(copier.find_resume_offset(self.ctx, part))
+
+    # ---- followers: KIP-405's auxiliary state ------------------------------------------------
+
+    def build_remote_log_aux_state(self, ulog: UnifiedLog, target_epoch: int,
+                                   leader_local_start: int, leader_log_start: int) -> int:
+        """A follower told OFFSET_MOVED_TO_TIERED_STORAGE (Kafka's TierStateMachine): find the
+        remote segment of ``target_epoch`` holding ``leader_local_start - 1``, then start the
+        local log empty just after it with the leader epochs and producer state uploaded with
+        it; returns the offset to fetch from. Everything is read before the log is touched,
+        so a failure (metadata not there yet, remote tier unreachable: retriable) leaves it
+        as it was."""
+        from strata.log.checkpoint import decode_epoch_entries
+        from strata.tiered.api import IndexType, RemoteStorageNotReadyException
+        tp = ulog.topic_partition
+        tip = self._tip(ulog)
+        try:
+            if not self.ctx.rlmm.is_ready(tip):
+                self.ctx.rlmm.on_partition_leadership_changes(set(), {tip})
+                raise RemoteStorageNotReadyException(f"remote log metadata of {tip} is not loaded yet")
+            meta = self.ctx.rlmm.remote_log_segment_metadata(tip, target_epoch, leader_local_start - 1)
+            if meta is None:
+                raise RemoteStorageNotReadyException(
+                    f"no remote segment of {tp} holds offset {leader_local_start - 1} at leader "
+                    f"epoch {target_epoch} yet (leader's local log start {leader_local_start}, "
+                    f"log start {leader_log_start})")
+            with self.ctx.rsm.fetch_index(meta, IndexType.LEADER_EPOCH) as f:
+                epochs = decode_epoch_entries(f.read(), f"leader epochs of {meta.remote_log_segment_id.id}")
+            try:
+                with self.ctx.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT) as f:
+                    snapshot = f.read()
+            except Exception as exc:  # noqa: BLE001 - Kafka too goes on without it
+                log.warning("%s: no producer snapshot with remote segment %s (%s); producer "
+                            "state starts empty", tp, meta.remote_log_segment_id.id, exc)
+                snapshot = None
+        except Exception:
+            self.metrics.aux_state_failed(tp.topic)
+            raise
+        next_offset = meta.end_offset + 1
+        ulog.truncate_fully_and_start_after_remote(next_offset, leader_log_start, epochs, snapshot)
+        self.metrics.aux_state_built(tp.topic)
+        log.info("%s: rebuilt from remote segment %s [%d, %d] (leader epochs %s); fetching from %d",
+                 tp, meta.remote_log_segment_id.id, meta.start_offset, meta.end_offset,
+                 [tuple(e) for e in epochs if e.start_offset < next_offset], next_offset)
+        return next_offset
 
     # ---- disabling and deleting --------------------------------------------------------------
 
@@ -547,6 +644,22 @@ class RemoteLogManager:
                         self.settings.retry_backoff_ms, self.settings.retry_backoff_max_ms,
                         self.settings.retry_jitter))
         self._wake.set()
+
+    def _resume_deletions(self) -> None:
+        """Once, as soon as the metadata manager has loaded every metadata partition (at
+        start on one broker; in a cluster it loads in the background): the removals of
+        deleted topics' partitions that a restart interrupted go on."""
+        if self._deletions_resumed:
+            return
+        read_offset = getattr(self.ctx.rlmm, "read_offset", None)
+        count = getattr(self.ctx.rlmm, "num_partitions", 0)
+        if read_offset is not None and any(read_offset(p) is None for p in range(count)):
+            return
+        self._deletions_resumed = True
+        orphans = self._partitions_of_deleted_topics()
+        if orphans:
+            log.info("resuming remote deletion of %d partition(s) of deleted topics", len(orphans))
+            self.on_partitions_deleted(orphans)
 
     def _partitions_of_deleted_topics(self) -> list[TopicIdPartition]:
         """Partitions with remote metadata whose topic no longer exists (deleted, perhaps while

@@ -1,0 +1,125 @@
+"""KIP-405 across replicas, on broker processes with a real ZooKeeper and a shared remote tier:
+only the leader tiers; a follower whose disk was wiped rebuilds from the remote tier
+(OFFSET_MOVED_TO_TIERED_STORAGE) and copies only the leader's local tail; it then leads and
+serves every record from offset 0 across both tiers, and once the old leader is back (the
+metadata topic wants two in-sync replicas, as Kafka 4.3's) tiers what comes next from where the
+old leader stopped, with no gap and no lost record."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import NewTopic
+from zk_server import zookeeper_available
+
+from confluent_kafka import Producer
+
+from cluster_clients import admin, consume_all, dump_threads, log_end, partitions, wait_for
+from cluster_process import StrataCluster
+from strata.protocol.client import EARLIEST_LOCAL, LATEST_TIERED, list_offset
+from tiered_support import TIERED_BROKER
+
+_ok, _why = zookeeper_available()
+pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
+
+SEGMENT = 16 * 1024
+TIERED_TOPIC = {"remote.storage.enable": "true", "internal.segment.bytes": str(SEGMENT),
+                "local.retention.bytes": "1", "segment.index.bytes": "4096",
+                "min.insync.replicas": "1"}
+OVERRIDES = {
+    **TIERED_BROKER,
+    "log.remote.storage.enable": "false",          # only the topics that ask are tiered
+    "zookeeper.session.timeout.ms": "6000",
+    "replica.lag.time.max.ms": "5000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.replication.factor": "2",
+    "offsets.topic.num.partitions": "3",
+    "remote.log.metadata.topic.replication.factor": "2",
+    "rlmm.config.remote.log.metadata.topic.replication.factor": "2",
+}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with StrataCluster(tmp_path, brokers=2, overrides=OVERRIDES) as c:
+        yield c
+
+
+def produce(bootstrap: str, topic: str, keys: list[bytes]) -> list[bytes]:
+    """Idempotent acks=all, in small batches (so segments of 16 KiB roll); the keys acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 1, "batch.num.messages": 20, "message.timeout.ms": 60000})
+    acked = []
+    for k in keys:
+        producer.produce(topic, key=k, value=k * 8, partition=0,
+                         on_delivery=lambda err, msg: err is None and acked.append(msg.key()))
+        producer.poll(0)
+    producer.flush(90)
+    return acked
+
+
+def keys(start: int, n: int) -> list[bytes]:
+    return [b"k%06d" % i for i in range(start, start + n)]
+
+
+def leader_of(cluster, topic: str) -> int:
+    return partitions(",".join(b.bootstrap for b in cluster.brokers if b.running), topic)[0].leader
+
+
+def local_segment_bases(broker, topic: str) -> list[int]:
+    d = Path(broker.data_dir) / "kafka-logs" / f"{topic}-0"
+    return sorted(int(p.stem) for p in d.glob("*.log"))
+
+
+def test_a_wiped_follower_copies_only_the_local_tail_then_leads_and_serves_everything(cluster):
+    topic = "tiered"
+    admin(cluster.bootstrap).create_topics(
+        [NewTopic(topic, 1, 2, config=TIERED_TOPIC)])[topic].result(30)
+    wait_for("a leader", lambda: leader_of(cluster, topic) >= 0)
+    first = keys(0, 3000)
+    assert produce(cluster.bootstrap, topic, first) == first
+    leader = cluster.broker(leader_of(cluster, topic))
+    follower = next(b for b in cluster.brokers if b.node_id != leader.node_id)
+    # the leader tiers and its local retention keeps only what is not in the remote tier
+    wait_for("the leader tiered most of the log", lambda: list_offset(
+        leader.bootstrap, topic, 0, LATEST_TIERED)[1] >= 2000, timeout=60)
+    wait_for("the leader's local log shrank", lambda: list_offset(
+        leader.bootstrap, topic, 0, EARLIEST_LOCAL)[1] >= 2000, timeout=60)
+
+    follower.kill()
+    shutil.rmtree(Path(follower.data_dir) / "kafka-logs")   # a replaced disk, the same broker id
+    follower.start()
+    wait_for("the wiped follower caught up", lambda: log_end(follower, topic) == 3000, timeout=90)
+    wait_for("the wiped follower back in the ISR", lambda: sorted(
+        partitions(leader.bootstrap, topic)[0].isr) == sorted(cluster.node_ids), timeout=90)
+    bases = local_segment_bases(follower, topic)
+    # only the local tail came over the wire: nothing below the leader's local log start
+    assert bases and bases[0] >= 2000, bases
+    assert log_end(follower, topic) == log_end(leader, topic) == 3000
+    assert "rebuilt from remote segment" in follower.output()
+    # tiering ran only on the leader
+    assert "copied tiered-0" not in follower.output()
+
+    leader.kill()
+    wait_for("the follower leads", lambda: leader_of(cluster, topic) == follower.node_id)
+    got = consume_all(follower.bootstrap, topic, 3000, timeout=90)
+    assert got == first                                     # every record, in order, from 0
+
+    # the old leader returns as a follower (the metadata topic's min.insync.replicas is 2, so
+    # tiering waits for it); the new leader tiers what comes next from where the old one
+    # stopped: no gap, no loss
+    leader.start()
+    more = keys(3000, 2000)
+    assert produce(follower.bootstrap, topic, more) == more
+    try:
+        wait_for("the new leader tiers", lambda: list_offset(
+            follower.bootstrap, topic, 0, LATEST_TIERED)[1] >= 4000, timeout=60)
+    except AssertionError:
+        dump_threads(cluster)
+        raise
+    wait_for("its local log shrank", lambda: list_offset(
+        follower.bootstrap, topic, 0, EARLIEST_LOCAL)[1] > 3000, timeout=60)
+    assert consume_all(follower.bootstrap, topic, 5000, timeout=90) == first + more
