@@ -5,7 +5,7 @@
 #   BROKER_PORTS   the brokers' ports ("9092 9093 9094"); broker N keeps its log dir in
 #                  data/cluster/broker-N and writes its output to data/cluster/broker-N.log
 #   CONFIG         server.properties for every broker (config/server.properties)
-# Tiering is switched off for now: the remote tier across replicas is issue 27.
+# The brokers share one filesystem remote tier, data/cluster/remote-storage (tiering as CONFIG says).
 # Ctrl-C or SIGTERM stops the brokers (SIGTERM), then ZooKeeper.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,9 +83,9 @@ deadline=$((SECONDS + start_timeout))
 wait_up ZooKeeper "$zk_pid" "$data/zookeeper.log" zk_ok
 echo "run-cluster: ZooKeeper on 127.0.0.1:$zk_port (log $data/zookeeper.log)" >&2
 
-# Tiered storage across replicas is not built yet (issue 27): a cluster runs without it.
-no_tiering=(--override "remote.log.storage.system.enable=false"
-            --override "log.remote.storage.enable=false")
+# One remote tier for the whole cluster: the leader of each partition tiers into it.
+mkdir -p "$data/remote-storage"
+shared_tier=(--override "rsm.config.storage.url=file://$data/remote-storage")
 metrics=$(prop strata.metrics.listener)
 
 bootstrap=""
@@ -97,7 +97,7 @@ for i in "${!ports[@]}"; do
         --override "listeners=PLAINTEXT://127.0.0.1:$port"
         --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port"
         --override "log.dirs=$data/broker-$node"
-        "${no_tiering[@]}")
+        "${shared_tier[@]}")
   if [ -n "$metrics" ]; then  # each broker its own metrics port: the configured one + i
     args+=(--override "strata.metrics.listener=${metrics%:*}:$((${metrics##*:} + i))")
   fi

@@ -24,7 +24,7 @@ from strata.common.errors import ErrorCode
 from strata.protocol import records as rec
 from strata.protocol.client import roundtrip
 
-# Every cluster test's brokers: tiering across replicas is issue 27 (a cluster refuses it).
+# Cluster tests that are not about tiering run without it (fewer threads and topics).
 NO_TIERING = {"remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
 
 
