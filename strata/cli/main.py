@@ -72,11 +72,15 @@ class _LogsFollowMetadata:
 
     def on_topic_deleted(self, info) -> None:
         tiered = []
+        # in a cluster every broker hears of the deletion: the leader of each partition's
+        # metadata partition removes its remote data, whether or not it hosts a replica
+        topic_tiered = not self.create_logs and self.metadata.topic_config(info).get(
+            "remote.storage.enable")
         for p in range(info.partitions):
             tp = TopicPartition(info.name, p)
             ulog = self.manager.get_log(tp)
-            if ulog is not None and (ulog.remote_log_enabled
-                                     or ulog.highest_offset_in_remote_storage >= 0):
+            if topic_tiered or (ulog is not None and (ulog.remote_log_enabled
+                                                      or ulog.highest_offset_in_remote_storage >= 0)):
                 tiered.append(TopicIdPartition(info.topic_id, tp))
             self.manager.delete_log(tp)
         if tiered and self.remote_log_manager is not None:
@@ -275,7 +279,7 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
     from strata.tiered.manager.remote_log_manager import (
         RemoteLogManager, TieringSettings, quota_settings)
     from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
-    from strata.tiered.metadata.topic_log import LogMetadataTopicLog
+    from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME, LogMetadataTopicLog
 
     cfg = metadata.remote_log_manager_config
     if not cfg.system_enabled:
@@ -315,11 +319,16 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         st = replica_manager.state(tp)
         return st.leader_epoch if st is not None and st.leader == node_id else None
 
+    def leads_metadata_partition(partition: int) -> bool:
+        st = replica_manager.state(TopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, partition))
+        return st is not None and st.leader == node_id
+
     rlm = RemoteLogManager(
         rsm, rlmm, broker_id=node_id, logs=log_manager.all_logs,
         topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
         settings=settings, index_cache=index_cache,
-        leader_epoch_of=leader_epoch_of if replica_manager.clustered else None)
+        leader_epoch_of=leader_epoch_of if replica_manager.clustered else None,
+        leads_metadata_partition=leads_metadata_partition if replica_manager.clustered else None)
     return rlm, cfg
 
 

@@ -775,6 +775,10 @@ class ClusterMetadata:
         """Topic config defaults: Kafka's LogConfig defaults overlaid with the broker's ``log.*``."""
         return self._default_config
 
+    def topic_config(self, info: TopicInfo) -> LogConfig:
+        """The effective config of the topic ``info`` describes (one just deleted too)."""
+        return self._make_config(info.configs, info.name)
+
     def log_config(self, name: str) -> LogConfig:
         """The effective config of ``name``; the defaults for a topic this node does not know."""
         return self._image.configs.get(name, self._default_config)

@@ -123,3 +123,12 @@ def test_a_wiped_follower_copies_only_the_local_tail_then_leads_and_serves_every
     wait_for("its local log shrank", lambda: list_offset(
         follower.bootstrap, topic, 0, EARLIEST_LOCAL)[1] > 3000, timeout=60)
     assert consume_all(follower.bootstrap, topic, 5000, timeout=90) == first + more
+
+    # deleting the topic removes its remote data once, by the leader of its metadata partition
+    admin(cluster.bootstrap).delete_topics([topic])[topic].result(30)
+    remote = Path(cluster.remote_dir)
+    wait_for("the topic's remote objects deleted", lambda: not [
+        p for p in remote.rglob("*") if p.is_file() and p.parts[len(remote.parts)].startswith(topic)],
+        timeout=60)
+    removers = [b.node_id for b in cluster.brokers if "remote partition deleted" in b.output()]
+    assert len(removers) == 1, removers

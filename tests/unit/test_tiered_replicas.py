@@ -156,6 +156,7 @@ class Replica:
 
     def __init__(self, tmp, env: TieredEnv, broker_id: int, epoch: int | None, ulog=None):
         self.epoch = epoch
+        self.leads_metadata = False
         self.log = ulog or UnifiedLog(tmp / f"b{broker_id}" / "orders-0", LogConfig(SMALL_SEGMENTS),
                                       clock=env.clock, topic_partition=TP)
         self.rlmm = TopicBasedRemoteLogMetadataManager(env.rlmm._topic_log, clock=env.clock)
@@ -164,7 +165,8 @@ class Replica:
         self.rlmm.start()
         self.rlm = RemoteLogManager(env.rsm, self.rlmm, broker_id=broker_id, logs=lambda: [self.log],
                                     topic_id=env.topic_id, settings=env.rlm.settings,
-                                    clock=env.clock, leader_epoch_of=lambda tp: self.epoch)
+                                    clock=env.clock, leader_epoch_of=lambda tp: self.epoch,
+                                    leads_metadata_partition=lambda p: self.leads_metadata)
 
     def run_round(self) -> None:
         """One scheduling round, waited for."""
@@ -329,3 +331,30 @@ def test_earliest_pending_upload_is_the_first_offset_not_in_the_remote_tier(lead
     finally:
         plain.close()
         fresh.close()
+
+
+def test_the_leader_of_the_metadata_partition_removes_a_deleted_topics_remote_data(shared):
+    """KIP-405's RemotePartitionRemover runs where the partition's metadata partition is led:
+    every broker hears of the deletion, one publishes the lifecycle and deletes the objects."""
+    env, replica = shared
+    a, b = replica(1, 0), replica(2, None)
+    produce(a.log, 0, 40, env.clock)
+    a.run_round()
+    assert env.store.objects
+    published = []
+    for r in (a, b):
+        real = r.rlmm.put_remote_partition_delete_metadata
+
+        def put(meta, real=real, who=r):
+            published.append((who.rlm.ctx.broker_id, meta.state.name))
+            return real(meta)
+        r.rlmm.put_remote_partition_delete_metadata = put
+    b.leads_metadata = True                       # broker 2 leads the metadata partition
+    a.epoch = b.epoch = None                      # the topic is gone: nobody leads it
+    for r in (a, b):
+        r.rlm.on_partitions_deleted([TIP])
+        r.rlm._remove_partition(TIP)              # the remover task, run inline
+    assert published == [(2, "DELETE_PARTITION_MARKED"), (2, "DELETE_PARTITION_STARTED"),
+                         (2, "DELETE_PARTITION_FINISHED")]
+    assert env.store.objects == {}
+    assert a.rlm._removals == {} and b.rlm._removals == {}

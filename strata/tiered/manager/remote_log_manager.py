@@ -254,10 +254,14 @@ class RemoteLogManager:
                  broker_id: int, logs: Callable[[], list[UnifiedLog]],
                  topic_id: Callable[[str], Any], settings: TieringSettings | None = None,
                  index_cache: Any = None, clock: Clock = SYSTEM_CLOCK,
-                 leader_epoch_of: Callable[[TopicPartition], int | None] | None = None):
+                 leader_epoch_of: Callable[[TopicPartition], int | None] | None = None,
+                 leads_metadata_partition: Callable[[int], bool] | None = None):
         """``leader_epoch_of``: in a cluster, this broker's leader epoch for a partition it
         leads, None for one it follows (only leaders copy and expire, as in Kafka); without
-        it (one broker) every log is led."""
+        it (one broker) every log is led. ``leads_metadata_partition``: whether this broker
+        leads a ``__remote_log_metadata`` partition, whose leader removes the remote data of
+        the deleted partitions it holds (KIP-405's RemotePartitionRemover); without it this
+        broker removes them all."""
         self.settings = settings or TieringSettings()
         s = self.settings
         quotas = RemoteLogQuotas(
@@ -272,6 +276,7 @@ class RemoteLogManager:
         self._logs = logs
         self._topic_id = topic_id
         self._leader_epoch_of = leader_epoch_of
+        self._leads_metadata_partition = leads_metadata_partition
         self._partitions: dict[TopicPartition, PartitionTiering] = {}
         self._removals: dict[TopicIdPartition, _Task] = {}
         self._disabling: dict[TopicPartition, _Task] = {}   # delete-on-disable in progress
@@ -287,6 +292,7 @@ class RemoteLogManager:
         self._read_ahead: dict[TopicPartition, tuple[int, int]] = {}   # next offset, window
         self._driver: threading.Thread | None = None
         self._deletions_resumed = False
+        self._next_deletion_scan_ms = 0
 
     @property
     def metrics(self) -> TieringMetrics:
@@ -646,17 +652,28 @@ class RemoteLogManager:
         self._wake.set()
 
     def _resume_deletions(self) -> None:
-        """Once, as soon as the metadata manager has loaded every metadata partition (at
-        start on one broker; in a cluster it loads in the background): the removals of
-        deleted topics' partitions that a restart interrupted go on."""
-        if self._deletions_resumed:
+        """As soon as the metadata manager has loaded every metadata partition (at start on
+        one broker; in a cluster it loads in the background), and again every
+        ``INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS`` in a cluster (a metadata partition's
+        leadership may have moved here): the removals of deleted topics' partitions that
+        were interrupted, or that this broker now owns, go on."""
+        now = self.ctx.clock.milliseconds()
+        if self._deletions_resumed and (self._leads_metadata_partition is None
+                                        or now < self._next_deletion_scan_ms):
             return
         read_offset = getattr(self.ctx.rlmm, "read_offset", None)
         count = getattr(self.ctx.rlmm, "num_partitions", 0)
         if read_offset is not None and any(read_offset(p) is None for p in range(count)):
             return
         self._deletions_resumed = True
-        orphans = self._partitions_of_deleted_topics()
+        self._next_deletion_scan_ms = now + max(INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS,
+                                                self.settings.task_interval_ms)
+        try:
+            orphans = [tip for tip in self._partitions_of_deleted_topics()
+                       if self._removes(tip) and tip not in self._removals]
+        except Exception as exc:  # noqa: BLE001 - the next scan retries
+            log.info("scanning for deleted topics' remote data failed: %s", exc)
+            return
         if orphans:
             log.info("resuming remote deletion of %d partition(s) of deleted topics", len(orphans))
             self.on_partitions_deleted(orphans)
@@ -677,8 +694,25 @@ class RemoteLogManager:
                 found.add(tip)
         return sorted(found, key=lambda t: (t.topic, t.partition))
 
+    def _removes(self, tip: TopicIdPartition) -> bool:
+        """Whether this broker removes ``tip``'s remote data: the leader of the metadata
+        partition holding it does (every broker, in the one-broker setup)."""
+        if self._leads_metadata_partition is None:
+            return True
+        metadata_partition = getattr(self.ctx.rlmm, "metadata_partition", None)
+        return metadata_partition is None or self._leads_metadata_partition(metadata_partition(tip))
+
     def _remove_partition(self, tip: TopicIdPartition) -> None:
         rlmm = self.ctx.rlmm
+        if not self._removes(tip):
+            # another broker leads its metadata partition and removes it (a leadership that
+            # moves here later finds it in the periodic scan)
+            with self._lock:
+                self._removals.pop(tip, None)
+            return
+        if not rlmm.is_ready(tip):   # a cluster's metadata manager reads what it is assigned
+            rlmm.on_partition_leadership_changes(set(), {tip})
+            raise KafkaStorageError(f"remote log metadata of {tip} is not loaded yet")
         now = self.ctx.clock.milliseconds
         _P = RemotePartitionDeleteState
         for state in (_P.DELETE_PARTITION_MARKED, _P.DELETE_PARTITION_STARTED):
