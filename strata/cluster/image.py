@@ -160,6 +160,8 @@ class MetadataImage:
     controller_epoch: int = 0
     unclean_leader_election_enable: bool = False
     leader_imbalance_per_broker_percentage: int = 10
+    # /config/brokers/<name>: dynamic broker configs by entity name ("<default>", "1", ...)
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=frozen_map)
 
     def is_alive(self, broker_id: int) -> bool:
         b = self.brokers.get(broker_id)

@@ -1317,12 +1317,23 @@ class ClusterMetadata:
             updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
             if configs:
                 updated[resource_name] = configs
-            self._persist(self._image.topics.values(), updated)
-            self._dynamic_broker = updated
-            self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
-            log.info("broker resource %r: dynamic configs now %s", resource_name, configs)
-            self._notify("on_broker_configs_changed", self.remote_log_manager_config)
+            self._store_broker_configs(resource_name, configs, updated)
             return configs
+
+    def _store_broker_configs(self, resource_name: str, configs: dict[str, str],
+                              updated: dict[str, dict[str, str]]) -> None:
+        """Persist one resource's new dynamic configs (``updated``: all of them) and apply
+        them (caller holds the lock)."""
+        self._persist(self._image.topics.values(), updated)
+        self._apply_dynamic_broker_configs(updated)
+        log.info("broker resource %r: dynamic configs now %s", resource_name, configs)
+
+    def _apply_dynamic_broker_configs(self, dynamic: dict[str, dict[str, str]]) -> None:
+        """Make ``dynamic`` the dynamic broker configs; listeners hear the new effective
+        RemoteLogManagerConfig (``on_broker_configs_changed``)."""
+        self._dynamic_broker = dynamic
+        self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
+        self._notify("on_broker_configs_changed", self.remote_log_manager_config)
 
     # ---- DescribeConfigs -----------------------------------------------------------------------
 

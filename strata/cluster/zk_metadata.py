@@ -38,8 +38,8 @@ from strata.cluster.image import (
     UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
 from strata.cluster.metadata import (
     ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo,
-    ClusterMetadata, MetaPropertiesError, PartitionReassignment, TopicInfo, _build_image,
-    random_directory_id)
+    DEFAULT_BROKER_RESOURCE, ClusterMetadata, MetaPropertiesError, PartitionReassignment,
+    TopicInfo, _build_image, random_directory_id)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
@@ -60,6 +60,14 @@ RLMM_RF_KEY = "rlmm.config.remote.log.metadata.topic.replication.factor"
 INTERNAL_RF_KEYS = {"__consumer_offsets": ("offsets.topic.replication.factor", 3),
                     "__remote_log_metadata": ("remote.log.metadata.topic.replication.factor", 3),
                     "__transaction_state": ("transaction.state.log.replication.factor", 3)}
+
+
+DEFAULT_BROKER_ENTITY = "<default>"   # /config/brokers/<default>: every broker's defaults
+
+
+def _broker_entity(resource_name: str) -> str:
+    """The /config/brokers child of a BROKER resource name ("" is the cluster default)."""
+    return DEFAULT_BROKER_ENTITY if resource_name == DEFAULT_BROKER_RESOURCE else resource_name
 
 
 class ZkClusterMetadata(ClusterMetadata):
@@ -137,7 +145,51 @@ class ZkClusterMetadata(ClusterMetadata):
         return _build_image([], {})  # the view fills it
 
     def _persist(self, topics, broker_configs=None) -> None:
-        super()._persist([], broker_configs)  # topics live in ZooKeeper; broker configs here
+        super()._persist([], {})  # topics and dynamic broker configs live in ZooKeeper
+
+    # ---- dynamic broker configs: /config/brokers/<default> and /config/brokers/N ---------------
+
+    def _load_dynamic_broker_configs(self) -> dict[str, dict[str, str]]:
+        """None from the log dir: the view reads ``/config/brokers`` (Kafka's ZooKeeper mode)."""
+        local = super()._load_dynamic_broker_configs()
+        if local:
+            log.warning("ignoring dynamic broker configs %s stored in %s: a cluster keeps them "
+                        "in ZooKeeper (set them again with kafka-configs)", local, self.log_dir)
+        return {}
+
+    def _store_broker_configs(self, resource_name, configs, updated) -> None:
+        """Written to ZooKeeper with a change notification; applied when the view shows it."""
+        entity = _broker_entity(resource_name)
+        with _zk_errors(f"writing the configs of broker {entity}"):
+            self.zk.set_or_create_entity_configs("brokers", entity, configs)
+            self.zk.create_config_change_notification(f"brokers/{entity}")
+        log.info("broker resource %r: dynamic configs now %s (ZooKeeper)", resource_name, configs)
+
+    def alter_broker_configs(self, resource_name, ops, incremental, validate_only=False):
+        configs = super().alter_broker_configs(resource_name, ops, incremental, validate_only)
+        if not validate_only:
+            entity = _broker_entity(resource_name)
+            self._wait(lambda img: dict(img.broker_configs.get(entity, {})) == configs)
+        return configs
+
+    def _dynamic_from(self, image: MetadataImage) -> dict[str, dict[str, str]]:
+        """The dynamic broker configs the image holds, by BROKER resource name; values that are
+        not valid dynamic configs are logged and left out, as Kafka does."""
+        out: dict[str, dict[str, str]] = {}
+        for entity, stored in image.broker_configs.items():
+            name = DEFAULT_BROKER_RESOURCE if entity == DEFAULT_BROKER_ENTITY else entity
+            kept = {}
+            for key, value in stored.items():
+                try:
+                    self._check_dynamic_broker_config(key, value)
+                except KafkaError as exc:
+                    log.warning("ignoring the dynamic config %s=%s of broker %s: %s", key, value,
+                                entity, exc)
+                    continue
+                kept[key] = value
+            if kept:
+                out[name] = kept
+        return out
 
     # ---- brokers and partitions ----------------------------------------------------------------
 
@@ -401,6 +453,9 @@ class ZkClusterMetadata(ClusterMetadata):
                 or prev.configs != dict(t.configs) else prev
         configs = {n: (self._image.configs[n] if held.get(n) is topics[n] else
                        self._make_config(topics[n].configs, n)) for n in topics}
+        if old.broker_configs != new.broker_configs:
+            # not under self._lock: writers hold it while they wait for this thread
+            self._apply_dynamic_broker_configs(self._dynamic_from(new))
         states = self._hosted_states(old, new)
         gone_states = {tp: s for tp, s in states.items() if s is None}
         if gone_states:

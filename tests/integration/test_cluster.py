@@ -157,6 +157,66 @@ def test_producer_ids_come_from_blocks_no_two_brokers_share(cluster):
     assert len(blocks) == len(cluster.brokers)  # one block per broker
 
 
+def broker_config(bootstrap: str, broker: int, key: str):
+    """(value, source name) of one config of broker ``broker`` as the broker at ``bootstrap``
+    describes it itself."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    resource = ConfigResource("broker", str(broker))
+    client = AdminClient({"bootstrap.servers": bootstrap})   # a fresh one: brokers restart
+    found = client.describe_configs([resource], request_timeout=10)[resource].result(15)[key]
+    return found.value, found.source
+
+
+def alter_broker(bootstrap: str, name: str, **configs: str | None) -> None:
+    """IncrementalAlterConfigs (as kafka-configs sends it) of BROKER resource ``name`` (""
+    is ``--entity-default``): SET, or DELETE for None."""
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig, AlterConfigsResource, IncrementalAlterConfigsRequest)
+    from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse
+    from kio.static.primitive import i8
+    request = IncrementalAlterConfigsRequest(resources=(AlterConfigsResource(
+        resource_type=i8(4), resource_name=name, configs=tuple(
+            AlterableConfig(name=k, config_operation=i8(1 if v is None else 0), value=v)
+            for k, v in configs.items())),), validate_only=False)
+    (result,) = roundtrip(bootstrap, request, IncrementalAlterConfigsResponse, 30).responses
+    assert result.error_code == ErrorCode.NONE, result
+
+
+def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(cluster):
+    """kafka-configs --entity-default lands in /config/brokers/<default> and every broker
+    applies it; a per-broker value overrides it on that broker only, and survives a restart."""
+    from confluent_kafka.admin import ConfigSource
+    key = "leader.replication.throttled.rate"
+    alter_broker(cluster.broker(1).bootstrap, "", **{key: "1048576"})
+    for b in cluster.brokers:
+        assert broker_config(b.bootstrap, b.node_id, key) == (
+            "1048576", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), b.node_id
+    alter_broker(cluster.broker(2).bootstrap, "2", **{key: "2097152"})
+    assert broker_config(cluster.broker(2).bootstrap, 2, key) == (
+        "2097152", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert broker_config(cluster.broker(3).bootstrap, 3, key)[0] == "1048576"
+    import json
+    from kazoo.client import KazooClient
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=10)
+    try:   # Kafka's znodes, which Kafka's own ZooKeeper-mode tools read and write
+        stored = {n: json.loads(zk.get(f"/config/brokers/{n}")[0])["config"]
+                  for n in zk.get_children("/config/brokers")}
+    finally:
+        zk.stop()
+        zk.close()
+    assert stored == {"<default>": {key: "1048576"}, "2": {key: "2097152"}}
+    cluster.broker(2).stop()
+    cluster.broker(2).start()
+    wait_for("broker 2 back with its configs", lambda: broker_config(
+        cluster.broker(2).bootstrap, 2, key)[0] == "2097152")
+    alter_broker(cluster.broker(2).bootstrap, "2", **{key: None})
+    alter_broker(cluster.broker(3).bootstrap, "", **{key: None})
+    for b in cluster.brokers:
+        value, source = broker_config(b.bootstrap, b.node_id, key)
+        assert source != ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, (b.node_id, value)
+
+
 def test_the_controller_sigkilled_is_replaced_and_its_partitions_get_leaders(cluster):
     create(cluster, "failover", 3, 3)
     before = wait_for("leaders", lambda: (v := partitions_of(cluster.bootstrap, "failover"))

@@ -1,7 +1,7 @@
 """``ZkMetadataView``: one broker's live read of the cluster from ZooKeeper.
 
-Brokers learn the cluster from ZooKeeper itself, not from controller requests: two tree caches
-(``/brokers`` and ``/config/topics``) and a watch on ``/controller`` keep an in-memory copy of
+Brokers learn the cluster from ZooKeeper itself, not from controller requests: tree caches
+(``/brokers``, ``/config/topics`` and ``/config/brokers``) and a watch on ``/controller`` keep an in-memory copy of
 the znodes the controller writes, and every change rebuilds a ``MetadataImage`` from that copy
 on the view's own thread, which hands (old image, new image) to ``on_image``. Events that
 arrive together are coalesced into one rebuild.
@@ -44,7 +44,8 @@ class ZkMetadataView:
     def start(self, timeout: float = 60.0) -> "ZkMetadataView":
         """Starts the caches and returns once a first image from a fully read tree is out."""
         self._trees = [self._zk.tree(z.BROKERS_PATH, self._changed.set),
-                       self._zk.tree(f"{z.CONFIG_PATH}/topics", self._changed.set)]
+                       self._zk.tree(f"{z.CONFIG_PATH}/topics", self._changed.set),
+                       self._zk.tree(f"{z.CONFIG_PATH}/brokers", self._changed.set)]
         self._zk.watch_controller(self._on_controller)
         self._thread.start()
         with self._ready:
@@ -92,7 +93,7 @@ class ZkMetadataView:
                 self._ready.notify_all()
 
     def _build(self) -> MetadataImage:
-        brokers_tree, configs_tree = self._trees
+        brokers_tree, configs_tree, broker_configs_tree = self._trees
         brokers = {}
         for child in brokers_tree.children(z.BROKER_IDS_PATH):
             found = brokers_tree.data(f"{z.BROKER_IDS_PATH}/{child}")
@@ -133,4 +134,14 @@ class ZkMetadataView:
                 frozen_map({p: tuple(a.adding_replicas) for p, a in parts.items() if a.adding_replicas}),
                 frozen_map({p: tuple(a.removing_replicas) for p, a in parts.items()
                             if a.removing_replicas}))
-        return MetadataImage(frozen_map(brokers), frozen_map(topics))
+        broker_configs = {}
+        for name in broker_configs_tree.children(f"{z.CONFIG_PATH}/brokers"):
+            found = broker_configs_tree.data(z.config_entity_path("brokers", name))
+            if found is None or not found[0]:
+                continue
+            try:
+                broker_configs[name] = frozen_map(z.decode_entity_config(found[0]))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("ignoring unreadable configs of broker %s: %s", name, exc)
+        return MetadataImage(frozen_map(brokers), frozen_map(topics),
+                             broker_configs=frozen_map(broker_configs))

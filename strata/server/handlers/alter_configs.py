@@ -4,9 +4,12 @@ Topic configs are altered in the cluster metadata and take effect on the logs at
 levels change in place. Broker configs are static (server.properties), so altering one is
 refused with INVALID_REQUEST, except the dynamic ones (``DYNAMIC_BROKER_CONFIGS``: the KIP-956
 remote copy/fetch quotas), which may be set for this node (resource name: its id) or as the
-cluster-wide default (resource name ""): persisted in the cluster metadata and applied live."""
+cluster-wide default (resource name ""): persisted in the cluster metadata (in a cluster, in
+ZooKeeper's ``/config/brokers``, which every broker follows) and applied live."""
 
 from __future__ import annotations
+
+import asyncio
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import ApiKey, kio_error_code, make, response_class
@@ -50,8 +53,9 @@ async def handle(ctx, request):
             code, message = ErrorCode.INVALID_REQUEST, "Duplicate resource."
         elif duplicates(c.name for c in res.configs):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
-        else:
-            _, code, message = attempt(lambda: _alter(ctx, res, incremental, body.validate_only))
+        else:   # off the event loop: in a cluster a change waits until ZooKeeper shows it
+            _, code, message = await asyncio.to_thread(
+                attempt, lambda res=res: _alter(ctx, res, incremental, body.validate_only))
         results.append(make(rc, "responses", error_code=kio_error_code(code),
                             error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name))
