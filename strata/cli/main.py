@@ -145,8 +145,10 @@ def _join_cluster(props: dict[str, str], node_id: int):
     return zk
 
 
-def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rack: str | None):
-    """``/brokers/ids/N`` now and again after every new session (Kafka's registration)."""
+def _register(zk, metadata, node_id: int, props: dict[str, str], host: str, port: int,
+              rack: str | None):
+    """``/brokers/ids/N`` now and again after every new session (Kafka's registration); the
+    metadata hears each registration's epoch (``on_registered``)."""
     from strata.cluster.image import BrokerRegistration, Endpoint
     from strata.cluster.zk.client import StateChangeHandler
     from strata.cluster.zk.client import ZkNodeExistsError
@@ -158,7 +160,7 @@ def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rac
     deadline = time.monotonic() + zk.config.session_timeout_ms / 1000 + 5
     while True:
         try:
-            zk.register_broker(registration)
+            metadata.on_registered(zk.register_broker(registration))
             break
         except ZkNodeExistsError as exc:
             if time.monotonic() > deadline:
@@ -166,7 +168,8 @@ def _register(zk, node_id: int, props: dict[str, str], host: str, port: int, rac
             log.info("waiting for the previous registration of broker %d to expire: %s", node_id, exc)
             time.sleep(0.5)
     zk.register_state_change_handler(StateChangeHandler(
-        "broker-registration", after_initializing_session=lambda: zk.register_broker(registration)))
+        "broker-registration",
+        after_initializing_session=lambda: metadata.on_registered(zk.register_broker(registration))))
 
 
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -472,7 +475,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     controller = None
     if zk is not None:
         from strata.cluster.controller import ControllerService, LoggingNoticeSink
-        await asyncio.to_thread(_register, zk, node_id, props, ctx.advertised_host,
+        await asyncio.to_thread(_register, zk, metadata, node_id, props, ctx.advertised_host,
                                 ctx.advertised_port, metadata.rack)
         rebalance = props.get("auto.leader.rebalance.enable", "true").strip().lower() == "true"
         controller = ControllerService(

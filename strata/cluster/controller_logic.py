@@ -417,6 +417,14 @@ def on_unclean_leader_election_changed(image: MetadataImage,
     return change.result()
 
 
+def _bounced_leaders(image: MetadataImage) -> list[int]:
+    """Alive brokers leading a partition whose state znode is older than their registration
+    (their broker epoch is the registration's czxid, the state's ``zxid`` its mzxid)."""
+    return sorted({reg.leader for tp in image.all_partitions()
+                   if (reg := image.registration(tp)) is not None and reg.zxid
+                   and image.is_alive(reg.leader) and image.brokers[reg.leader].epoch > reg.zxid})
+
+
 def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> ControllerResult:
     """``onControllerFailover`` over an image just read from the store: replicas on brokers that
     are not alive leave the ISRs, offline and new partitions get leaders, and every alive broker
@@ -429,6 +437,11 @@ def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> C
                            for r in reg.isr if not image.is_alive(r)})
     for broker in dead_in_isrs:
         _remove_replica_from_isrs(change, broker)
+    # a leader registered after its partition's state was written restarted while no
+    # controller watched: handled as the bounce the previous controller would have seen
+    for broker in _bounced_leaders(image):
+        _fail_broker(change, broker)
+        change.set_broker(replace(image.brokers[broker], fenced=False, in_controlled_shutdown=False))
     _online_partition_state_change(change)
     _announce_all(change, change.image.alive_broker_ids())
     return change.result()

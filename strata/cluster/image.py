@@ -100,6 +100,9 @@ class PartitionRegistration:
     partition_epoch: int = INITIAL_PARTITION_EPOCH
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
     controller_epoch: int = 0
+    # the znode's last modification (mzxid) when read from ZooKeeper, 0 otherwise: a leader
+    # whose registration (its broker epoch, a czxid) is newer restarted after this was written
+    zxid: int = field(default=0, compare=False)
 
     def with_leader_and_isr(self, leader: int, isr: tuple[int, ...],
                             recovery: LeaderRecoveryState | None = None) -> "PartitionRegistration":

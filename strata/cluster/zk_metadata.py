@@ -78,6 +78,9 @@ class ZkClusterMetadata(ClusterMetadata):
         self._view_changed = threading.Condition()
         self._view: ZkMetadataView | None = None
         self.controller = None  # this broker's ControllerService, once started
+        # set at registration: leader epochs granted to this broker's previous incarnation
+        self._stale_leaderships: dict[TopicPartition, int] | None = None
+        self.broker_epoch = -1
         super().__init__(log_dir, node_id, broker_props)
         self._wait_s = self._int_prop(METADATA_WAIT_MS, DEFAULT_METADATA_WAIT_MS) / 1000
 
@@ -485,6 +488,36 @@ class ZkClusterMetadata(ClusterMetadata):
         with self._view_changed:
             self._view_changed.notify_all()
 
+    # ---- leaderships of a previous incarnation -------------------------------------------------
+
+    def on_registered(self, broker_epoch: int) -> None:
+        """This broker's ``/brokers/ids/N`` was created (at start, or again after a new
+        session) with this epoch. A leadership ZooKeeper still gives it at that moment was
+        granted to its previous incarnation, whose log this one may not have (a restart
+        within the old session, a replaced disk): it is not taken until the controller,
+        which sees the bounce, grants one at a higher leader epoch."""
+        me = self.node_id
+        stale = {TopicPartition(name, p): reg.leader_epoch
+                 for name, t in self.view_image.topics.items()
+                 for p, reg in t.partitions.items() if reg.leader == me}
+        self._stale_leaderships = stale
+        self.broker_epoch = broker_epoch
+        if stale:
+            log.info("broker %d registered at epoch %d; not leading %d partition(s) granted to "
+                     "its previous incarnation until re-elected", me, broker_epoch, len(stale))
+        self._notify("on_partition_states", {tp: st for tp, st in self.hosted_states().items()
+                                             if st is not None})
+
+    def _grantable(self, tp: TopicPartition, st: PartitionState) -> PartitionState:
+        """``st``, or without a leader while it names this broker as leader before its
+        registration or at a leader epoch granted to its previous incarnation."""
+        if st.leader != self.node_id:
+            return st
+        stale = self._stale_leaderships
+        if stale is None or st.leader_epoch <= stale.get(tp, -1):
+            return st._replace(leader=-1)
+        return st
+
     def hosted_states(self) -> dict[TopicPartition, PartitionState | None]:
         """The state of every partition this broker hosts, as the view holds it now."""
         return self._hosted_states(MetadataImage(), self.view_image)
@@ -519,8 +552,8 @@ class ZkClusterMetadata(ClusterMetadata):
                 if before is not None and was and before.partitions.get(p) == reg \
                         and before.assignment[p] == replicas:
                     continue
-                out[TopicPartition(name, p)] = PartitionState(
-                    reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch)
+                out[TopicPartition(name, p)] = self._grantable(TopicPartition(name, p), PartitionState(
+                    reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch))
         for name, t in old.topics.items():
             now = new.topics.get(name)
             if now is not None and now.topic_id == t.topic_id:

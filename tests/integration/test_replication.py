@@ -92,6 +92,27 @@ def test_a_sigkilled_leader_loses_nothing_acknowledged_and_rejoins_as_a_follower
     assert log_end(cluster.broker(leader), "kill") == 400
 
 
+def test_a_leader_restarted_at_once_with_an_empty_disk_never_leads_with_it(cluster):
+    """SIGKILL, disk wiped, restarted before ZooKeeper expires its old session: the state still
+    names it leader at its old epoch, but that leadership was its previous incarnation's. It
+    waits for the controller (which sees the bounce) instead of leading an empty log, so the
+    followers keep every acknowledged record and it copies them back."""
+    import shutil
+    from pathlib import Path
+    create(cluster, "wiped", min_insync_replicas="2")
+    keys = [b"k%d" % i for i in range(300)]
+    assert produce(cluster.bootstrap, "wiped", keys) == keys
+    leader, _ = state(cluster, "wiped")[0]
+    broker = cluster.broker(leader)
+    broker.kill()
+    shutil.rmtree(Path(broker.data_dir) / "kafka-logs")
+    broker.start()
+    wait_for("a new leader", lambda: state(cluster, "wiped")[0][0] not in (-1, leader))
+    wait_for("the wiped broker caught up", lambda: log_end(broker, "wiped") == 300)
+    assert all(log_end(b, "wiped") == 300 for b in cluster.brokers)
+    assert consume_all(cluster.bootstrap, "wiped", 300) == keys
+
+
 def test_min_insync_replicas_refuses_acks_all_before_appending(cluster):
     create(cluster, "minisr", min_insync_replicas="2")
     leader, _ = state(cluster, "minisr")[0]

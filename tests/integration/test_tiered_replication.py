@@ -7,6 +7,7 @@ old leader stopped, with no gap and no lost record."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -132,3 +133,44 @@ def test_a_wiped_follower_copies_only_the_local_tail_then_leads_and_serves_every
         timeout=60)
     removers = [b.node_id for b in cluster.brokers if "remote partition deleted" in b.output()]
     assert len(removers) == 1, removers
+
+
+@pytest.mark.parametrize("last_tiered", [False, True], ids=["elo", "kip1023"])
+def test_a_wiped_follower_starts_at_the_leaders_local_start_or_with_kip_1023_after_the_tiered_offset(
+        tmp_path, last_tiered):
+    """The leader keeps a few tiered segments locally: a wiped follower rebuilds at the
+    leader's earliest local offset (KIP-405), or with follower.fetch.last.tiered.offset.enable
+    at the leader's earliest pending upload (KIP-1023), copying only what is not tiered."""
+    topic = "kip1023"
+    overrides = {**OVERRIDES,
+                 "follower.fetch.last.tiered.offset.enable": str(last_tiered).lower()}
+    with StrataCluster(tmp_path, brokers=2, overrides=overrides) as cluster:
+        admin(cluster.bootstrap).create_topics([NewTopic(topic, 1, 2, config={
+            **TIERED_TOPIC, "local.retention.bytes": str(4 * SEGMENT)})])[topic].result(30)
+        wait_for("a leader", lambda: leader_of(cluster, topic) >= 0)
+        records = keys(0, 3000)
+        assert produce(cluster.bootstrap, topic, records) == records
+        leader = cluster.broker(leader_of(cluster, topic))
+        follower = next(b for b in cluster.brokers if b.node_id != leader.node_id)
+
+        def settled():
+            """(local start, tiered) once every inactive segment is tiered and local
+            retention ran: the leader's first local segment starts its local log."""
+            bases = local_segment_bases(leader, topic)
+            tiered = list_offset(leader.bootstrap, topic, 0, LATEST_TIERED)[1]
+            local = list_offset(leader.bootstrap, topic, 0, EARLIEST_LOCAL)[1]
+            return len(bases) > 1 and tiered == bases[-1] - 1 and local == bases[0] > 0 \
+                and (local, tiered)
+        local_start, tiered = wait_for("the leader tiered and trimmed", settled, timeout=60)
+        assert local_start < tiered     # the leader keeps tiered segments locally
+        follower.kill()
+        shutil.rmtree(Path(follower.data_dir) / "kafka-logs")
+        follower.start()
+        wait_for("the wiped follower caught up", lambda: log_end(follower, topic) == 3000,
+                 timeout=90)
+        rebuilt = re.search(rf"{topic}-0: rebuilt from remote segment \S+ \[\d+, (\d+)\]",
+                            follower.output())
+        assert rebuilt is not None
+        started = int(rebuilt.group(1)) + 1
+        assert started == (tiered + 1 if last_tiered else local_start)
+        assert local_segment_bases(follower, topic)[0] >= started

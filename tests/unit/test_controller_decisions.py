@@ -415,6 +415,44 @@ def test_topic_deleted_stops_and_deletes_replicas():
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def store_as_read(image, leader_restarted_at: int, state_written_at: int):
+    """The image a new controller reads: the state znode of t-0 last written at zxid
+    ``state_written_at``, its leader registered (broker epoch = czxid) at ``leader_restarted_at``."""
+    r = reg(image)
+    topic = image.topics["t"]
+    topic = replace(topic, partitions=frozen_map({0: replace(r, zxid=state_written_at)}))
+    brokers = dict(image.brokers)
+    brokers[r.leader] = replace(brokers[r.leader], epoch=leader_restarted_at)
+    return replace(image, brokers=frozen_map(brokers), topics=frozen_map({"t": topic}),
+                   controller_epoch=4)
+
+
+def test_controller_failover_treats_a_leader_registered_after_its_state_as_bounced():
+    """The leader restarted (new registration) while no controller watched: a new controller
+    elects another ISR member, as the old one would have on the bounce; the restarted broker
+    may have lost its log (a replaced disk)."""
+    image = with_topic(cluster(1, 2, 3), ((1, 2, 3),))
+    result = handle(store_as_read(image, leader_restarted_at=900, state_written_at=500),
+                    ControllerFailover(5))
+    r = reg(result.image)
+    assert (r.leader, r.leader_epoch) == (2, 1)
+    assert result.image.is_alive(1)          # still registered: it follows
+    # a state written after the registration is the leader's own: nothing changes
+    kept = reg(handle(store_as_read(image, leader_restarted_at=500, state_written_at=900),
+                      ControllerFailover(5)).image)
+    assert (kept.leader, kept.leader_epoch) == (1, 0)
+
+
+def test_a_bounced_sole_isr_leader_is_elected_again_at_a_new_epoch():
+    image = with_topic(cluster(1, 2), ((1,),))
+    result = handle(store_as_read(image, leader_restarted_at=900, state_written_at=500),
+                    ControllerFailover(5))
+    r = reg(result.image)
+    # offline (epoch 1) when it fails, its own again (epoch 2) when it registers: a leader
+    # epoch newer than any its previous incarnation held, which it accepts
+    assert (r.leader, r.leader_epoch, r.isr) == (1, 2, (1,))
+
+
 def test_controller_failover_cleans_dead_isr_members_and_tells_every_broker_everything():
     image = with_topic(cluster(1, 2, 3), ((1, 2, 3),))
     # the store as a new controller reads it: broker 1 gone, still leader and in the ISR

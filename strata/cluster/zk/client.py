@@ -471,7 +471,7 @@ class StrataZkClient:
         """The state znodes that exist, each with its zkVersion as ``partition_epoch``."""
         tps = list(partitions)
         found = self._get_many([z.partition_state_path(tp.topic, tp.partition) for tp in tps])
-        return {tp: z.decode_partition_state(f[0], f[1].version)
+        return {tp: z.decode_partition_state(f[0], f[1].version, f[1].mzxid)
                 for tp, f in zip(tps, found) if f is not None}
 
     def create_partition_states(self, states: Mapping[TopicPartition, PartitionRegistration],

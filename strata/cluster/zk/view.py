@@ -121,7 +121,8 @@ class ZkMetadataView:
                 state = brokers_tree.data(z.partition_state_path(name, p))
                 if state is not None and state[0]:
                     try:
-                        states[p] = z.decode_partition_state(state[0], state[1].version)
+                        states[p] = z.decode_partition_state(state[0], state[1].version,
+                                                             state[1].mzxid)
                     except (ValueError, KeyError, TypeError) as exc:
                         log.error("ignoring unreadable state of %s-%d: %s", name, p, exc)
             config = configs_tree.data(z.config_entity_path("topics", name))

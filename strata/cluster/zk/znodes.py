@@ -286,13 +286,13 @@ def encode_partition_state(state: PartitionRegistration) -> bytes:
     return encode_json(doc)
 
 
-def decode_partition_state(data: bytes, zk_version: int) -> PartitionRegistration:
+def decode_partition_state(data: bytes, zk_version: int, zxid: int = 0) -> PartitionRegistration:
     doc = decode_json(data)
     return PartitionRegistration(
         leader=int(doc["leader"]), isr=tuple(int(b) for b in doc["isr"]),
         leader_epoch=int(doc["leader_epoch"]), partition_epoch=zk_version,
         leader_recovery_state=LeaderRecoveryState(int(doc.get("leader_recovery_state", 0))),
-        controller_epoch=int(doc["controller_epoch"]))
+        controller_epoch=int(doc["controller_epoch"]), zxid=zxid)
 
 
 # --- /config --------------------------------------------------------------------------------
