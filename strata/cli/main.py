@@ -360,6 +360,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.replication.replica_manager import ReplicaManager
     from strata.server.context import BrokerContext
     from strata.server.dispatch import Dispatcher
+    from strata.server.fetch_session import FetchSessionCache
     from strata.server.network import KafkaServer
     from strata.server.purgatory import PartitionWatchers
     from strata.cluster.client_quotas import ClientQuotaStore
@@ -413,6 +414,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                         auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
                         producer_ids=producer_ids,
                         fetch_max_bytes=_int(props, "fetch.max.bytes", 57_671_680))
+    ctx.fetch_sessions = FetchSessionCache.from_properties(props)   # KIP-227
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)
     ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)

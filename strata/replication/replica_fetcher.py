@@ -1,9 +1,13 @@
 """The follower side of replication: Kafka's ReplicaFetcherManager and ReplicaFetcherThread.
 
 A follower copies its partitions from their leaders with Fetch v12 requests (``replica_id`` =
-this broker, sessionless). Partitions are spread over fetcher threads keyed by (leader id,
-fetcher id), the fetcher id being a stable hash of the partition modulo ``num.replica.fetchers``,
-as in Kafka. Each thread sends one Fetch for all its ready partitions and, per partition answered:
+this broker). Partitions are spread over fetcher threads keyed by (leader id, fetcher id), the
+fetcher id being a stable hash of the partition modulo ``num.replica.fetchers``, as in Kafka.
+Each thread sends one Fetch for all its ready partitions, in a fetch session (KIP-227) with its
+leader as Kafka's ReplicaFetcherThread keeps one (``FetchSessionHandler``): a full fetch opens
+it, then each incremental fetch names only the partitions whose fetch state changed and
+forgets those no longer fetched, and the leader answers only partitions with something new.
+Per partition answered:
 
 - records: appended with ``append_as_follower`` (whole batches; a trailing partial batch is
   left for the next fetch), then the high watermark follows the leader's (never above our log
@@ -23,7 +27,10 @@ as in Kafka. Each thread sends one Fetch for all its ready partitions and, per p
   ...): that partition backs off ``replica.fetch.backoff.ms``; new metadata brings the leader.
 
 A failed request (connection refused or dropped, timeout, undecodable answer) closes the
-connection and backs off every partition of the request; the thread reconnects afterwards.
+connection and backs off every partition of the request; the thread reconnects afterwards, and
+its next fetch is a full one opening a new session (as after any closed connection). A session
+the leader no longer knows (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: evicted,
+the leader restarted, a lost answer) is replaced by a new full fetch at once, without back-off.
 Records move as bytes: only batch headers are read.
 
 Locks: the manager's lock is taken before a fetcher's, never the other way round. A fetcher
@@ -39,7 +46,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from strata.common.errors import CorruptRecordError, ErrorCode, InvalidRecordError
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
@@ -85,6 +92,94 @@ def _code(value) -> int:
     return int(getattr(value, "value", value))
 
 
+class FetchData(NamedTuple):
+    """What one fetch asks of a partition; a change of any field sends it again in the session."""
+
+    fetch_offset: int
+    log_start_offset: int
+    max_bytes: int
+    current_leader_epoch: int
+    last_fetched_epoch: int
+
+
+class FetchSessionHandler:
+    """Kafka's ``FetchSessionHandler`` (client side of KIP-227) for one leader.
+
+    ``build(next)`` takes every partition to fetch this round, in order, and returns what the
+    request carries: (partitions to send, partitions to forget, session id, session epoch).
+    A full fetch (no session yet, or one being replaced) sends them all and opens a session;
+    an incremental one sends the partitions added or whose ``FetchData`` changed, and forgets
+    the session's partitions missing from ``next``. ``handle_response`` reads the answer's
+    session fields (True when its partitions may be processed); ``handle_error`` follows a
+    failed request: the next fetch is a full one replacing the session."""
+
+    def __init__(self) -> None:
+        self.session_id = 0          # INVALID_SESSION_ID: none
+        self.epoch = 0               # INITIAL_EPOCH: the next fetch is a full one
+        self.session_partitions: dict[TopicPartition, FetchData] = {}
+
+    @property
+    def is_full(self) -> bool:
+        return self.epoch in (0, -1)
+
+    def build(self, next_partitions: dict[TopicPartition, FetchData]):
+        if self.is_full:
+            self.session_partitions = dict(next_partitions)
+            return dict(next_partitions), [], self.session_id, self.epoch
+        session = self.session_partitions
+        added, altered, removed = {}, {}, []
+        for tp in list(session):
+            data = next_partitions.get(tp)
+            if data is None:
+                del session[tp]
+                removed.append(tp)
+            elif data != session[tp]:
+                session[tp] = data
+                altered[tp] = data
+        for tp, data in next_partitions.items():
+            if tp not in session:
+                session[tp] = data
+                added[tp] = data
+        return {**added, **altered}, removed, self.session_id, self.epoch
+
+    def handle_response(self, response) -> bool:
+        """Kafka's ``handleResponse``: the session's next state from the answer; False when
+        its partitions must not be processed (an error, or an answer that does not fit)."""
+        if _code(response.error_code) != ErrorCode.NONE:
+            if _code(response.error_code) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id, self.epoch = 0, 0
+            else:
+                self.epoch = 0              # close the session and open a new one
+            return False
+        answered = {TopicPartition(t.topic, p.partition_index)
+                    for t in response.responses for p in t.partitions}
+        session_id = int(response.session_id)
+        if self.is_full:
+            if answered != set(self.session_partitions):
+                # a full answer names every partition asked (an empty one: a quota throttle)
+                self.session_id, self.epoch = 0, 0
+                return False
+            if session_id == 0:
+                self.session_id, self.epoch = 0, 0          # sessionless: full fetches again
+            else:
+                self.session_id, self.epoch = session_id, 1  # the new session's first epoch
+            return True
+        if not answered <= set(self.session_partitions):
+            log.info("incremental fetch answer of session %d names partitions outside it: %s",
+                     self.session_id, sorted(answered - set(self.session_partitions)))
+            self.epoch = 0
+            return False
+        if session_id == 0:
+            self.session_id, self.epoch = 0, 0    # the leader closed the session
+        else:
+            self.epoch = 1 if self.epoch == 2**31 - 1 else self.epoch + 1
+        return True
+
+    def handle_error(self) -> None:
+        """After a failed request: the next fetch is a full one that replaces the session."""
+        self.epoch = 0
+
+
 @dataclass
 class _PartitionState:
     epoch: int                  # the leader epoch we fetch at
@@ -107,6 +202,7 @@ class ReplicaFetcherThread(threading.Thread):
         self._states: dict[TopicPartition, _PartitionState] = {}   # insertion order = fetch order
         self._stopping = threading.Event()
         self._conn: Any = None
+        self._session = FetchSessionHandler()
 
     # ---- membership (called by the manager) -------------------------------------------------
 
@@ -171,7 +267,7 @@ class ReplicaFetcherThread(threading.Thread):
             if ready is None:
                 return
             request, sent = self._build_request(ready)
-        if not sent:
+        if request is None:
             return
         try:
             response = self._send_fetch(request)
@@ -229,12 +325,21 @@ class ReplicaFetcherThread(threading.Thread):
                 st.delay_until = until
 
     def _build_request(self, ready: list[TopicPartition]):
-        """The Fetch for ``ready`` and what was asked per partition: tp -> (offset, epoch)."""
-        from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+        """The Fetch for ``ready`` and what was asked per partition: tp -> (offset, epoch);
+        None for the Fetch when there is nothing to fetch and nothing to forget.
+
+        As Kafka's ReplicaFetcherThread.buildFetch with its FetchSessionHandler.Builder: the
+        partitions not added this round (backed off, throttled, failed, without a local log)
+        are not in the builder's next set, so an incremental fetch forgets them
+        (forgotten_topics_data) and adds them again once they are ready. The session therefore
+        holds exactly the partitions of ``sent``: the leader reads those and no others, and
+        a partition left out is not read (nor counted as fetching) while it waits."""
+        from kio.schema.fetch.v12.request import (
+            FetchPartition, FetchRequest, FetchTopic, ForgottenTopic)
         from kio.schema.types import BrokerId, TopicName
         from kio.static.primitive import i8, i32, i32Timedelta, i64
         m = self.manager
-        by_topic: dict[str, list] = {}
+        fetch: dict[TopicPartition, FetchData] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
         missing, throttled = [], []
         for tp in ready:
@@ -257,24 +362,35 @@ class ReplicaFetcherThread(threading.Thread):
                 last_epoch = ulog.leader_epoch_cache.latest_epoch()
                 start = ulog.log_start_offset
             sent[tp] = (offset, epoch)
-            by_topic.setdefault(tp.topic, []).append(FetchPartition(
-                partition=i32(tp.partition), current_leader_epoch=i32(epoch),
-                fetch_offset=i64(offset),
-                last_fetched_epoch=i32(last_epoch if last_epoch is not None else -1),
-                log_start_offset=i64(start), partition_max_bytes=i32(m.partition_max_bytes)))
+            fetch[tp] = FetchData(offset, start, m.partition_max_bytes, epoch,
+                                  last_epoch if last_epoch is not None else -1)
         if missing:
             log.debug("%s: no local log yet for %s; backing off", self.name, missing)
             self._delay(missing, m.backoff_ms)
         if throttled:  # over follower.replication.throttled.rate: asked again once it drains
             self._delay(throttled, min(m.backoff_ms, max(1, m.quota.throttle_time_ms())))
+        to_send, to_forget, session_id, session_epoch = self._session.build(fetch)
+        if not sent and not to_forget:
+            return None, sent
+        by_topic: dict[str, list] = {}
+        for tp, d in to_send.items():
+            by_topic.setdefault(tp.topic, []).append(FetchPartition(
+                partition=i32(tp.partition), current_leader_epoch=i32(d.current_leader_epoch),
+                fetch_offset=i64(d.fetch_offset), last_fetched_epoch=i32(d.last_fetched_epoch),
+                log_start_offset=i64(d.log_start_offset), partition_max_bytes=i32(d.max_bytes)))
+        forget: dict[str, list[int]] = {}
+        for tp in to_forget:
+            forget.setdefault(tp.topic, []).append(tp.partition)
         request = FetchRequest(
             replica_id=BrokerId(m.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=m.max_wait_ms)),
             min_bytes=i32(m.min_bytes), max_bytes=i32(m.max_bytes), isolation_level=i8(0),
-            session_id=i32(0), session_epoch=i32(-1),
+            session_id=i32(session_id), session_epoch=i32(session_epoch),
             topics=tuple(FetchTopic(topic=TopicName(t), partitions=tuple(ps))
                          for t, ps in by_topic.items()),
-            forgotten_topics_data=())
+            forgotten_topics_data=tuple(
+                ForgottenTopic(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
+                for t, ps in forget.items()))
         return request, sent
 
     # ---- the connection ---------------------------------------------------------------------
@@ -292,6 +408,7 @@ class ReplicaFetcherThread(threading.Thread):
         return self._conn
 
     def _close_connection(self) -> None:
+        self._session.handle_error()   # the next fetch opens a new session
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -385,9 +502,18 @@ class ReplicaFetcherThread(threading.Thread):
     def _process_response(self, response, sent: dict[TopicPartition, tuple[int, int]],
                           notify: list[TopicPartition]) -> None:
         top = _code(response.error_code)
+        usable = self._session.handle_response(response)
+        if top in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info("%s: fetch session answered %s; opening a new one with a full fetch",
+                     self.name, _error_name(top))
+            return
         if top != ErrorCode.NONE:
             log.warning("%s: fetch answered %s; backing off", self.name, _error_name(top))
             self._delay(sent, self.manager.backoff_ms)
+            return
+        if not usable:   # not an answer to this session's fetch: a new full fetch follows
+            log.info("%s: fetch answer does not match the session's partitions; ignored",
+                     self.name)
             return
         errors: list[TopicPartition] = []
         for t in response.responses:

@@ -288,7 +288,8 @@ def test_a_follower_copies_the_leaders_batches_and_follows_its_high_watermark(cl
     assert TP in appended
 
     first = leader.fetches[0][1]
-    assert first.replica_id == ME and first.session_id == 0 and first.session_epoch == -1
+    # a full fetch asking for a session (KIP-227); this leader answers none (session id 0)
+    assert first.replica_id == ME and first.session_id == 0 and first.session_epoch == 0
     assert first.isolation_level == 0 and first.max_bytes == 10 * 1024 * 1024
     assert first.min_bytes == 1 and first.max_wait.total_seconds() == 0.05
     p = request_partition(first)
@@ -807,24 +808,35 @@ def test_a_socket_timeout_below_the_fetch_wait_is_refused():
 
 class WireLeader:
     """A real listener serving Strata's own Fetch and ListOffsets handlers (one broker, leader
-    epoch 0) over loopback: the follower's requests and the answers cross the real codec."""
+    epoch 0) over loopback: the follower's requests and the answers cross the real codec. The
+    leader keeps fetch sessions (``sessions``, its cache); ``fetches`` are the Fetch requests
+    and answers it served, in order."""
 
-    def __init__(self, path, clustered: bool = False):
+    def __init__(self, path, clustered: bool = False, partitions: int = 1):
         import asyncio
 
         from strata.log.log_manager import LogManager
         from strata.replication.replica_manager import ReplicaManager
         from strata.server.context import BrokerContext
+        from strata.server.fetch_session import FetchSessionCache
         from strata.server.handlers import fetch, list_offsets
         from strata.server.network import KafkaServer
         self.asyncio = asyncio
         self.logs = LogManager([path], LogConfig({}))
         self.logs.startup()
-        self.rm = ReplicaManager(self.logs, lambda topic: 1 if topic == TP.topic else None,
+        self.rm = ReplicaManager(self.logs,
+                                 lambda topic: partitions if topic == TP.topic else None,
                                  broker_id=LEADER, clustered=clustered)
         ctx = BrokerContext(node_id=LEADER, advertised_host="127.0.0.1", advertised_port=0,
                             metadata=None, replica_manager=self.rm)
-        handlers = {1: fetch.handle, 2: list_offsets.handle}
+        ctx.fetch_sessions = self.sessions = FetchSessionCache()
+        self.fetches: list[tuple] = []
+
+        async def fetched(ctx, request):
+            response = await fetch.handle(ctx, request)
+            self.fetches.append((time.monotonic(), request.body, response))
+            return response
+        handlers = {1: fetched, 2: list_offsets.handle}
         self.loop = asyncio.new_event_loop()
         self.server = KafkaServer(lambda request, info: handlers[request.api_key](ctx, request),
                                   "127.0.0.1", 0)
@@ -835,9 +847,13 @@ class WireLeader:
     def call(self, coro):
         return self.asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
 
-    def append(self, count: int) -> None:
+    def append(self, count: int, tp: TopicPartition = TP) -> None:
         for _ in range(count):
-            assert self.rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+            assert self.rm.append(tp, batch(), produce_version=9).error == ErrorCode.NONE
+
+    def session_ids(self) -> list[int]:
+        with self.sessions.lock:
+            return list(self.sessions._sessions)
 
     def close(self) -> None:
         self.call(self.server.stop(grace_s=1))
@@ -939,3 +955,242 @@ def test_a_throttled_follower_leaves_a_partition_out_while_over_its_rate(cluster
     wait_for(lambda: follower.log_end_offset > held, "a fetch after the rate drained")
     quota.update_quota(LONG_MAX)   # the throttle lifted (kafka-configs --delete-config)
     wait_for(lambda: follower.log_end_offset == leader_log.log_end_offset, "caught up")
+
+
+# ---- fetch sessions (KIP-227) -------------------------------------------------------------------
+
+
+def sent_partitions(req) -> dict[TopicPartition, int]:
+    return {TopicPartition(t.topic, p.partition): p.fetch_offset
+            for t in req.topics for p in t.partitions}
+
+
+def forgotten(req) -> set[TopicPartition]:
+    return {TopicPartition(t.topic, p) for t in req.forgotten_topics_data for p in t.partitions}
+
+
+def session_response(parts: dict[TopicPartition, fr.PartitionData], session_id: int,
+                     code: ErrorCode = ErrorCode.NONE) -> fr.FetchResponse:
+    import dataclasses
+    return dataclasses.replace(fetch_response(parts), session_id=session_id,
+                               error_code=kio_error_code(code))
+
+
+def test_the_session_handler_sends_only_what_changed_and_forgets_what_left():
+    from strata.replication.replica_fetcher import FetchData, FetchSessionHandler
+    a, b, c = (TopicPartition("t", i) for i in range(3))
+    d = lambda offset, epoch=1: FetchData(offset, 0, 100, epoch, 0)  # noqa: E731
+    h = FetchSessionHandler()
+    to_send, to_forget, sid, epoch = h.build({a: d(0), b: d(0)})
+    assert (to_send, to_forget, sid, epoch) == ({a: d(0), b: d(0)}, [], 0, 0)   # full, opening
+    assert h.handle_response(session_response({a: partition(a), b: partition(b)}, 77))
+    assert (h.session_id, h.epoch) == (77, 1)
+    # a moved, b unchanged, c new: a and c sent, nothing forgotten
+    assert h.build({a: d(5), b: d(0), c: d(0)}) == ({c: d(0), a: d(5)}, [], 77, 1)
+    assert h.handle_response(session_response({a: partition(a)}, 77))   # b, c: nothing new
+    assert h.epoch == 2
+    # b left out this round (backed off): forgotten; a's leader epoch changed: sent
+    assert h.build({a: d(5, epoch=2), c: d(0)}) == ({a: d(5, epoch=2)}, [b], 77, 2)
+    assert h.handle_response(session_response({}, 77)) and h.epoch == 3
+    # nothing changed: an empty incremental fetch (the leader still reads a and c)
+    assert h.build({a: d(5, epoch=2), c: d(0)}) == ({}, [], 77, 3)
+    # an answer naming a partition outside the session is refused: the next fetch is full
+    assert not h.handle_response(session_response({b: partition(b)}, 77))
+    assert h.build({a: d(5, epoch=2)}) == ({a: d(5, epoch=2)}, [], 77, 0)   # replaces 77
+    # a full answer must name every partition asked (an empty one: a quota throttle)
+    assert not h.handle_response(session_response({}, 78))
+    assert (h.session_id, h.epoch) == (0, 0)
+    h.build({a: d(5)})
+    assert h.handle_response(session_response({a: partition(a)}, 0))   # the leader keeps none
+    assert (h.session_id, h.epoch) == (0, 0)
+    h.build({a: d(5)})
+    assert h.handle_response(session_response({a: partition(a)}, 90))
+    # session errors: an unknown session starts from scratch, a wrong epoch replaces it
+    h.build({a: d(5)})
+    assert not h.handle_response(session_response({}, 0, ErrorCode.INVALID_FETCH_SESSION_EPOCH))
+    assert (h.session_id, h.epoch) == (90, 0)
+    h.build({a: d(5)})
+    assert h.handle_response(session_response({a: partition(a)}, 91)) and h.epoch == 1
+    h.build({a: d(5)})
+    assert not h.handle_response(session_response({}, 0, ErrorCode.FETCH_SESSION_ID_NOT_FOUND))
+    assert (h.session_id, h.epoch) == (0, 0)
+    # the leader closing the session (incremental answer with id 0): full fetches again
+    h.build({a: d(5)})
+    h.handle_response(session_response({a: partition(a)}, 92))
+    h.build({a: d(5)})
+    assert h.handle_response(session_response({}, 0)) and (h.session_id, h.epoch) == (0, 0)
+    # a failed request: the next fetch is a full one replacing the session
+    h.build({a: d(5)})
+    h.handle_response(session_response({a: partition(a)}, 93))
+    h.handle_error()
+    assert h.build({a: d(5)}) == ({a: d(5)}, [], 93, 0)
+
+
+def test_the_epoch_wraps_as_kafkas():
+    from strata.replication.replica_fetcher import FetchData, FetchSessionHandler
+    h = FetchSessionHandler()
+    a = TopicPartition("t", 0)
+    h.session_id, h.epoch, h.session_partitions = 5, 2**31 - 1, {a: FetchData(0, 0, 1, 0, 0)}
+    assert h.handle_response(session_response({}, 5)) and h.epoch == 1
+
+
+def wire_manager(cluster, wire, **kw) -> ReplicaFetcherManager:
+    kw.setdefault("max_wait_ms", 50)
+    kw.setdefault("backoff_ms", 50)
+    return ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", wire.server.port),
+                                 cluster.follower_logs.get, **kw)
+
+
+def test_a_follower_fetches_in_a_session_with_stratas_own_leader(cluster, tmp_path):
+    wire = WireLeader(tmp_path / "wire-leader")
+    m = None
+    try:
+        wire.append(3)
+        follower = cluster.follower()
+        m = wire_manager(cluster, wire)
+        m.add_partitions({TP: (LEADER, 0)})
+        wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
+                 "the first records")
+        wait_for(lambda: len(wire.fetches) >= 5, "a few idle fetches")
+        (sid,) = wire.session_ids()
+        _, first, answer = wire.fetches[0]
+        assert (first.session_id, first.session_epoch, sent_partitions(first)) == (0, 0, {TP: 0})
+        assert answer.session_id == sid
+        _, second, _ = wire.fetches[1]
+        assert (second.session_id, second.session_epoch) == (sid, 1)
+        assert sent_partitions(second) == {TP: 3}      # the offset moved: sent again
+        idle = [req for _, req, _ in wire.fetches[2:5]]
+        assert [r.session_epoch for r in idle] == [2, 3, 4]
+        assert all(r.session_id == sid and not r.topics and not r.forgotten_topics_data
+                   for r in idle)
+        assert all(not resp.responses for _, _, resp in wire.fetches[2:5])   # nothing new
+
+        n = len(wire.fetches)
+        wire.append(2)
+        wait_for(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
+                 "the new records through the session")
+        wait_for(lambda: {TP: 5} in [sent_partitions(r) for _, r, _ in wire.fetches[n:]],
+                 "the next fetch naming the new offset")
+        later = [req for _, req, _ in wire.fetches[n:]]
+        assert all(r.session_id == sid for r in later)
+        assert all(b - a == 1 for a, b in zip([r.session_epoch for r in later],
+                                              [r.session_epoch for r in later][1:]))
+        assert m.lag(TP) == 0 and wire.session_ids() == [sid]
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
+
+
+@pytest.mark.parametrize("lose", ["evicted", "wrong epoch"])
+def test_a_session_the_leader_lost_is_replaced_by_a_full_fetch_without_back_off(
+        cluster, tmp_path, lose):
+    wire = WireLeader(tmp_path / "wire-leader")
+    m = None
+    try:
+        wire.append(2)
+        follower = cluster.follower()
+        m = wire_manager(cluster, wire, backoff_ms=5000)   # a back-off would stall the test
+        m.add_partitions({TP: (LEADER, 0)})
+        wait_for(lambda: follower.log_end_offset == 2 and len(wire.fetches) >= 3,
+                 "a running session")
+        (sid,) = wire.session_ids()
+        n = len(wire.fetches)
+        if lose == "evicted":
+            wire.sessions.remove(sid)
+            expected = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0)   # then a brand new session
+        else:
+            with wire.sessions.lock:
+                wire.sessions.get(sid).epoch += 7
+            expected = (ErrorCode.INVALID_FETCH_SESSION_EPOCH, sid)   # then it is replaced
+        wait_for(lambda: any(req.session_epoch == 0 for _, req, _ in wire.fetches[n:]),
+                 "a full fetch after the session error")
+        i = next(i for i in range(n, len(wire.fetches)) if wire.fetches[i][1].session_epoch == 0)
+        refused_at, _, refused = wire.fetches[i - 1]
+        full_at, full, _ = wire.fetches[i]
+        assert int(getattr(refused.error_code, "value", refused.error_code)) == expected[0]
+        assert (full.session_id, sent_partitions(full)) == (expected[1], {TP: 2})
+        assert full_at - refused_at < 2.5        # at once: no replica.fetch.backoff.ms
+        wait_for(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
+                 "the new session")
+        wire.append(1)
+        wait_for(lambda: follower.log_end_offset == 3, "records through the new session")
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
+
+
+def test_a_failed_request_replaces_the_session_with_a_full_fetch(cluster, tmp_path):
+    from strata.protocol.client import Connection
+    wire = WireLeader(tmp_path / "wire-leader")
+    fail = threading.Event()
+
+    class Flaky(Connection):
+        def request(self, body, response_cls):
+            if fail.is_set() and isinstance(body, FetchRequest):
+                fail.clear()
+                raise ConnectionResetError("dropped")
+            return super().request(body, response_cls)
+    m = None
+    try:
+        wire.append(1)
+        follower = cluster.follower()
+        m = wire_manager(cluster, wire, connect=lambda address: Flaky(address, timeout=5))
+        m.add_partitions({TP: (LEADER, 0)})
+        wait_for(lambda: follower.log_end_offset == 1 and len(wire.fetches) >= 3, "a session")
+        (sid,) = wire.session_ids()
+        n = len(wire.fetches)
+        fail.set()
+        wait_for(lambda: not fail.is_set() and len(wire.fetches) > n + 1, "fetches after it")
+        after = [req for _, req, _ in wire.fetches[n:]]
+        full = next(r for r in after if r.session_epoch == 0)
+        assert full.session_id == sid and sent_partitions(full) == {TP: 1}   # replaces it
+        wait_for(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
+                 "the replacing session")
+        wire.append(1)
+        wait_for(lambda: follower.log_end_offset == 2, "records through it")
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
+
+
+def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, tmp_path):
+    """As Kafka's fetcher: a partition not fetched this round (its back-off) is forgotten by
+    the session, and added again when it is fetched again; the others go on meanwhile."""
+    from strata.replication.replica_manager import PartitionState
+    tp1 = TopicPartition(TP.topic, 1)
+    wire = WireLeader(tmp_path / "wire-leader", clustered=True, partitions=2)
+    m = None
+    try:
+        def lead(tp, epoch):
+            wire.rm.apply_states({tp: PartitionState(LEADER, epoch, (LEADER, ME), (LEADER, ME),
+                                                     epoch)})
+        lead(TP, 0)
+        lead(tp1, 1)
+        wire.append(2)
+        wire.append(3, tp1)
+        follower, follower1 = cluster.follower(), cluster.follower(tp1)
+        m = wire_manager(cluster, wire, backoff_ms=200)
+        # tp1 at an epoch the leader does not have yet: UNKNOWN_LEADER_EPOCH, backed off
+        m.add_partitions({TP: (LEADER, 0), tp1: (LEADER, 3)})
+        wait_for(lambda: follower.log_end_offset == 2, "the healthy partition")
+        wait_for(lambda: sum(tp1 in forgotten(req) for _, req, _ in wire.fetches) >= 2,
+                 "tp1 forgotten after each failed fetch")
+        reqs = [req for _, req, _ in wire.fetches]
+        first_forget = next(i for i, r in enumerate(reqs) if tp1 in forgotten(r))
+        assert reqs[first_forget].session_epoch > 0
+        # it joined the session again, as an added partition of an incremental fetch
+        assert any(tp1 in sent_partitions(r) and r.session_epoch > 0
+                   for r in reqs[first_forget + 1:])
+        assert follower1.log_end_offset == 0
+        wire.append(1)
+        wait_for(lambda: follower.log_end_offset == 3, "the healthy partition goes on")
+        lead(tp1, 3)          # the leader reaches the follower's epoch: tp1 is replicated
+        wait_for(lambda: follower1.log_end_offset == 3, "tp1 replicated")
+        assert len(wire.session_ids()) == 1
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()

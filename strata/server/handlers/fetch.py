@@ -1,9 +1,14 @@
 """Fetch: whole batches per partition, long-polling until ``min_bytes`` or ``max_wait``.
 
-Sessionless (session id 0): every request is a full fetch, which every client accepts. The
-first partition with data may exceed the limits by one batch (KIP-74); then the response's
-``max_bytes`` bounds the rest. Offsets in the remote tier are read on the remote log reader
-pool, every such partition of the request in parallel (Kafka up to 4.1 serves only the first).
+Fetch sessions (KIP-227, v7+, consumers and followers alike) as Kafka's brokers serve them
+(``strata.server.fetch_session``, the cache on ``ctx.fetch_sessions``): a sessionless or full
+fetch reads and answers the partitions it names; an incremental one reads every partition of
+its session (with the fetch offsets and limits last sent for each) and answers only those with
+something new. A broker context without a cache serves no sessions (as Kafka with
+``max.incremental.fetch.session.cache.slots=0``). The first partition with data may exceed the
+limits by one batch (KIP-74); then the response's ``max_bytes`` bounds the rest. Offsets in the
+remote tier are read on the remote log reader pool, every such partition of the request in
+parallel (Kafka up to 4.1 serves only the first).
 Local records are answered as ``FileRegion``s of the segment files, which the connection sends
 with ``sendfile`` (zero-copy); remote ones are bytes already in memory.
 While the remote fetch quota (KIP-956) is exceeded no remote read starts: those partitions
@@ -23,6 +28,9 @@ from strata.log.unified_log import FetchIsolation
 from strata.protocol import records as rec
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.protocol.file_region import FileRegion
+from strata.server.fetch_session import (
+    FIRST_VERSION_WITH_SESSIONS, SESSIONLESS, FetchContext, FetchMetadata, FetchSessionCache,
+    PartitionData)
 
 READ_COMMITTED = 1
 ZSTD_MIN_FETCH_VERSION = 10
@@ -40,7 +48,31 @@ class _RemoteRead(NamedTuple):
     min_one: bool
 
 
-def _read_all(ctx, request, isolation):
+NO_SESSIONS = FetchSessionCache(max_entries=0)   # a context without a cache: no sessions
+
+
+def _new_context(ctx, request) -> FetchContext:
+    """Kafka's ``FetchManager.newContext`` for this request."""
+    body = request.body
+    cache = getattr(ctx, "fetch_sessions", None)
+    if cache is None:
+        cache = NO_SESSIONS
+    metadata = SESSIONLESS
+    if request.api_version >= FIRST_VERSION_WITH_SESSIONS:
+        metadata = FetchMetadata(body.session_id, body.session_epoch)
+    data = [(TopicPartition(t.topic, p.partition),
+             PartitionData(p.fetch_offset, getattr(p, "log_start_offset", -1),
+                           p.partition_max_bytes, getattr(p, "current_leader_epoch", -1),
+                           getattr(p, "last_fetched_epoch", -1)))
+            for t in body.topics for p in t.partitions]
+    forgotten = [TopicPartition(f.topic, partition)
+                 for f in getattr(body, "forgotten_topics_data", None) or ()
+                 for partition in f.partitions]
+    return cache.new_context(request.api_version, metadata, body.replica_id >= 0, data,
+                             forgotten)
+
+
+def _read_all(ctx, request, isolation, partitions):
     """Local reads for every partition; the partitions whose offsets live in the remote tier
     are returned as remote reads to run, each with the byte budget it was given."""
     body = request.body
@@ -52,38 +84,36 @@ def _read_all(ctx, request, isolation):
     throttle_ms = None   # the remote fetch quota, asked at the first remote partition
     # Fetch v11+ carries the consumer's rack and may read from a follower (KIP-392)
     rack = getattr(body, "rack_id", None) if request.api_version >= FIRST_VERSION_WITH_RACK else None
-    for t in body.topics:
-        for p in t.partitions:
-            tp = TopicPartition(t.topic, p.partition)
-            budget = min(p.partition_max_bytes, max(remaining, 0))
-            epoch = getattr(p, "current_leader_epoch", -1)
-            if body.replica_id >= 0:  # a follower
-                r = ctx.replica_manager.follower_fetch(
-                    tp, body.replica_id, p.fetch_offset, getattr(p, "last_fetched_epoch", -1),
-                    budget, epoch, as_region=True)
+    for tp, p in partitions:
+        budget = min(p.max_bytes, max(remaining, 0))
+        epoch = p.current_leader_epoch
+        if body.replica_id >= 0:  # a follower
+            r = ctx.replica_manager.follower_fetch(
+                tp, body.replica_id, p.fetch_offset, p.last_fetched_epoch, budget, epoch,
+                as_region=True)
+        else:
+            r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
+                                         as_region=True, current_leader_epoch=epoch,
+                                         client_rack=rack)
+        if r.remote is not None:
+            rlm = ctx.replica_manager.remote_log_manager
+            if throttle_ms is None:
+                throttle_ms = _fetch_throttle_ms(rlm)
+            if throttle_ms > 0:
+                # KIP-956: over the fetch quota no remote read starts; the partition
+                # answers no records and no error, and the client fetches it again
+                rlm.record_fetch_throttled(throttle_ms)
+                r = r._replace(remote=None)
             else:
-                r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
-                                             as_region=True, current_leader_epoch=epoch,
-                                             client_rack=rack)
-            if r.remote is not None:
-                rlm = ctx.replica_manager.remote_log_manager
-                if throttle_ms is None:
-                    throttle_ms = _fetch_throttle_ms(rlm)
-                if throttle_ms > 0:
-                    # KIP-956: over the fetch quota no remote read starts; the partition
-                    # answers no records and no error, and the client fetches it again
-                    rlm.record_fetch_throttled(throttle_ms)
-                    r = r._replace(remote=None)
-                else:
-                    remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
-                    min_one = False
-                    remaining -= budget
-            r = _check_zstd(request, r)
-            if r.records:
+                remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
                 min_one = False
-                remaining -= len(r.records)
-                total += len(r.records)
-            results.append((tp, r))
+                remaining -= budget
+        r = _check_zstd(request, r)
+        if r.records:
+            min_one = False
+            remaining -= len(r.records)
+            total += len(r.records)
+        results.append((tp, r))
     return results, total, remote
 
 
@@ -156,11 +186,16 @@ async def handle(ctx, request):
         else FetchIsolation.HIGH_WATERMARK
     if body.replica_id >= 0:
         isolation = FetchIsolation.LOG_END
+    rc = response_class(request.api_key, request.api_version)
+    context = _new_context(ctx, request)
+    if context.error != ErrorCode.NONE:   # a session error: nothing read
+        return make(rc, throttle_time=datetime.timedelta(0),
+                    error_code=kio_error_code(context.error), session_id=0, responses=())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
-    partitions = [TopicPartition(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    partitions = [tp for tp, _ in context.partitions]
     while True:
-        results, total, remote = _read_all(ctx, request, isolation)
+        results, total, remote = _read_all(ctx, request, isolation, context.partitions)
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)
             break
@@ -172,9 +207,12 @@ async def handle(ctx, request):
         _close_regions(results)   # read again after the wait: hold no descriptors while parked
         if not await ctx.fetch_watchers.wait_any(partitions, left) and ctx.fetch_watchers.closed:
             break
-    rc = response_class(request.api_key, request.api_version)
+    error, session_id, answered = context.respond(results)
+    if len(answered) != len(results):   # an incremental answer leaves out what did not change
+        kept = {id(r) for _, r in answered}
+        _close_regions([(tp, r) for tp, r in results if id(r) not in kept])
     by_topic: dict[str, list] = {}
-    for tp, r in results:
+    for tp, r in answered:
         aborted = None
         if isolation is FetchIsolation.TXN_COMMITTED:
             aborted = tuple(make(rc, "responses.partitions.aborted_transactions",
@@ -189,5 +227,5 @@ async def handle(ctx, request):
             diverging_epoch=_diverging(rc, request.api_version, r)))
     responses = tuple(make(rc, "responses", topic=topic, partitions=tuple(parts))
                       for topic, parts in by_topic.items())
-    return make(rc, throttle_time=datetime.timedelta(0), error_code=kio_error_code(ErrorCode.NONE),
-                session_id=0, responses=responses)
+    return make(rc, throttle_time=datetime.timedelta(0), error_code=kio_error_code(error),
+                session_id=session_id, responses=responses)
