@@ -154,13 +154,16 @@ def test_a_wiped_follower_starts_at_the_leaders_local_start_or_with_kip_1023_aft
         follower = next(b for b in cluster.brokers if b.node_id != leader.node_id)
 
         def settled():
-            """(local start, tiered) once every inactive segment is tiered and local
-            retention ran: the leader's first local segment starts its local log."""
-            bases = local_segment_bases(leader, topic)
+            """(local start, tiered) once every inactive segment is tiered and local retention
+            is done: deleting the first local segment would take the log under its
+            local.retention.bytes (the rule UnifiedLog applies)."""
+            d = Path(leader.data_dir) / "kafka-logs" / f"{topic}-0"
+            sizes = sorted((int(p.stem), p.stat().st_size) for p in d.glob("*.log"))
             tiered = list_offset(leader.bootstrap, topic, 0, LATEST_TIERED)[1]
             local = list_offset(leader.bootstrap, topic, 0, EARLIEST_LOCAL)[1]
-            return len(bases) > 1 and tiered == bases[-1] - 1 and local == bases[0] > 0 \
-                and (local, tiered)
+            done = len(sizes) > 1 and tiered == sizes[-1][0] - 1 and local == sizes[0][0] > 0 \
+                and sum(size for _, size in sizes) - sizes[0][1] < 4 * SEGMENT
+            return done and (local, tiered)
         local_start, tiered = wait_for("the leader tiered and trimmed", settled, timeout=60)
         assert local_start < tiered     # the leader keeps tiered segments locally
         follower.kill()
