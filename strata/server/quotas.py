@@ -402,6 +402,8 @@ class ClientQuotaManager:
         connection to mute itself for it (``conn.throttle_ms``)."""
         user, client_id = ANONYMOUS, request.client_id or ""
         api = request.api_key
+        if api == ApiKey.FETCH and request.body.replica_id >= 0:
+            return await call(request)   # followers are exempt, as in Kafka (KIP-73 throttles them)
         if api == ApiKey.FETCH and self.enabled(QuotaType.FETCH):
             window_bytes = self.max_value_in_window(QuotaType.FETCH, user, client_id)
             body = request.body
@@ -434,9 +436,11 @@ class ClientQuotaManager:
             size = _fetch_response_bytes(body) if self.enabled(other_type) else 0
             other_ms = self.record(other_type, user, client_id, size)
             if max(other_ms, request_ms) > 0:
-                # a throttled Fetch answers no data, so its bytes do not count
+                # a throttled Fetch answers no data, so its bytes do not count; its fetch
+                # session goes on (Kafka's getThrottledResponse)
                 self.unrecord(other_type, user, client_id, size)
-                body = make(response_class(api, request.api_version), session_id=0, responses=())
+                body = make(response_class(api, request.api_version),
+                            session_id=getattr(body, "session_id", 0), responses=())
         elif api in STRICT_SINCE:
             other_type, other_ms = QuotaType.CONTROLLER_MUTATION, mutation.throttle_time_ms()
         throttle = max(request_ms, other_ms)

@@ -310,6 +310,38 @@ def test_a_throttled_fetch_answers_no_data_and_its_bytes_do_not_count():
     assert rate.total(m.now_ms()) == 800   # the throttled response's bytes were un-recorded
 
 
+def fetch_as(replica_id: int, version: int = 11, session_id: int = 0):
+    return parse_request(client_frame(make(
+        request_class(ApiKey.FETCH, version), replica_id=replica_id, max_wait_ms=0, min_bytes=1,
+        max_bytes=50_000_000, isolation_level=0, session_id=session_id, session_epoch=1,
+        topics=(), forgotten_topics_data=(), rack_id=""), client_id="app"))
+
+
+def test_a_followers_fetch_is_exempt_from_client_quotas_as_in_kafka():
+    """A default consumer_byte_rate must not throttle replication (KIP-73 throttles it)."""
+    m, _ = manager_with(({CLIENT_ID: "app"}, {"consumer_byte_rate": 100}))
+    conn = ConnectionInfo("127.0.0.1:1", 1)
+    seen = []
+
+    async def fetch(req):
+        seen.append(req.body.max_bytes)
+        return fetch_response(11, b"x" * 5_000)
+    for _ in range(3):
+        r = asyncio.run(m.enforce(fetch_as(replica_id=2), conn, fetch))
+        assert r.responses[0].partitions[0].records == b"x" * 5_000
+    assert seen == [50_000_000] * 3 and conn.throttle_ms == 0
+
+
+def test_a_throttled_fetch_keeps_its_fetch_session():
+    m, _ = manager_with(({CLIENT_ID: "app"}, {"consumer_byte_rate": 100}))
+    conn = ConnectionInfo("127.0.0.1:1", 1)
+
+    async def fetch(req):
+        return dataclasses.replace(fetch_response(11, b"x" * 5_000), session_id=77)
+    r = asyncio.run(m.enforce(fetch_as(replica_id=-1, session_id=77), conn, fetch))
+    assert r.responses == () and r.session_id == 77 and conn.throttle_ms > 0
+
+
 def test_create_topics_past_the_mutation_quota_fail_with_throttling_quota_exceeded(tmp_path):
     from strata.cluster.metadata import ClusterMetadata
     metadata = ClusterMetadata(tmp_path, 1, {"node.id": "1", "log.dirs": str(tmp_path)})
