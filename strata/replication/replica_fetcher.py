@@ -445,23 +445,31 @@ class ReplicaFetcherThread(threading.Thread):
                 rq.ListOffsetsPartition(partition_index=i32(tp.partition),
                                         current_leader_epoch=i32(epoch),
                                         timestamp=i64(timestamp)),)),), **extra)
+        p = self._partition_answer(req, ListOffsetsResponse, f"ListOffsets {timestamp}", tp,
+                                   lambda t: t.name, lambda p: p.partition_index)
+        return None if p is None else (int(p.offset), int(p.leader_epoch))
+
+    def _partition_answer(self, req, response_cls, what: str, tp: TopicPartition,
+                          topic_of, partition_of):
+        """The leader's answer for ``tp`` to a one-partition request, None on any failure (a
+        failed request closes the connection; an error code is logged)."""
         try:
-            resp = self._connection().request(req, ListOffsetsResponse)
+            resp = self._connection().request(req, response_cls)
         except Exception as exc:  # noqa: BLE001
-            log.warning("%s: ListOffsets %d for %s failed (%s: %s)", self.name, timestamp, tp,
+            log.warning("%s: %s for %s failed (%s: %s)", self.name, what, tp,
                         type(exc).__name__, exc)
             self._close_connection()
             return None
         for t in resp.topics:
             for p in t.partitions:
-                if t.name == tp.topic and p.partition_index == tp.partition:
+                if topic_of(t) == tp.topic and partition_of(p) == tp.partition:
                     code = _code(p.error_code)
                     if code != ErrorCode.NONE:
-                        log.info("%s: ListOffsets %d for %s answered %s", self.name, timestamp,
-                                 tp, _error_name(code))
+                        log.info("%s: %s for %s answered %s", self.name, what, tp,
+                                 _error_name(code))
                         return None
-                    return int(p.offset), int(p.leader_epoch)
-        log.warning("%s: ListOffsets for %s answered without the partition", self.name, tp)
+                    return p
+        log.warning("%s: %s for %s answered without the partition", self.name, what, tp)
         return None
 
     def _end_offset_for_epoch(self, tp: TopicPartition, current_epoch: int,
@@ -479,23 +487,10 @@ class ReplicaFetcherThread(threading.Thread):
                 OffsetForLeaderPartition(partition=i32(tp.partition),
                                          current_leader_epoch=i32(current_epoch),
                                          leader_epoch=i32(epoch)),)),))
-        try:
-            resp = self._connection().request(req, OffsetForLeaderEpochResponse)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("%s: OffsetForLeaderEpoch %d for %s failed (%s: %s)", self.name, epoch,
-                        tp, type(exc).__name__, exc)
-            self._close_connection()
-            return None
-        for t in resp.topics:
-            for p in t.partitions:
-                if t.topic == tp.topic and p.partition == tp.partition:
-                    code = _code(p.error_code)
-                    if code != ErrorCode.NONE:
-                        log.info("%s: OffsetForLeaderEpoch %d for %s answered %s", self.name,
-                                 epoch, tp, _error_name(code))
-                        return None
-                    return int(p.leader_epoch), int(p.end_offset)
-        return None
+        p = self._partition_answer(req, OffsetForLeaderEpochResponse,
+                                   f"OffsetForLeaderEpoch {epoch}", tp,
+                                   lambda t: t.topic, lambda p: p.partition)
+        return None if p is None else (int(p.leader_epoch), int(p.end_offset))
 
     # ---- answers ----------------------------------------------------------------------------
 
