@@ -19,16 +19,36 @@ A segment reaching DELETE_SEGMENT_FINISHED leaves the cache. Invalid transitions
 RemoteResourceNotFoundException for an update of an unknown segment, ValueError for a
 transition ``RemoteLogSegmentState.is_valid_transition`` refuses (Kafka's cache logs and
 drops both; the topic-based manager's consumer does that with the exception).
+
+A cache restored from a snapshot starts *lazy* (``RemoteLogMetadataCache.from_columns``): it
+holds its partition's state as ``SegmentColumns`` (arrays, about 90 bytes a segment, no
+Python object per segment) and answers ``remote_log_segment_metadata`` and
+``highest_offset_for_epoch`` from them, building only the segment it returns. Anything else
+(a change, a listing, ``segments``/``epochs``) first materialises it once into the dicts of
+RemoteLogSegmentMetadata and RemoteLogLeaderEpochState every other cache has (about 0.8 KiB
+a segment, 3-4 us a segment to build); the answers are the same either way.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import dataclasses
+import gc
+import itertools
+import operator
+import struct
+import sys
 import threading
+import types
 import uuid
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from types import MappingProxyType
+from typing import Any
 
 from strata.tiered.api import (
+    CustomMetadata,
     RemoteLogMetadata,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -45,6 +65,8 @@ __all__ = [
     "RemoteLogLeaderEpochState",
     "RemoteLogMetadataCache",
     "RemotePartitionMetadataStore",
+    "EpochColumns",
+    "SegmentColumns",
 ]
 
 _S = RemoteLogSegmentState
@@ -98,6 +120,17 @@ class RemoteLogLeaderEpochState:
         return (f"RemoteLogLeaderEpochState(offset_to_id={self.offset_to_id}, "
                 f"unreferenced={self.unreferenced}, highest_offset={self.highest_offset})")
 
+    @classmethod
+    def _restored(cls, offset_to_id: dict[int, RemoteLogSegmentId], unreferenced: set[RemoteLogSegmentId],
+                  highest_offset: int | None, starts: list[int]) -> RemoteLogLeaderEpochState:
+        """A state that takes the given containers as they are (``starts``: the sorted keys)."""
+        state = cls.__new__(cls)
+        state.offset_to_id = offset_to_id
+        state.unreferenced = unreferenced
+        state.highest_offset = highest_offset
+        state._starts = starts
+        return state
+
     def copy(self) -> RemoteLogLeaderEpochState:
         return RemoteLogLeaderEpochState(self.offset_to_id, self.unreferenced, self.highest_offset)
 
@@ -140,6 +173,405 @@ class RemoteLogLeaderEpochState:
         self.unreferenced.discard(segment_id)
 
 
+# --------------------------------------------------------------------------- columnar form
+
+if array("i").itemsize != 4 or array("I").itemsize != 4 or array("q").itemsize != 8:
+    raise ImportError("this platform's array item sizes do not fit the snapshot columns")
+
+_STATE_BY_ID = tuple(_S.for_id(i) for i in range(len(_S)))
+_VALID_STATE_IDS = bytes(range(len(_S)))
+_BOOL = (False, True)
+_LITTLE = sys.byteorder == "little"
+_UUID_HALVES = struct.Struct(">QQ")
+_new = object.__new__
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
+
+# Segments are built without their constructors' checks (SegmentColumns validated the values
+# at load), setting the slots directly: only while the value types are slotted classes with
+# exactly the fields set here (else the constructors are used).
+_SEGMENT_FIELDS = ("remote_log_segment_id", "start_offset", "end_offset", "max_timestamp_ms",
+                   "broker_id", "event_timestamp_ms", "segment_size_in_bytes", "custom_metadata",
+                   "state", "segment_leader_epochs", "txn_idx_empty")
+
+
+def _slot_setters(cls: type, names: Sequence[str]) -> tuple[Any, ...] | None:
+    found = [cls.__dict__.get(name) for name in names]
+    if not all(isinstance(d, types.MemberDescriptorType) for d in found):
+        return None
+    return tuple(d.__set__ for d in found)
+
+
+_SEGMENT_SETTERS = _slot_setters(RemoteLogSegmentMetadata, _SEGMENT_FIELDS)
+_ID_SETTERS = _slot_setters(RemoteLogSegmentId, ("topic_id_partition", "id"))
+_UUID_SETTERS = _slot_setters(uuid.UUID, ("int", "is_safe"))
+_FAST_BUILD = (tuple(f.name for f in dataclasses.fields(RemoteLogSegmentMetadata)) == _SEGMENT_FIELDS
+               and tuple(f.name for f in dataclasses.fields(RemoteLogSegmentId))
+               == ("topic_id_partition", "id")
+               and None not in (_SEGMENT_SETTERS, _ID_SETTERS, _UUID_SETTERS))
+if _FAST_BUILD:
+    (_set_id, _set_start, _set_end, _set_max_ts, _set_broker, _set_event_ts, _set_size,
+     _set_custom, _set_state, _set_epochs, _set_txn) = _SEGMENT_SETTERS  # type: ignore[misc]
+    _set_tip, _set_uuid = _ID_SETTERS  # type: ignore[misc]
+    _set_int, _set_is_safe = _UUID_SETTERS  # type: ignore[misc]
+
+
+def _uuid(value: int) -> uuid.UUID:
+    if not _FAST_BUILD:
+        return uuid.UUID(int=value)
+    u = _new(uuid.UUID)
+    _set_int(u, value)
+    _set_is_safe(u, _SAFE_UNKNOWN)
+    return u
+
+
+def _segment_id(tip: TopicIdPartition, value: uuid.UUID) -> RemoteLogSegmentId:
+    if not _FAST_BUILD:
+        return RemoteLogSegmentId(tip, value)
+    segment_id = _new(RemoteLogSegmentId)
+    _set_tip(segment_id, tip)
+    _set_uuid(segment_id, value)
+    return segment_id
+
+
+def _segment(segment_id: RemoteLogSegmentId, start: int, end: int, max_ts: int, broker: int,
+             event_ts: int, size: int, custom: CustomMetadata | None, state: RemoteLogSegmentState,
+             epochs: dict[int, int], txn: bool) -> RemoteLogSegmentMetadata:
+    """RemoteLogSegmentMetadata from checked values (``epochs`` sorted by epoch)."""
+    if not _FAST_BUILD:
+        return RemoteLogSegmentMetadata(segment_id, start, end, max_ts, broker, event_ts, size,
+                                        custom_metadata=custom, state=state,
+                                        segment_leader_epochs=epochs, txn_idx_empty=txn)
+    m = _new(RemoteLogSegmentMetadata)
+    _set_id(m, segment_id)
+    _set_start(m, start)
+    _set_end(m, end)
+    _set_max_ts(m, max_ts)
+    _set_broker(m, broker)
+    _set_event_ts(m, event_ts)
+    _set_size(m, size)
+    _set_custom(m, custom)
+    _set_state(m, state)
+    _set_epochs(m, MappingProxyType(epochs))
+    _set_txn(m, txn)
+    return m
+
+
+_NO_EXTRAS = range(0)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while building many objects at once: they are all kept,
+    and with a million segments' objects alive the collections it would trigger cost more
+    than the building (Python 3.11). Process-wide, for the few ms to a second this takes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _increasing(values: Sequence[int]) -> bool:
+    return all(map(operator.lt, values, itertools.islice(values, 1, None)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EpochColumns:
+    """One RemoteLogLeaderEpochState in columns: ``starts`` (increasing) are the epoch's first
+    offsets of its finished segments, ``segments`` their indexes in the SegmentColumns;
+    ``unreferenced`` the indexes of its other segments; ``highest_offset`` as the state's."""
+
+    epoch: int
+    highest_offset: int | None
+    starts: array          # int64
+    segments: array        # uint32, one per start
+    unreferenced: array    # uint32
+
+
+class SegmentColumns:
+    """A partition's cache state as columns: per segment i (listing order: by start offset)
+    ``ids[16i:16i+16]`` its uuid, ``start[i]``, ``end[i]``, ``max_ts[i]``, ``event_ts[i]``,
+    ``broker[i]``, ``size[i]``, ``state[i]`` (the state's id), ``txn[i]`` (0/1); its first
+    leader epoch and that epoch's first offset in ``first_epoch[i]``/``first_offset[i]``, and
+    any further epochs in ``extra_segment``/``extra_epoch``/``extra_offset`` (by segment, then
+    epoch); custom metadata as ``custom_lengths`` (-1: none) into ``custom_blob``, both None
+    when no segment has any; and the epoch states (EpochColumns, by epoch).
+
+    The snapshot format (``topic_based``) stores exactly these columns. The values never
+    change once built (only two memos do), so a lazy cache and its copies share one. ``validate`` checks what the value types'
+    constructors and ``RemoteLogMetadataCache.restore`` would, so that building segments
+    from validated columns can skip the constructors.
+    """
+
+    __slots__ = ("tip", "ids", "start", "end", "max_ts", "event_ts", "broker", "size", "state",
+                 "txn", "first_epoch", "first_offset", "extra_segment", "extra_epoch",
+                 "extra_offset", "custom_lengths", "custom_blob", "epoch_states", "_by_epoch",
+                 "_custom_starts", "_last")
+
+    def __init__(self, tip: TopicIdPartition, ids: bytes, start: array, end: array, max_ts: array,
+                 event_ts: array, broker: array, size: array, state: bytes, txn: bytes,
+                 first_epoch: array, first_offset: array, extra_segment: array, extra_epoch: array,
+                 extra_offset: array, custom_lengths: array | None, custom_blob: bytes | None,
+                 epoch_states: Sequence[EpochColumns]) -> None:
+        self.tip = tip
+        self.ids = ids
+        self.start = start
+        self.end = end
+        self.max_ts = max_ts
+        self.event_ts = event_ts
+        self.broker = broker
+        self.size = size
+        self.state = state
+        self.txn = txn
+        self.first_epoch = first_epoch
+        self.first_offset = first_offset
+        self.extra_segment = extra_segment
+        self.extra_epoch = extra_epoch
+        self.extra_offset = extra_offset
+        self.custom_lengths = custom_lengths
+        self.custom_blob = custom_blob
+        self.epoch_states = tuple(epoch_states)
+        self._by_epoch = {s.epoch: s for s in self.epoch_states}
+        self._custom_starts: list[int] | None = None
+        self._last: tuple[int, RemoteLogSegmentMetadata] | None = None
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __repr__(self) -> str:
+        return f"SegmentColumns({self.tip}, {len(self)} segments, {len(self.epoch_states)} epochs)"
+
+    # ---- building -------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, tip: TopicIdPartition, segments: Sequence[RemoteLogSegmentMetadata],
+              epochs: Iterable[tuple[int, RemoteLogLeaderEpochState]]) -> SegmentColumns:
+        """Columns of a cache's ``segments`` (in listing order) and epoch states; ValueError
+        if a state names a segment that is not there."""
+        index: dict[RemoteLogSegmentId, int] = {}
+        ids = bytearray()
+        start, end, max_ts, event_ts = array("q"), array("q"), array("q"), array("q")
+        broker, size = array("i"), array("i")
+        state, txn = bytearray(), bytearray()
+        first_epoch, first_offset = array("i"), array("q")
+        extra_segment, extra_epoch, extra_offset = array("I"), array("i"), array("q")
+        custom_lengths = array("i")
+        blob = bytearray()
+        for i, m in enumerate(segments):
+            segment_id = m.remote_log_segment_id
+            index[segment_id] = i
+            ids += segment_id.id.bytes
+            start.append(m.start_offset)
+            end.append(m.end_offset)
+            max_ts.append(m.max_timestamp_ms)
+            event_ts.append(m.event_timestamp_ms)
+            broker.append(m.broker_id)
+            size.append(m.segment_size_in_bytes)
+            state.append(m.state.id)
+            txn.append(1 if m.txn_idx_empty else 0)
+            entries = iter(m.segment_leader_epochs.items())
+            epoch, offset = next(entries)
+            first_epoch.append(epoch)
+            first_offset.append(offset)
+            for epoch, offset in entries:
+                extra_segment.append(i)
+                extra_epoch.append(epoch)
+                extra_offset.append(offset)
+            if m.custom_metadata is None:
+                custom_lengths.append(-1)
+            else:
+                custom_lengths.append(len(m.custom_metadata))
+                blob += m.custom_metadata
+        states = []
+        for epoch, st in epochs:
+            try:
+                starts = sorted(st.offset_to_id)
+                refs = [index[st.offset_to_id[s]] for s in starts]
+                unreferenced = sorted(index[i] for i in st.unreferenced)
+            except KeyError as exc:
+                raise ValueError(f"epoch state refers to an unknown segment {exc}") from None
+            states.append(EpochColumns(epoch, st.highest_offset, array("q", starts),
+                                       array("I", refs), array("I", unreferenced)))
+        any_custom = any(n >= 0 for n in custom_lengths)
+        return cls(tip, bytes(ids), start, end, max_ts, event_ts, broker, size, bytes(state),
+                   bytes(txn), first_epoch, first_offset, extra_segment, extra_epoch, extra_offset,
+                   custom_lengths if any_custom else None, bytes(blob) if any_custom else None,
+                   sorted(states, key=lambda s: s.epoch))
+
+    def validate(self) -> None:
+        """ValueError unless every column holds what the value types and a cache accept."""
+        n = len(self.start)
+        if len(self.ids) != 16 * n or any(len(c) != n for c in (
+                self.end, self.max_ts, self.event_ts, self.broker, self.size, self.state,
+                self.txn, self.first_epoch, self.first_offset)):
+            raise ValueError("columns of different lengths")
+        if n and min(self.start) < 0:
+            raise ValueError("a negative start offset")
+        if any(map(operator.gt, self.start, self.end)):
+            raise ValueError("an end offset below its start offset")
+        if self.state.translate(None, _VALID_STATE_IDS):
+            raise ValueError("an unknown segment state id")
+        if self.txn.translate(None, b"\x00\x01"):
+            raise ValueError("a transaction index flag other than 0 or 1")
+        x = len(self.extra_segment)
+        if len(self.extra_epoch) != x or len(self.extra_offset) != x:
+            raise ValueError("extra epoch columns of different lengths")
+        previous_segment, previous_epoch = -1, 0
+        for i, epoch in zip(self.extra_segment, self.extra_epoch):
+            if i >= n or i < previous_segment:
+                raise ValueError("extra epochs out of order or of an unknown segment")
+            floor = self.first_epoch[i] if i != previous_segment else previous_epoch
+            if epoch <= floor:
+                raise ValueError("a segment's leader epochs are not increasing")
+            previous_segment, previous_epoch = i, epoch
+        if self.custom_lengths is not None:
+            if len(self.custom_lengths) != n or (n and min(self.custom_lengths) < -1) \
+                    or sum(v for v in self.custom_lengths if v > 0) != len(self.custom_blob or b""):
+                raise ValueError("custom metadata lengths do not fit")
+        previous = None
+        for st in self.epoch_states:
+            if previous is not None and st.epoch <= previous:
+                raise ValueError("epoch states out of order")
+            previous = st.epoch
+            if len(st.starts) != len(st.segments) or not _increasing(st.starts):
+                raise ValueError(f"epoch {st.epoch}: starts not increasing or not one per segment")
+            for refs in (st.segments, st.unreferenced):
+                if refs and max(refs) >= n:
+                    raise ValueError(f"epoch {st.epoch} refers to an unknown segment")
+            if st.highest_offset is not None and st.highest_offset < 0:
+                raise ValueError(f"epoch {st.epoch}: a negative highest offset")
+
+    # ---- reads without materialising -----------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return not len(self.start) and not self.epoch_states
+
+    def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
+        st = self._by_epoch.get(leader_epoch)
+        return st.highest_offset if st is not None else None
+
+    def remote_log_segment_metadata(self, leader_epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """RemoteLogMetadataCache.remote_log_segment_metadata on the columns."""
+        st = self._by_epoch.get(leader_epoch)
+        if st is None:
+            return None
+        i = bisect.bisect_right(st.starts, offset)
+        if not i:
+            return None
+        k = st.segments[i - 1]
+        extras = self._extra_range(k)
+        # _epoch_end_offset: the next epoch's first offset - 1, or the segment's end
+        if self.first_epoch[k] > leader_epoch:
+            end = self.first_offset[k] - 1
+        else:
+            end = self.end[k]
+            for j in extras:
+                if self.extra_epoch[j] > leader_epoch:
+                    end = self.extra_offset[j] - 1
+                    break
+        if offset > end:
+            return None
+        return self._segment_at(k, extras)
+
+    def _extra_range(self, k: int) -> range:
+        """Where segment ``k``'s further epochs are in the extra columns."""
+        xs = self.extra_segment
+        if not xs:
+            return _NO_EXTRAS
+        lo = bisect.bisect_left(xs, k)
+        return range(lo, bisect.bisect_right(xs, k, lo))
+
+    def _custom(self, k: int) -> CustomMetadata | None:
+        lengths = self.custom_lengths
+        if lengths is None or lengths[k] < 0:
+            return None
+        if self._custom_starts is None:
+            self._custom_starts = [0, *itertools.accumulate(max(v, 0) for v in lengths)]
+        at = self._custom_starts[k]
+        return CustomMetadata((self.custom_blob or b"")[at:at + lengths[k]])
+
+    def segment_at(self, k: int) -> RemoteLogSegmentMetadata:
+        """The RemoteLogSegmentMetadata of segment ``k``."""
+        return self._segment_at(k, self._extra_range(k))
+
+    def _segment_at(self, k: int, extras: range) -> RemoteLogSegmentMetadata:
+        last = self._last  # a reader going through a segment asks for it again and again
+        if last is not None and last[0] == k:
+            return last[1]
+        hi, lo = _UUID_HALVES.unpack_from(self.ids, 16 * k)
+        epochs = {self.first_epoch[k]: self.first_offset[k]}
+        for j in extras:
+            epochs[self.extra_epoch[j]] = self.extra_offset[j]
+        m = _segment(_segment_id(self.tip, _uuid(hi << 64 | lo)), self.start[k], self.end[k],
+                     self.max_ts[k], self.broker[k], self.event_ts[k], self.size[k], self._custom(k),
+                     _STATE_BY_ID[self.state[k]], epochs, _BOOL[self.txn[k]])
+        self._last = (k, m)
+        return m
+
+    # ---- materialising --------------------------------------------------------------------
+
+    def segments(self) -> list[RemoteLogSegmentMetadata]:
+        """Every segment, in column order."""
+        with _gc_paused():
+            return self._segments()
+
+    def _segments(self) -> list[RemoteLogSegmentMetadata]:
+        tip = self.tip
+        ids = [_segment_id(tip, _uuid(hi << 64 | lo)) for hi, lo in _UUID_HALVES.iter_unpack(self.ids)]
+        epochs = [{e: o} for e, o in zip(self.first_epoch, self.first_offset)]
+        for k, e, o in zip(self.extra_segment, self.extra_epoch, self.extra_offset):
+            epochs[k][e] = o
+        if self.custom_lengths is None:
+            custom: Iterable[CustomMetadata | None] = itertools.repeat(None)
+        else:
+            custom = [self._custom(k) for k in range(len(self))]
+        return list(map(_segment, ids, self.start, self.end, self.max_ts, self.broker,
+                        self.event_ts, self.size, custom, map(_STATE_BY_ID.__getitem__, self.state),
+                        epochs, map(_BOOL.__getitem__, self.txn)))
+
+    def restored(self) -> tuple[list[RemoteLogSegmentMetadata], list[tuple[int, RemoteLogLeaderEpochState]]]:
+        """Every segment (column order) and epoch state (by epoch), as objects."""
+        with _gc_paused():
+            return self._restored()
+
+    def _restored(self) -> tuple[list[RemoteLogSegmentMetadata], list[tuple[int, RemoteLogLeaderEpochState]]]:
+        listed = self._segments()
+        ids = [m.remote_log_segment_id for m in listed]
+        epochs = []
+        for st in self.epoch_states:
+            starts = st.starts.tolist()
+            epochs.append((st.epoch, RemoteLogLeaderEpochState._restored(
+                dict(zip(starts, map(ids.__getitem__, st.segments))),
+                set(map(ids.__getitem__, st.unreferenced)), st.highest_offset, starts)))
+        return listed, epochs
+
+    def materialise(self) -> tuple[dict[RemoteLogSegmentId, RemoteLogSegmentMetadata],
+                                   dict[int, RemoteLogLeaderEpochState]]:
+        """The ``segments`` and ``epochs`` dicts of the equivalent RemoteLogMetadataCache."""
+        with _gc_paused():
+            listed, epochs = self._restored()
+            return {m.remote_log_segment_id: m for m in listed}, dict(epochs)
+
+
+def columns_from_bytes(typecode: str, data: bytes | memoryview) -> array:
+    """An array of big-endian ``data`` (the snapshot's byte order)."""
+    values = array(typecode)
+    values.frombytes(data)
+    if _LITTLE and values.itemsize > 1:
+        values.byteswap()
+    return values
+
+
+def columns_to_bytes(values: array) -> bytes:
+    """The big-endian bytes of ``values``."""
+    if _LITTLE and values.itemsize > 1:
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
 class RemoteLogMetadataCache:
     """The remote segments of one user partition (Kafka's ``RemoteLogMetadataCache``).
 
@@ -147,12 +579,72 @@ class RemoteLogMetadataCache:
     RemoteLogLeaderEpochState per leader epoch the segments contain (epochs whose state
     becomes empty are dropped). Listings are sorted by start offset. Two caches compare
     equal when segments and epoch states are equal. Not thread-safe: the
-    RemotePartitionMetadataStore's lock guards it.
+    RemotePartitionMetadataStore's lock guards it (``materialise`` alone may also be called
+    without it: it has a lock of its own).
+
+    ``from_columns`` makes a lazy cache (see the module docstring): ``segments`` and
+    ``epochs`` materialise it on first use.
     """
 
     def __init__(self) -> None:
-        self.segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
-        self.epochs: dict[int, RemoteLogLeaderEpochState] = {}
+        self._segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
+        self._epochs: dict[int, RemoteLogLeaderEpochState] = {}
+        self._columns: SegmentColumns | None = None
+        self._materialise_lock: threading.Lock | None = None
+
+    @classmethod
+    def from_columns(cls, columns: SegmentColumns) -> RemoteLogMetadataCache:
+        """A lazy cache holding ``columns`` (validated: ``SegmentColumns.validate``)."""
+        cache = cls()
+        cache._columns = columns
+        cache._materialise_lock = threading.Lock()
+        return cache
+
+    @property
+    def segments(self) -> dict[RemoteLogSegmentId, RemoteLogSegmentMetadata]:
+        if self._columns is not None:
+            self.materialise()
+        return self._segments
+
+    @segments.setter
+    def segments(self, value: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata]) -> None:
+        self.materialise()
+        self._segments = value
+
+    @property
+    def epochs(self) -> dict[int, RemoteLogLeaderEpochState]:
+        if self._columns is not None:
+            self.materialise()
+        return self._epochs
+
+    @epochs.setter
+    def epochs(self, value: dict[int, RemoteLogLeaderEpochState]) -> None:
+        self.materialise()
+        self._epochs = value
+
+    def is_lazy(self) -> bool:
+        """Still only columns (restored from a snapshot and used for lookups only)."""
+        return self._columns is not None
+
+    def materialise(self) -> None:
+        """Build the segment and epoch dicts from the columns, once (any thread)."""
+        lock = self._materialise_lock
+        if self._columns is None or lock is None:
+            return
+        with lock:
+            columns = self._columns
+            if columns is None:
+                return
+            self._segments, self._epochs = columns.materialise()
+            self._columns = None
+
+    def columns(self, tip: TopicIdPartition) -> SegmentColumns:
+        """This cache as columns of ``tip`` (snapshots); a lazy cache's own, else built."""
+        columns = self._columns
+        if columns is not None and columns.tip == tip:
+            return columns
+        return SegmentColumns.build(tip, self.list_remote_log_segments(),
+                                    sorted(self.epochs.items()))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemoteLogMetadataCache):
@@ -162,14 +654,22 @@ class RemoteLogMetadataCache:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        columns = self._columns
+        if columns is not None:
+            return (f"RemoteLogMetadataCache({len(columns)} segments, epochs "
+                    f"{[s.epoch for s in columns.epoch_states]}, not materialised)")
         return f"RemoteLogMetadataCache({len(self.segments)} segments, epochs {sorted(self.epochs)})"
 
     def __len__(self) -> int:
-        return len(self.segments)
+        columns = self._columns
+        return len(columns) if columns is not None else len(self._segments)
 
     def is_empty(self) -> bool:
         """No segments and no epoch state (not even a highest offset) left."""
-        return not self.segments and not self.epochs
+        columns = self._columns
+        if columns is not None:
+            return columns.is_empty()
+        return not self._segments and not self._epochs
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -178,15 +678,21 @@ class RemoteLogMetadataCache:
 
     def remote_log_segment_metadata(self, leader_epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
         """The COPY_SEGMENT_FINISHED segment holding ``offset`` within ``leader_epoch``, or None."""
-        state = self.epochs.get(leader_epoch)
+        columns = self._columns
+        if columns is not None:
+            return columns.remote_log_segment_metadata(leader_epoch, offset)
+        state = self._epochs.get(leader_epoch)
         segment_id = state.floor_segment(offset) if state is not None else None
         if segment_id is None:
             return None
-        metadata = self.segments[segment_id]
+        metadata = self._segments[segment_id]
         return metadata if offset <= _epoch_end_offset(metadata, leader_epoch) else None
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
-        state = self.epochs.get(leader_epoch)
+        columns = self._columns
+        if columns is not None:
+            return columns.highest_offset_for_epoch(leader_epoch)
+        state = self._epochs.get(leader_epoch)
         return state.highest_offset if state is not None else None
 
     def list_remote_log_segments(self, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
@@ -266,8 +772,9 @@ class RemoteLogMetadataCache:
             missing = [i for i in state.segment_ids() if i not in by_id]
             if missing:
                 raise ValueError(f"epoch state refers to unknown segments {missing}")
-        self.segments = by_id
-        self.epochs = states
+        self._columns = None
+        self._segments = by_id
+        self._epochs = states
 
     def epoch_states(self) -> list[tuple[int, RemoteLogLeaderEpochState]]:
         """Copies of the per-epoch states, by epoch (snapshots)."""
@@ -294,7 +801,9 @@ class RemotePartitionMetadataStore:
     Kafka's ``RemotePartitionMetadataStore``, except that a partition's cache is created by
     its first segment event rather than by assignment, and dropped when nothing is left in
     it. DELETE_PARTITION_FINISHED drops the partition's cache and delete state. Thread-safe: one lock around every read and change;
-    reads return lists and value objects, never live views.
+    reads return lists and value objects, never live views. A lazy cache (restored from a
+    snapshot) that a call needs whole is materialised before that lock is taken, so reads
+    of other partitions go on meanwhile.
     """
 
     def __init__(self) -> None:
@@ -304,8 +813,19 @@ class RemotePartitionMetadataStore:
 
     # ---- changes --------------------------------------------------------------------------
 
+    def _materialise(self, tip: TopicIdPartition) -> None:
+        """Materialise ``tip``'s cache if it is lazy, outside the store's lock (the cache's own
+        lock makes it happen once); a call that then finds another lazy cache there (a
+        restore in between) materialises that one under the store's lock, as any access does."""
+        with self._lock:
+            cache = self._caches.get(tip)
+        if cache is not None and cache.is_lazy():
+            cache.materialise()
+
     def handle(self, metadata: RemoteLogMetadata) -> None:
         """Apply one event; raises as RemoteLogMetadataCache does for invalid ones."""
+        if isinstance(metadata, (RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate)):
+            self._materialise(metadata.topic_id_partition)
         with self._lock:
             if isinstance(metadata, RemoteLogSegmentMetadata):
                 tip = metadata.topic_id_partition
@@ -355,6 +875,7 @@ class RemotePartitionMetadataStore:
     # ---- reads ----------------------------------------------------------------------------
 
     def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        self._materialise(segment_id.topic_id_partition)
         with self._lock:
             cache = self._caches.get(segment_id.topic_id_partition)
             return cache.segment(segment_id) if cache is not None else None
@@ -376,11 +897,13 @@ class RemotePartitionMetadataStore:
 
     def list_remote_log_segments(self, tip: TopicIdPartition,
                                  leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+        self._materialise(tip)
         with self._lock:
             cache = self._caches.get(tip)
             return cache.list_remote_log_segments(leader_epoch) if cache else []
 
     def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
+        self._materialise(tip)
         with self._lock:
             cache = self._caches.get(tip)
             return cache.remote_log_size(leader_epoch) if cache else 0
@@ -396,6 +919,9 @@ class RemotePartitionMetadataStore:
             list[RemotePartitionDeleteMetadata]]:
         """A consistent copy of the given partitions' state: (partition, segments by start
         offset, epoch states) for those with any, and their delete states."""
+        tips = list(tips)
+        for tip in tips:
+            self._materialise(tip)
         with self._lock:
             caches = []
             deletes = []
@@ -408,12 +934,31 @@ class RemotePartitionMetadataStore:
                     deletes.append(delete)
             return caches, deletes
 
+    def export_columns(self, tips: Iterable[TopicIdPartition]) -> tuple[
+            list[SegmentColumns], list[RemotePartitionDeleteMetadata]]:
+        """``export`` as columns (snapshots): a lazy cache's own, without materialising it."""
+        with self._lock:
+            columns = []
+            deletes = []
+            for tip in sorted(tips, key=_tip_key):
+                cache = self._caches.get(tip)
+                if cache is not None and not cache.is_empty():
+                    columns.append(cache.columns(tip))
+                delete = self._delete_states.get(tip)
+                if delete is not None:
+                    deletes.append(delete)
+            return columns, deletes
+
     def cache_copy(self, tip: TopicIdPartition) -> RemoteLogMetadataCache | None:
-        """An independent copy of a partition's cache, or None (tests, tools)."""
+        """An independent copy of a partition's cache, or None (tests, tools). A lazy cache's
+        copy is lazy too, sharing its (immutable) columns."""
         with self._lock:
             cache = self._caches.get(tip)
             if cache is None:
                 return None
+            columns = cache._columns
+            if columns is not None:
+                return RemoteLogMetadataCache.from_columns(columns)
             copy = RemoteLogMetadataCache()
             copy.restore(cache.segments.values(), cache.epoch_states())
             return copy

@@ -18,7 +18,11 @@ partition the materialised state is written every
 ``remote.log.metadata.snapshot.interval.records`` applied records or
 ``remote.log.metadata.snapshot.interval.ms``, whichever comes first, and on ``close``;
 ``start`` loads it and replays only the records after it. See ``encode_snapshot`` for the
-file format; files live in ``{log.dir}/remote-log-metadata-snapshots/``.
+file format; files live in ``{log.dir}/remote-log-metadata-snapshots/``. A version 2 snapshot
+(columns, read in bulk) restores its partitions as lazy caches (``RemoteLogMetadataCache``):
+no Python object per segment until a partition is used for more than lookups; version 1
+files (a serde record per segment) are still read, and rewritten as version 2 at the next
+snapshot.
 """
 
 from __future__ import annotations
@@ -58,10 +62,14 @@ from strata.tiered.api import (
     TopicPartition,
 )
 from strata.tiered.metadata.cache import (
+    EpochColumns,
     IllegalStateTransition,
     RemoteLogLeaderEpochState,
     RemoteLogMetadataCache,
     RemotePartitionMetadataStore,
+    SegmentColumns,
+    columns_from_bytes,
+    columns_to_bytes,
 )
 from strata.tiered.metadata.serde import (
     MetadataParseException,
@@ -139,14 +147,18 @@ def snapshot_path(log_dir: Path | str, metadata_partition: int) -> Path:
 # --------------------------------------------------------------------------- snapshot format
 
 SNAPSHOT_MAGIC = b"SRLM"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+READABLE_SNAPSHOT_VERSIONS = (1, 2)
 _HEADER = struct.Struct(">4shI")          # magic, version, crc32c of everything after
 _PREFIX = struct.Struct(">iqq")           # metadata partition, next offset, last value crc or -1
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _EPOCH = struct.Struct(">iq")             # leader epoch, highest offset or -1
-_REFERENCE = struct.Struct(">q16s")       # epoch start offset, segment uuid
+_REFERENCE = struct.Struct(">q16s")       # epoch start offset, segment uuid (version 1)
+_COUNTS = struct.Struct(">IIIb")          # segments, extra epochs, epoch states, flags (version 2)
+_STATE_COUNTS = struct.Struct(">II")      # finished, unreferenced (version 2)
+_FLAG_CUSTOM = 1
 
 
 class SnapshotError(ValueError):
@@ -170,7 +182,71 @@ class MetadataSnapshot:
 
 
 def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
-    """The snapshot file's bytes. Big-endian::
+    """The snapshot file's bytes (version 2). Big-endian::
+
+        magic "SRLM" | version int16 (2) | crc uint32: CRC32C of everything after it |
+        metadata partition int32 | next offset int64 | last value crc int64 (-1: none) |
+        user partition count uint32, per user partition:
+            topic id 16 bytes | partition int32 | topic name uint16 length + UTF-8 |
+            n: segment count uint32 | x: extra epoch count uint32 | e: epoch state count uint32 |
+            flags int8 (1: custom metadata present) |
+            the segments' columns, by start offset: uuid 16 bytes [n] | start offset int64 [n] |
+                end offset int64 [n] | max timestamp int64 [n] | event timestamp int64 [n] |
+                broker id int32 [n] | size int32 [n] | state id int8 [n] | txn index empty int8 [n] |
+                first leader epoch int32 [n] | its first offset int64 [n] |
+            the further leader epochs of segments with several, by segment then epoch:
+                segment index uint32 [x] | epoch int32 [x] | first offset int64 [x] |
+            if flags & 1: custom metadata length int32 [n] (-1: none) | uint32 length + bytes |
+            per leader epoch state, by epoch: epoch int32 | highest offset int64 (-1: none) |
+                k: finished count uint32 | u: unreferenced count uint32 |
+                epoch start offset int64 [k] (increasing) | segment index uint32 [k] |
+                unreferenced segment index uint32 [u] |
+        delete state count uint32, per state: uint32 length + a RemotePartitionDeleteMetadata
+            record value (serde api key 2)
+
+    ``[n]`` is a column of n values. The epoch states are written out, not recomputed on
+    load, because they depend on the order segments finished in (superseded copies, highest
+    offsets of deleted segments). Version 1 (``_encode_snapshot_v1``) held a serde record per
+    segment and segment uuids in the epoch states; it is still read.
+    """
+    columns = [SegmentColumns.build(tip, segments, epochs) for tip, segments, epochs in snapshot.partitions]
+    return _encode_columns(snapshot.metadata_partition, snapshot.next_offset,
+                           snapshot.last_value_crc, columns, snapshot.delete_states)
+
+
+def _encode_columns(metadata_partition: int, next_offset: int, last_value_crc: int,
+                    partitions: list[SegmentColumns], delete_states: list[RemotePartitionDeleteMetadata]) -> bytes:
+    out = bytearray(_PREFIX.pack(metadata_partition, next_offset, last_value_crc))
+    out += _U32.pack(len(partitions))
+    for c in partitions:
+        tip = c.tip
+        name = tip.topic.encode("utf-8")
+        out += tip.topic_id.bytes + _I32.pack(tip.partition) + _U16.pack(len(name)) + name
+        custom = c.custom_lengths is not None
+        out += _COUNTS.pack(len(c), len(c.extra_segment), len(c.epoch_states), _FLAG_CUSTOM if custom else 0)
+        out += c.ids
+        for column in (c.start, c.end, c.max_ts, c.event_ts, c.broker, c.size):
+            out += columns_to_bytes(column)
+        out += c.state
+        out += c.txn
+        for column in (c.first_epoch, c.first_offset, c.extra_segment, c.extra_epoch, c.extra_offset):
+            out += columns_to_bytes(column)
+        if custom:
+            out += columns_to_bytes(c.custom_lengths)
+            _put_bytes(out, c.custom_blob or b"")
+        for st in c.epoch_states:
+            out += _EPOCH.pack(st.epoch, -1 if st.highest_offset is None else st.highest_offset)
+            out += _STATE_COUNTS.pack(len(st.starts), len(st.unreferenced))
+            for column in (st.starts, st.segments, st.unreferenced):
+                out += columns_to_bytes(column)
+    out += _U32.pack(len(delete_states))
+    for delete in delete_states:
+        _put_bytes(out, serialize(delete))
+    return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, _crc32c.crc32c(out)) + bytes(out)
+
+
+def _encode_snapshot_v1(snapshot: MetadataSnapshot) -> bytes:
+    """Version 1 of the snapshot file (read, no longer written; kept for tests). Big-endian::
 
         magic "SRLM" | version int16 (1) | crc uint32: CRC32C of everything after it |
         metadata partition int32 | next offset int64 | last value crc int64 (-1: none) |
@@ -183,9 +259,6 @@ def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
                 unreferenced count uint32 + segment uuid 16 bytes each |
         delete state count uint32, per state: uint32 length + a RemotePartitionDeleteMetadata
             record value (serde api key 2)
-
-    The epoch states are written out, not recomputed on load, because they depend on the
-    order segments finished in (superseded copies, highest offsets of deleted segments).
     """
     out = bytearray(_PREFIX.pack(snapshot.metadata_partition, snapshot.next_offset,
                                  snapshot.last_value_crc))
@@ -208,7 +281,7 @@ def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
     out += _U32.pack(len(snapshot.delete_states))
     for delete in snapshot.delete_states:
         _put_bytes(out, serialize(delete))
-    return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, _crc32c.crc32c(out)) + bytes(out)
+    return _HEADER.pack(SNAPSHOT_MAGIC, 1, _crc32c.crc32c(out)) + bytes(out)
 
 
 def _put_bytes(out: bytearray, data: bytes) -> None:
@@ -217,21 +290,27 @@ def _put_bytes(out: bytearray, data: bytes) -> None:
 
 
 class _SnapshotReader:
-    __slots__ = ("data", "pos")
+    __slots__ = ("data", "view", "pos")
 
     def __init__(self, data: bytes, pos: int) -> None:
         self.data = data
+        self.view = memoryview(data)
         self.pos = pos
 
-    def take(self, n: int) -> bytes:
+    def _advance(self, n: int) -> int:
         if n > len(self.data) - self.pos:
             raise SnapshotError(f"snapshot truncated at byte {self.pos}")
         start = self.pos
         self.pos += n
+        return start
+
+    def take(self, n: int) -> bytes:
+        start = self._advance(n)
         return self.data[start:self.pos]
 
     def unpack(self, st: struct.Struct) -> tuple[Any, ...]:
-        return st.unpack(self.take(st.size))
+        start = self._advance(st.size)
+        return st.unpack_from(self.data, start)
 
     def count(self) -> int:
         return self.unpack(_U32)[0]
@@ -239,22 +318,49 @@ class _SnapshotReader:
     def sized(self) -> bytes:
         return self.take(self.count())
 
+    def column(self, typecode: str, n: int) -> Any:
+        """n big-endian values as an array."""
+        size = n * _ITEM_SIZES[typecode]
+        start = self._advance(size)
+        return columns_from_bytes(typecode, self.view[start:self.pos])
 
-def decode_snapshot(data: bytes) -> MetadataSnapshot:
-    """Parse a snapshot file; SnapshotError if it is not one this version can trust."""
+
+_ITEM_SIZES = {"q": 8, "i": 4, "I": 4}
+
+
+@dataclass(frozen=True)
+class _LoadedSnapshot:
+    """A snapshot file as ``_load_snapshot`` restores it: a cache per user partition (lazy
+    ones from version 2)."""
+
+    version: int
+    metadata_partition: int
+    next_offset: int
+    last_value_crc: int
+    caches: list[tuple[TopicIdPartition, RemoteLogMetadataCache]]
+    delete_states: list[RemotePartitionDeleteMetadata]
+
+
+def _parse_snapshot(data: bytes) -> tuple[int, tuple[int, int, int], list[Any],
+                                         list[RemotePartitionDeleteMetadata]]:
+    """(version, (metadata partition, next offset, last value crc), partitions, delete states)
+    of a snapshot file of any readable version: a partition is (tip, segments, epoch states)
+    in version 1, SegmentColumns (validated) in version 2. SnapshotError if it is not a
+    snapshot this version can trust."""
     if len(data) < _HEADER.size:
         raise SnapshotError("snapshot shorter than its header")
     magic, version, crc = _HEADER.unpack_from(data)
     if magic != SNAPSHOT_MAGIC:
         raise SnapshotError(f"not a remote log metadata snapshot (magic {magic!r})")
-    if version != SNAPSHOT_VERSION:
+    if version not in READABLE_SNAPSHOT_VERSIONS:
         raise SnapshotError(f"unsupported snapshot version {version}")
-    if _crc32c.crc32c(data[_HEADER.size:]) != crc:
+    if _crc32c.crc32c(memoryview(data)[_HEADER.size:]) != crc:
         raise SnapshotError("snapshot CRC mismatch")
     r = _SnapshotReader(data, _HEADER.size)
+    read_partition = _read_partition_v1 if version == 1 else _read_partition_columns
     try:
-        metadata_partition, next_offset, last_value_crc = r.unpack(_PREFIX)
-        partitions = [_read_partition(r) for _ in range(r.count())]
+        prefix = r.unpack(_PREFIX)
+        partitions = [read_partition(r) for _ in range(r.count())]
         deletes = []
         for _ in range(r.count()):
             delete = deserialize(r.sized())
@@ -263,19 +369,79 @@ def decode_snapshot(data: bytes) -> MetadataSnapshot:
             deletes.append(delete)
     except SnapshotError:
         raise
-    except ValueError as exc:  # a record the serde or the api types reject, a bad name
+    except ValueError as exc:  # a record the serde or the api types reject, a bad name, bad columns
         raise SnapshotError(f"bad record in snapshot: {exc}") from exc
     if r.pos != len(data):
         raise SnapshotError(f"{len(data) - r.pos} byte(s) after the snapshot's end")
-    return MetadataSnapshot(metadata_partition, next_offset, last_value_crc, partitions, deletes)
+    return version, prefix, partitions, deletes
 
 
-def _read_partition(r: _SnapshotReader) -> tuple[TopicIdPartition, list[RemoteLogSegmentMetadata],
-                                                 list[tuple[int, RemoteLogLeaderEpochState]]]:
+def decode_snapshot(data: bytes) -> MetadataSnapshot:
+    """Parse a snapshot file (version 1 or 2); SnapshotError if it is not one this version can
+    trust. Every segment becomes a RemoteLogSegmentMetadata (the RLMM's own loading keeps
+    version 2's columns instead)."""
+    _, prefix, partitions, deletes = _parse_snapshot(data)
+    decoded = [(p.tip, *p.restored()) if isinstance(p, SegmentColumns) else p for p in partitions]
+    return MetadataSnapshot(*prefix, decoded, deletes)
+
+
+def _read_snapshot(data: bytes) -> _LoadedSnapshot:
+    """A snapshot file as caches: lazy ones from version 2. SnapshotError if it is not a
+    snapshot this version can trust (nothing of it is used then)."""
+    version, prefix, partitions, deletes = _parse_snapshot(data)
+    caches = []
+    for p in partitions:
+        if isinstance(p, SegmentColumns):
+            caches.append((p.tip, RemoteLogMetadataCache.from_columns(p)))
+        else:
+            tip, segments, epochs = p
+            cache = RemoteLogMetadataCache()
+            try:
+                cache.restore(segments, epochs)
+            except ValueError as exc:
+                raise SnapshotError(f"bad partition {tip} in snapshot: {exc}") from exc
+            caches.append((tip, cache))
+    return _LoadedSnapshot(version, *prefix, caches, deletes)
+
+
+def _read_tip(r: _SnapshotReader) -> TopicIdPartition:
     topic_id = uuid.UUID(bytes=r.take(16))
     partition = r.unpack(_I32)[0]
     name = r.take(r.unpack(_U16)[0]).decode("utf-8")
-    tip = TopicIdPartition(topic_id, TopicPartition(name, partition))
+    return TopicIdPartition(topic_id, TopicPartition(name, partition))
+
+
+def _read_partition_columns(r: _SnapshotReader) -> SegmentColumns:
+    tip = _read_tip(r)
+    n, x, e, flags = r.unpack(_COUNTS)
+    if flags & ~_FLAG_CUSTOM:
+        raise SnapshotError(f"unknown partition flags {flags:#x}")
+    ids = r.take(16 * n)
+    start, end, max_ts, event_ts = (r.column("q", n) for _ in range(4))
+    broker, size = r.column("i", n), r.column("i", n)
+    state, txn = r.take(n), r.take(n)
+    first_epoch, first_offset = r.column("i", n), r.column("q", n)
+    extra_segment, extra_epoch, extra_offset = r.column("I", x), r.column("i", x), r.column("q", x)
+    custom_lengths = custom_blob = None
+    if flags & _FLAG_CUSTOM:
+        custom_lengths = r.column("i", n)
+        custom_blob = r.sized()
+    states = []
+    for _ in range(e):
+        epoch, highest = r.unpack(_EPOCH)
+        k, u = r.unpack(_STATE_COUNTS)
+        states.append(EpochColumns(epoch, None if highest < 0 else highest, r.column("q", k),
+                                   r.column("I", k), r.column("I", u)))
+    columns = SegmentColumns(tip, ids, start, end, max_ts, event_ts, broker, size, state, txn,
+                             first_epoch, first_offset, extra_segment, extra_epoch, extra_offset,
+                             custom_lengths, custom_blob, states)
+    columns.validate()
+    return columns
+
+
+def _read_partition_v1(r: _SnapshotReader) -> tuple[TopicIdPartition, list[RemoteLogSegmentMetadata],
+                                                    list[tuple[int, RemoteLogLeaderEpochState]]]:
+    tip = _read_tip(r)
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
     for _ in range(r.count()):
         s = deserialize(r.sized())
@@ -987,12 +1153,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         """Write the partition's snapshot (caller holds ``mp.lock``); a failure only logs."""
         tips = [tip for tip in self._store.partitions()
                 if self.metadata_partition(tip) == mp.partition]
-        caches, deletes = self._store.export(tips)
-        snapshot = MetadataSnapshot(mp.partition, mp.next_offset, mp.last_value_crc, caches, deletes)
+        columns, deletes = self._store.export_columns(tips)  # lazy caches stay lazy
+        data = _encode_columns(mp.partition, mp.next_offset, mp.last_value_crc, columns, deletes)
         path = self._snapshot_path(mp.partition)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, encode_snapshot(snapshot))
+            atomic_write(path, data)
         except OSError as exc:
             log.warning("could not write the snapshot %s: %s", path, exc)
             return
@@ -1003,29 +1169,27 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         """Restore the partition's snapshot into the store if it is valid and fits the log."""
         path = self._snapshot_path(mp.partition)
         try:
-            snapshot = decode_snapshot(path.read_bytes())
+            snapshot = _read_snapshot(path.read_bytes())
             self._check_snapshot(mp.partition, snapshot)
-            caches = []
-            for tip, segments, epochs in snapshot.partitions:
-                cache = RemoteLogMetadataCache()
-                cache.restore(segments, epochs)
-                caches.append((tip, cache))
         except FileNotFoundError:
             return False
         except (OSError, ValueError) as exc:
             log.warning("ignoring the snapshot %s, replaying %s-%d from its start: %s", path,
                         REMOTE_LOG_METADATA_TOPIC_NAME, mp.partition, exc)
             return False
-        for tip, cache in caches:
+        for tip, cache in snapshot.caches:
             self._store.restore_partition(tip, cache)
         for delete in snapshot.delete_states:
             self._store.restore_delete_state(delete)
         mp.next_offset = snapshot.next_offset
         mp.last_value_crc = snapshot.last_value_crc
+        if snapshot.version != SNAPSHOT_VERSION:
+            # an older format: rewritten in this one by the next snapshot (time trigger, close)
+            mp.unsnapshotted = max(mp.unsnapshotted, 1)
         self.snapshot_offsets[mp.partition] = snapshot.next_offset
         return True
 
-    def _check_snapshot(self, partition: int, snapshot: MetadataSnapshot) -> None:
+    def _check_snapshot(self, partition: int, snapshot: _LoadedSnapshot) -> None:
         if snapshot.metadata_partition != partition:
             raise SnapshotError(f"it is the snapshot of partition {snapshot.metadata_partition}")
         start = self._topic_log.log_start_offset(partition)
@@ -1038,7 +1202,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             found = next(iter(self._topic_log.read(partition, last)), None)
             if found is None or found[0] != last or _crc32c.crc32c(found[1]) != snapshot.last_value_crc:
                 raise SnapshotError(f"the log's record at offset {last} is not the one it covers")
-        for tip, _, _ in snapshot.partitions:
+        for tip, _ in snapshot.caches:
             if self.metadata_partition(tip) != partition:
                 raise SnapshotError(f"{tip} does not belong in this metadata partition")
         for delete in snapshot.delete_states:
