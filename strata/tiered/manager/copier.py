@@ -37,13 +37,50 @@ log = logging.getLogger(__name__)
 def find_resume_offset(ctx: TieringContext, part: PartitionTiering) -> int:
     """The highest offset already in remote storage for the log's epoch lineage (-1: none).
 
-    Walks the leader epochs from the latest back, as Kafka's copier does when it becomes leader.
+    Walks the leader epochs from the latest back, as Kafka's copier does when it becomes leader
+    (``RemoteLogManager.findHighestRemoteOffset``). An epoch's remote copies count only up to
+    where the epoch ends in this log: a leader whose log left an epoch before the remote tier's
+    copy of it ends (an unclean election, or records lost in a crash, that an old leader had
+    tiered) resumes at its own end of that epoch, so the records it wrote after are copied and
+    local retention does not delete them uncopied.
+
+    Unlike Kafka, the copy holding that offset must still be there: after two unclean
+    elections a leader of another lineage may have expired this lineage's copies (they were
+    not in its lineage), and the metadata's highest offset of the epoch outlives them. Then
+    the copier resumes after the copies of this log's lineage that remain, so the records only
+    this log's local segments still hold are copied again rather than deleted uncopied.
     """
-    for entry in reversed(part.log.leader_epoch_cache.epoch_entries()):
+    cache = part.log.leader_epoch_cache
+    log_end = part.log.log_end_offset
+    for entry in reversed(cache.epoch_entries()):
         offset = ctx.rlmm.highest_offset_for_epoch(part.tip, entry.epoch)
-        if offset is not None:
+        if offset is None:
+            continue
+        offset = min(offset, cache.end_offset_for(entry.epoch, log_end).offset - 1)
+        if ctx.rlmm.remote_log_segment_metadata(part.tip, entry.epoch, offset) is not None:
             return offset
+        return _copied_in_lineage(ctx, part, log_end)
     return -1
+
+
+def _copied_in_lineage(ctx: TieringContext, part: PartitionTiering, log_end: int) -> int:
+    """The end of the copied segments of the log's epoch lineage, from the first one on
+    without a gap (-1: none). Segments gone by retention lie below the log start offset, where
+    the copier never goes back."""
+    from strata.tiered.manager.expirer import _within_lineage
+    entries = part.log.leader_epoch_cache.epoch_entries()
+    epochs = {e.epoch: e.start_offset for e in entries}
+    earliest = entries[0].epoch if entries else -1
+    covered = -1
+    copied = sorted((m for m in ctx.rlmm.list_remote_log_segments(part.tip)
+                     if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                     and _within_lineage(m, epochs, earliest, log_end)),
+                    key=lambda m: m.start_offset)
+    for m in copied:
+        if covered >= 0 and m.start_offset > covered + 1:
+            break
+        covered = max(covered, m.end_offset)
+    return covered
 
 
 def candidate_segments(part: PartitionTiering) -> list[tuple[LogSegment, int]]:

@@ -56,6 +56,7 @@ from strata.tiered.manager.retry import Backoff
 log = logging.getLogger(__name__)
 
 INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS = 300_000
+SHUTDOWN_TASK_WAIT_S = 5   # what a shutdown gives running tasks before it interrupts them
 
 
 @dataclasses.dataclass
@@ -236,6 +237,8 @@ class PartitionTiering:
         self.superseded = False
         self.initialized = False
         self.copying: RemoteLogSegmentId | None = None
+        # the leaderships of this log it replaced, while their tasks may still run
+        self.predecessor: PartitionTiering | None = None
 
         def backoff() -> Backoff:
             return Backoff(settings.retry_backoff_ms, settings.retry_backoff_max_ms,
@@ -291,6 +294,7 @@ class RemoteLogManager:
         self.reader_stats = ReaderPoolStats(s.reader_threads)
         self._read_ahead: dict[TopicPartition, tuple[int, int]] = {}   # next offset, window
         self._driver: threading.Thread | None = None
+        self._running: set[concurrent.futures.Future] = set()   # submitted tasks not done
         self._deletions_resumed = False
         self._next_deletion_scan_ms = 0
 
@@ -337,7 +341,13 @@ class RemoteLogManager:
         self._driver.start()
 
     def shutdown(self) -> None:
-        """Stop scheduling, let running tasks stop at their next segment, close the plugins."""
+        """Stop scheduling, let running tasks stop at their next segment, close the plugins.
+
+        Tasks get ``SHUTDOWN_TASK_WAIT_S`` to finish; one still running then is most likely
+        blocked publishing to the metadata topic, which retries for minutes (too few in-sync
+        replicas, its leader gone with this broker), so the metadata manager is closed first,
+        which ends that. A copy left COPY_SEGMENT_STARTED is an orphan the expirer deletes, as
+        after a crash."""
         self.ctx.stopping = True
         self._wake.set()
         self.quotas.close()   # copiers waiting for the copy quota give up now
@@ -345,13 +355,28 @@ class RemoteLogManager:
         if self._driver is not None:
             self._driver.join(timeout=10)
         for pool in (self._copiers, self._expirers, self._readers):
-            pool.shutdown(wait=True, cancel_futures=True)
-        for closeable in (self.ctx.index_cache, self.ctx.rsm, self.ctx.rlmm):
-            if closeable is not None:
-                try:
-                    closeable.close()
-                except Exception:  # noqa: BLE001 - shutdown goes on
-                    log.exception("closing %s failed", type(closeable).__name__)
+            pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            running = list(self._running)
+        _, stuck = concurrent.futures.wait(running, timeout=SHUTDOWN_TASK_WAIT_S)
+        closing = [self.ctx.index_cache, self.ctx.rsm, self.ctx.rlmm]
+        if stuck:
+            log.warning("%d tiering task(s) still running %d s into the shutdown; closing the "
+                        "remote log metadata manager to stop them", len(stuck),
+                        SHUTDOWN_TASK_WAIT_S)
+            self._close(closing.pop())
+        for pool in (self._copiers, self._expirers, self._readers):
+            pool.shutdown(wait=True)
+        for closeable in closing:
+            self._close(closeable)
+
+    @staticmethod
+    def _close(closeable: Any) -> None:
+        if closeable is not None:
+            try:
+                closeable.close()
+            except Exception:  # noqa: BLE001 - shutdown goes on
+                log.exception("closing %s failed", type(closeable).__name__)
 
     def _abort_store_waits(self) -> None:
         """Uploads sleeping in the object store's rate limiter (``abort_waits`` on any layer
@@ -413,9 +438,16 @@ class RemoteLogManager:
             leader = epoch is not None
             if part is None or part.log is not ulog or part.leader != leader \
                     or (leader and part.leader_epoch != epoch):
-                part = self._track(tp, PartitionTiering(
-                    TopicIdPartition(topic_id, tp), ulog, self.settings, leader=leader,
-                    leader_epoch=epoch if leader else -1))
+                new = PartitionTiering(TopicIdPartition(topic_id, tp), ulog, self.settings,
+                                       leader=leader, leader_epoch=epoch if leader else -1)
+                if part is not None and part.log is ulog:
+                    new.predecessor = part
+                part = self._track(tp, new)
+            if self._predecessors_busy(part):
+                # The previous leadership's copy in flight is no orphan for this one's expirer
+                # (deleting it after it finished lost its records), and this one's copier
+                # resumes after it: both start once the previous tasks are over.
+                continue
             if not part.leader:
                 self._submit(self._expirers, part.expire_task, now, self._follow, part)
                 continue
@@ -436,6 +468,17 @@ class RemoteLogManager:
             self._submit(self._expirers, task, now, self._remove_partition, tip)
         if now >= self._next_sweep_ms:
             self._submit(self._expirers, self._sweep, now, self._abort_incomplete_uploads, now)
+
+    @staticmethod
+    def _predecessors_busy(part: PartitionTiering) -> bool:
+        """Whether a task of a leadership ``part`` replaced still runs (forgotten once none)."""
+        old = part.predecessor
+        while old is not None:
+            if old.copy_task.running or old.expire_task.running:
+                return True
+            old = old.predecessor
+        part.predecessor = None
+        return False
 
     def _track(self, tp: TopicPartition, part: PartitionTiering) -> PartitionTiering:
         """Make ``part`` the partition's tiering state; the one it replaces stops."""
@@ -480,9 +523,17 @@ class RemoteLogManager:
                 if task.backoff.failures:
                     self._wake.set()
         try:
-            pool.submit(run)
+            fut = pool.submit(run)
         except RuntimeError:  # pool shut down
             task.running = False
+            return
+        with self._lock:
+            self._running.add(fut)
+        fut.add_done_callback(self._task_done)
+
+    def _task_done(self, fut: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._running.discard(fut)
 
     def _ensure_initialized(self, part: PartitionTiering) -> None:
         if part.initialized:
