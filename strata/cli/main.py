@@ -380,6 +380,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if zk is not None:
         from strata.cluster.zk_metadata import ZkClusterMetadata
         metadata = ZkClusterMetadata(log_dirs[0], node_id, props, zk)
+        # the topics' configs before any log loads: a tiered log loaded with the broker
+        # defaults would move its log start offset past what only the remote tier holds
+        metadata.start_view()
     else:
         metadata = ClusterMetadata(log_dirs[0], node_id, props)
     metadata.rack = props.get("broker.rack") or None
@@ -430,7 +433,6 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if zk is None:
         offsets_partitions = offsets_log.ensure_topic()
     else:  # made at the first FindCoordinator, once enough brokers are up (as Kafka does)
-        metadata.start_view()
         existing = metadata.topic(OFFSETS_TOPIC)
         offsets_partitions = existing.partitions if existing else offsets_log.configured_partitions
     group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),

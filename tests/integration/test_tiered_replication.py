@@ -131,7 +131,8 @@ def test_a_wiped_follower_copies_only_the_local_tail_then_leads_and_serves_every
     wait_for("the topic's remote objects deleted", lambda: not [
         p for p in remote.rglob("*") if p.is_file() and p.parts[len(remote.parts)].startswith(topic)],
         timeout=60)
-    removers = [b.node_id for b in cluster.brokers if "remote partition deleted" in b.output()]
+    removers = wait_for("the remover's last record", lambda: [
+        b.node_id for b in cluster.brokers if "remote partition deleted" in b.output()])
     assert len(removers) == 1, removers
 
 
