@@ -762,6 +762,25 @@ def wait_lineage(cluster, topic: str, leader) -> list[RemoteSegment]:
         raise AssertionError(f"{exc}; lineage {lineage}, outside it: {outside}") from None
 
 
+def a_tiers_past_b(cluster, topic: str, count: int):
+    """The unclean scenarios' start: a topic on A and B (unclean election on, local logs from
+    0), 1,000 records on both; B stops and leaves the ISR; A alone takes ``count`` more and
+    tiers past B's log end. (a, b, the first records, A's own)."""
+    create(cluster, topic, [[A, B]], local_retention_bytes="-2",  # local logs start at 0
+           unclean_leader_election_enable="true")
+    a, b = cluster.broker(A), cluster.broker(B)
+    first = keys("a", 1000)
+    assert produce(a.bootstrap, topic, first) == first
+    wait_for("B has them", lambda: tiered_state(b, topic)["log_end_offset"] == 1000)
+    stop(b)
+    wait_for("B out of the ISR", lambda: state(cluster, topic).isr == [A])
+    only_a = keys("x", count)
+    assert produce(a.bootstrap, topic, only_a) == only_a
+    wait_for("A tiered past B's log end", lambda: tiered_state(
+        a, topic)["highest_offset_in_remote_storage"] >= count, timeout=60)
+    return a, b, first, only_a
+
+
 def test_s4_unclean_election_makes_the_out_of_sync_replicas_log_the_truth_in_both_tiers(cluster):
     """KIP-405 scenario 4 (min.insync.replicas 1, unclean.leader.election.enable): B falls
     out of sync; A alone takes more records and tiers past B's log end; A stops and B, out of
@@ -771,19 +790,8 @@ def test_s4_unclean_election_makes_the_out_of_sync_replicas_log_the_truth_in_bot
     decides, KIP table: offset 1 gives msg 4, not msg 1). A returns, truncates what B never had
     and ends with B's log and epochs, which it serves as a KIP-392 follower."""
     topic = "s4-unclean-election"
-    create(cluster, topic, [[A, B]], local_retention_bytes="-2",  # local logs start at 0
-           unclean_leader_election_enable="true")
-    a, b = cluster.broker(A), cluster.broker(B)
-    first = keys("a", 1000)
-    assert produce(a.bootstrap, topic, first) == first
-    wait_for("B has them", lambda: tiered_state(b, topic)["log_end_offset"] == 1000)
     # step 1: B is out of sync; A alone takes records and tiers past B's log end
-    stop(b)
-    wait_for("B out of the ISR", lambda: state(cluster, topic).isr == [A])
-    only_a = keys("x", 2000)
-    assert produce(a.bootstrap, topic, only_a) == only_a
-    wait_for("A tiered past B's log end", lambda: tiered_state(
-        a, topic)["highest_offset_in_remote_storage"] >= 2000, timeout=60)
+    a, b, first, only_a = a_tiers_past_b(cluster, topic, 2000)
     # step 2: A stops; B, out of sync, is elected
     stop(a)
     b.start()
@@ -827,19 +835,8 @@ def test_s5_remote_log_divergence_a_reimaged_broker_rebuilds_from_the_current_li
     segment, with A's epochs (no LE-b), and joins the ISR. A consumer reading from 0, from A
     or from B (KIP-392), gets A's log: at offset 1000, A's record, not B's."""
     topic = "s5-remote-divergence"
-    create(cluster, topic, [[A, B]], local_retention_bytes="-2",  # local logs start at 0
-           unclean_leader_election_enable="true")
-    a, b = cluster.broker(A), cluster.broker(B)
-    first = keys("a", 1000)
-    assert produce(a.bootstrap, topic, first) == first
-    wait_for("B has them", lambda: tiered_state(b, topic)["log_end_offset"] == 1000)
     # step 1: A takes records B lacks and ships them
-    stop(b)
-    wait_for("B out of the ISR", lambda: state(cluster, topic).isr == [A])
-    only_a = keys("x", 1500)
-    assert produce(a.bootstrap, topic, only_a) == only_a
-    wait_for("A tiered past B's log end", lambda: tiered_state(
-        a, topic)["highest_offset_in_remote_storage"] >= 1500, timeout=60)
+    a, b, first, only_a = a_tiers_past_b(cluster, topic, 1500)
     lineage_a = epochs(a, topic)
     assert lineage_a[0] == (0, 0) and lineage_a[-1][1] <= 1000
     # step 2: A stops, B is elected (LE-b), takes records and ships them
