@@ -111,6 +111,8 @@ def test_a_leader_restarted_at_once_with_an_empty_disk_never_leads_with_it(clust
     wait_for("the wiped broker caught up", lambda: log_end(broker, "wiped") == 300)
     assert all(log_end(b, "wiped") == 300 for b in cluster.brokers)
     assert consume_all(cluster.bootstrap, "wiped", 300) == keys
+    # it fetched before its old session expired; the next tests want it registered again
+    cluster.wait_metadata()
 
 
 def test_min_insync_replicas_refuses_acks_all_before_appending(cluster):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
-    AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType)
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType)
 from zk_server import zookeeper_available
 
 from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, wait_for
@@ -45,9 +45,11 @@ def leader_isr(broker, topic: str) -> tuple[int, list[int]]:
 
 
 def create(cluster, via, name: str, rf: int = 3, **configs: str) -> None:
-    fut = admin(via.bootstrap).create_topics(
+    # a fresh client: a kept one may still route CreateTopics to a controller killed meanwhile
+    client = AdminClient({"bootstrap.servers": via.bootstrap})
+    fut = client.create_topics(
         [NewTopic(name, 1, rf, config={k.replace("_", "."): v for k, v in configs.items()})])
-    fut[name].result(30)
+    fut[name].result(60)
     wait_for(f"{name} has a leader", lambda: partition(via, name).leader >= 0)
 
 
