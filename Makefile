@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-replication faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-replication bench-rejoin faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,10 +80,20 @@ bench-failover: venv system-deps kafka-dist
 	$(PY) -m strata.bench.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
 	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
 
-# RF 3 acks=all produce and a follower's catch-up on three brokers, Strata and Kafka 4.x.
+# RF 3 acks=all produce (flat out, then rate-limited for latency) and a follower's catch-up on
+# three brokers, Strata and Kafka 4.x.
 bench-replication: venv system-deps kafka-dist
 	$(PY) -m strata.bench.replication --system kafka --rounds 3 --json docs/benchmarks/replication-kafka.json
 	$(PY) -m strata.bench.replication --system strata --rounds 3 --json docs/benchmarks/replication-strata.json
+
+# A replaced follower (log dir wiped, same id) rejoining the ISR of a 1 GiB topic, tiered and not
+# (KIP-405's test case 3; tiered: KIP-1023 off and on alternately), Strata and Kafka 4.x;
+# results are copied into docs/benchmarks.md by hand.
+bench-rejoin: venv system-deps kafka-dist
+	$(PY) -m strata.bench.rejoin --system strata --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-strata-untiered.json
+	$(PY) -m strata.bench.rejoin --system kafka --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-kafka-untiered.json
+	$(PY) -m strata.bench.rejoin --system strata --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-strata-tiered.json
+	$(PY) -m strata.bench.rejoin --system kafka --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-kafka-tiered.json
 
 # Full-history scan of a >= 1 GiB tiered topic with Spark: the strata source in `direct` and
 # `broker` mode vs Spark's Kafka connector, 3 rounds; writes its section of docs/benchmarks.md.

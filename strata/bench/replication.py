@@ -1,6 +1,7 @@
 """Replicated produce and follower catch-up on a three-node cluster on this machine:
 
     python -m strata.bench.replication --system kafka|strata --rounds 3 [--json F]
+        [--workloads produce,latency,catchup]
 
 The clusters are failover.py's (``KafkaCluster``: three KRaft nodes in combined mode;
 ``StrataCluster``: three ``strata serve`` with ZooKeeper), every setting not named here the
@@ -20,6 +21,23 @@ produce
     about the brokers. Each round then checks that the three replicas of every partition
     report the same log end offset, summing to the records acknowledged.
 
+latency
+    What a rate-limited producer waits for an acks=all acknowledgement, so that the brokers'
+    latency is measured rather than a queue's. For each ``--partitions`` count a fresh topic
+    (replication factor 3, ``min.insync.replicas=2``) and one confluent-kafka producer with
+    workloads.py's settings but ``linger.ms`` ``--linger-ms`` (default 1): acks=all,
+    idempotence on, batch.size 1 MB, no compression. It offers ``--latency-rate`` records/s
+    (default 2,000 of 1 KiB: 2 MiB/s, well under what both systems sustain flat out) on a fixed
+    schedule (record i due at t0 + i/rate, whatever the acknowledgements do), first for
+    ``--latency-warmup-s`` (default 10) untimed, then for ``--latency-seconds`` (default 20)
+    timed, on the same producer and topic. A record's latency is its ``Message.latency()``:
+    librdkafka's time from produce() to the delivery report. p50/p99/p99.9/max are over the
+    timed records; ``achieved records/s`` says whether the schedule was kept (a producer that
+    falls behind sends late, and its latency no longer says what the brokers did). Several
+    rates (``--latency-rate 2000,10000``) run one after another, each on its own topic. Each
+    round records ``uptime`` (the load averages) before and after it: on a shared machine the
+    tails say as much about the load as about the brokers.
+
 catch-up
     A topic with one partition, replication factor 3, ``min.insync.replicas=2``, its replicas
     assigned so that the follower stopped is not the active controller. The follower's
@@ -38,11 +56,14 @@ catch-up
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -56,6 +77,28 @@ from strata.protocol.client import roundtrip
 
 RECORD_SIZE = 1024
 CATCHUP_TIMEOUT_S = 600
+WORKLOADS = ("produce", "latency", "catchup")
+
+
+def uptime() -> str:
+    """``uptime``'s line (the load averages), to record beside each measurement."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5,
+                              check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "load average: %.2f, %.2f, %.2f" % os.getloadavg()
+
+
+def source_tree() -> str:
+    """``git describe --always --dirty`` of the repository the brokers run from (Strata runs the
+    working tree, which others may be editing), or "?" outside a git checkout."""
+    from strata.bench.brokers import REPO_ROOT
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return out.stdout.strip() or "?"
 
 
 def log_end(bootstrap: str, topic: str, partition: int = 0) -> int | None:
@@ -154,6 +197,70 @@ def produce_with_latency(bootstrap: str, topic: str, n: int, values: list[bytes]
             "records/s": round(n / elapsed), "seconds": round(elapsed, 2), "records": n,
             "p50_ms": round(percentile(xs, 50), 1), "p99_ms": round(percentile(xs, 99), 1),
             "max_ms": round(xs[-1], 1)}
+
+
+def paced_latency(bootstrap: str, topic: str, rate: float, seconds: float, warmup_s: float,
+                  values: list[bytes], linger_ms: float) -> dict:
+    """Records offered at ``rate`` per second on a fixed schedule for ``warmup_s`` (untimed)
+    then ``seconds``; the timed records' ``Message.latency()`` percentiles."""
+    from confluent_kafka import Producer
+    warm = int(rate * warmup_s)
+    count = warm + max(1, int(rate * seconds))
+    latency = [-1.0] * count
+    errors: list = []
+
+    def report(i, err, msg) -> None:
+        if err is None:
+            latency[i] = msg.latency()
+        else:
+            errors.append(err)
+    p = Producer({**producer_config(bootstrap, "all"), "linger.ms": linger_ms})
+    # connections, leaders and the idempotent producer id before the schedule starts
+    p.produce(topic, values[0], on_delivery=lambda err, msg: err and errors.append(err))
+    p.flush(60)
+    if errors:
+        raise RuntimeError(f"latency: the first record failed: {errors[0]}")
+    produce, poll, mask, cb = p.produce, p.poll, len(values) - 1, functools.partial
+    now = time.perf_counter
+    t0 = now()
+    timed_from = None
+    i = 0
+    while i < count:
+        due = min(count, int((now() - t0) * rate) + 1)
+        while i < due:
+            if i == warm:
+                timed_from = now()
+            produce(topic, values[i & mask], on_delivery=cb(report, i))
+            i += 1
+        # serve delivery reports until the next record is due (librdkafka waits in whole ms)
+        wait = t0 + i / rate - now()
+        poll(max(1, math.ceil(wait * 1000)) / 1000 if wait > 0 else 0)
+    send_span = now() - (timed_from if timed_from is not None else t0)
+    remaining = p.flush(60)
+    timed = latency[warm:]
+    if errors or remaining or min(latency) < 0:
+        raise RuntimeError(f"latency: {len(errors)} errors (first: {errors[:1]}), {remaining} "
+                           f"undelivered, {sum(x < 0 for x in latency)} without a report")
+    xs = sorted(x * 1000 for x in timed)
+    return {"rate": rate, "records": len(timed), "warmup_records": warm,
+            "achieved_records/s": round(len(timed) / send_span, 1),
+            "p50_ms": round(percentile(xs, 50), 2), "p99_ms": round(percentile(xs, 99), 2),
+            "p99.9_ms": round(percentile(xs, 99.9), 2), "max_ms": round(xs[-1], 2),
+            "mean_ms": round(statistics.fmean(xs), 2)}
+
+
+def latency_round(cluster: Cluster, admin, partitions: int, number: int, rate: float,
+                  args, values: list[bytes]) -> dict:
+    topic = create_topic(admin, cluster, f"lat{partitions}", partitions)
+    load_before = uptime()
+    try:
+        result = {"round": number, "partitions": partitions, "linger_ms": args.linger_ms,
+                  **paced_latency(cluster.bootstrap(), topic, rate, args.latency_seconds,
+                                  args.latency_warmup_s, values, args.linger_ms)}
+    finally:
+        delete_topic(admin, topic)
+    result.update(uptime_before=load_before, uptime_after=uptime())
+    return result
 
 
 def replicas_equal(cluster: Cluster, admin, topic: str) -> int | None:
@@ -270,6 +377,13 @@ def produce_line(r: dict) -> str:
             f"latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms")
 
 
+def latency_line(r: dict) -> str:
+    return (f"latency {r['partitions']} partition(s) at {r['rate']:g} records/s round "
+            f"{r['round']}: {r['records']} timed records, achieved {r['achieved_records/s']} "
+            f"records/s; p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, p99.9 "
+            f"{r['p99.9_ms']:.2f} ms, max {r['max_ms']:.2f} ms; {r['uptime_after']}")
+
+
 def catchup_line(r: dict) -> str:
     return (f"catch-up round {r['round']}: follower {r['follower']} (leader {r['leader']}) "
             f"{r['backlog_MiB']} MiB behind; up after {r['ready_s']:.2f} s, caught up "
@@ -281,15 +395,36 @@ def catchup_line(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = cluster_arguments(__doc__)
-    ap.add_argument("--kinds", choices=("produce", "catchup", "both"), default="both")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="which to run, comma separated, in this order: produce, latency, "
+                         "catchup (default all three)")
+    ap.add_argument("--kinds", choices=("produce", "catchup", "both"),
+                    help="the older selection: produce, catchup or both (without latency); "
+                         "--workloads wins when both are given")
     ap.add_argument("--partitions", default="1,6",
-                    help="partition counts of the produce topics (default 1,6)")
+                    help="partition counts of the produce and latency topics (default 1,6)")
     ap.add_argument("--records", default="300000",
                     help="records of 1 KiB per produce round: one count, or one per --partitions "
                          "entry (default 300000)")
     ap.add_argument("--backlog-mib", type=int, default=200,
                     help="the stopped follower's backlog in MiB (default 200)")
+    ap.add_argument("--latency-rate", default="2000",
+                    help="records/s the latency producer offers; several comma separated run "
+                         "in turn (default 2000)")
+    ap.add_argument("--latency-seconds", type=float, default=20,
+                    help="timed seconds of each latency round (default 20)")
+    ap.add_argument("--latency-warmup-s", type=float, default=10,
+                    help="untimed seconds at the same rate before (default 10)")
+    ap.add_argument("--linger-ms", type=float, default=1,
+                    help="the latency producer's linger.ms (default 1)")
     args = ap.parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
+    if args.kinds is not None and not any(a.startswith("--workloads") for a in given):
+        args.workloads = {"both": "produce,catchup"}.get(args.kinds, args.kinds)
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if not workloads or set(workloads) - set(WORKLOADS):
+        ap.error(f"--workloads: a comma separated selection of {', '.join(WORKLOADS)}")
+    rates = [float(x) for x in args.latency_rate.split(",")]
     partition_counts = [int(x) for x in args.partitions.split(",")]
     record_counts = [int(x) for x in args.records.split(",")]
     if len(record_counts) == 1:
@@ -301,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster, root = make_cluster(args, "replication")
     values = random_values(RECORD_SIZE)
     backlog_records = args.backlog_mib * MIB // RECORD_SIZE
+    started_tree = source_tree()
     produce_rounds: list[dict] = []
+    latency_rounds: list[dict] = []
     catchup_rounds: list[dict] = []
     try:
         log(f"starting three {cluster.system} nodes under {root}")
@@ -312,13 +449,21 @@ def main(argv: list[str] | None = None) -> int:
                              "allow.auto.create.topics": False})
         wait_for("active controller", lambda: cluster.active_controller(cluster.nodes),
                  START_TIMEOUT_S)
-        if args.kinds in ("produce", "both"):
+        log(uptime())
+        if "produce" in workloads:
             for partitions, records in zip(partition_counts, record_counts):
                 for n in range(1, args.rounds + 1):
                     produce_rounds.append(produce_round(cluster, admin, partitions, n,
                                                         records, values))
                     print(produce_line(produce_rounds[-1]), flush=True)
-        if args.kinds in ("catchup", "both"):
+        if "latency" in workloads:
+            for rate in rates:
+                for partitions in partition_counts:
+                    for n in range(1, args.rounds + 1):
+                        latency_rounds.append(latency_round(cluster, admin, partitions, n, rate,
+                                                            args, values))
+                        print(latency_line(latency_rounds[-1]), flush=True)
+        if "catchup" in workloads:
             for n in range(1, args.rounds + 1):
                 catchup_rounds.append(catchup_round(cluster, admin, n, backlog_records, values))
                 print(catchup_line(catchup_rounds[-1]), flush=True)
@@ -334,23 +479,33 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "produce": {str(p): summarize([r for r in produce_rounds if r["partitions"] == p],
                                       ("MiB/s", "records/s", "p50_ms", "p99_ms"))
-                    for p in partition_counts if args.kinds != "catchup"},
+                    for p in partition_counts if "produce" in workloads},
+        "latency": {f"{p}@{rate:g}": summarize(
+            [r for r in latency_rounds if r["partitions"] == p and r["rate"] == rate],
+            ("p50_ms", "p99_ms", "p99.9_ms", "max_ms", "achieved_records/s"))
+            for rate in rates for p in partition_counts if "latency" in workloads},
         "catchup": summarize(catchup_rounds, ("catchup_s", "catchup_MB/s", "catchup_ready_MB/s")),
     }
     for p, stats in summary["produce"].items():
         for key, s in stats.items():
             print(f"produce {p} partition(s) {key}: median {s['median']} (min {s['min']}, "
                   f"max {s['max']}) over {args.rounds} rounds")
+    for label, stats in summary["latency"].items():
+        p, rate = label.split("@")
+        for key, s in stats.items():
+            print(f"latency {p} partition(s) at {rate} records/s {key}: median {s['median']} "
+                  f"(min {s['min']}, max {s['max']}) over {args.rounds} rounds")
     for key, s in summary["catchup"].items():
         print(f"catch-up {key}: median {s['median']} (min {s['min']}, max {s['max']}) "
               f"over {args.rounds} rounds")
     if args.json:
         args.json.write_text(json.dumps({
-            "system": cluster.system, "version": cluster.version(),
+            "system": cluster.system, "version": cluster.version(), "source": started_tree,
             "command": shlex.join(["python", "-m", "strata.bench.replication",
                                    *(argv if argv is not None else sys.argv[1:])]),
-            "cpus": os.cpu_count(), "record_size": RECORD_SIZE,
-            "produce": produce_rounds, "catchup": catchup_rounds, "summary": summary},
+            "cpus": os.cpu_count(), "record_size": RECORD_SIZE, "uptime_end": uptime(),
+            "produce": produce_rounds, "latency": latency_rounds, "catchup": catchup_rounds,
+            "summary": summary},
             indent=2) + "\n")
     return 0
 
