@@ -52,7 +52,7 @@ fuzz: venv
 
 # The cluster's fault loop: 100 SIGKILLs of random partition leaders and 20 controlled restarts
 # under an idempotent acks=all producer and a group consumer. Not in `make test` (which has the
-# single-fault replication tests): it does not pass yet, see docs/architecture.md.
+# single-fault replication tests): about 15 minutes on this machine.
 faults: venv system-deps
 	STRATA_REPLICATION_ROUNDS=$${STRATA_REPLICATION_ROUNDS:-120} \
 		$(VENV)/bin/pytest -q -m faults tests/integration/test_replication.py
