@@ -135,6 +135,19 @@ class ErrorCode(IntEnum):
     INVALID_REGULAR_EXPRESSION = 128
 
 
+def code_of(value) -> int:
+    """An error code as an int, from a kio answer's field (an enum or a plain int)."""
+    return int(getattr(value, "value", value))
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code, or the number for one Strata does not know."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 # Kafka's RetriableException subclasses, by code.
 RETRIABLE = frozenset({
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,

@@ -48,7 +48,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from strata.common.errors import CorruptRecordError, ErrorCode, InvalidRecordError
+from strata.common.errors import (
+    CorruptRecordError, ErrorCode, InvalidRecordError, code_of, error_name)
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.unified_log import (
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
@@ -87,9 +88,6 @@ def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
     h = (31 * _java_string_hash(tp.topic) + tp.partition) & 0x7FFFFFFF
     return h % max(1, num_fetchers)
 
-
-def _code(value) -> int:
-    return int(getattr(value, "value", value))
 
 
 class FetchData(NamedTuple):
@@ -145,8 +143,8 @@ class FetchSessionHandler:
     def handle_response(self, response) -> bool:
         """Kafka's ``handleResponse``: the session's next state from the answer; False when
         its partitions must not be processed (an error, or an answer that does not fit)."""
-        if _code(response.error_code) != ErrorCode.NONE:
-            if _code(response.error_code) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+        if code_of(response.error_code) != ErrorCode.NONE:
+            if code_of(response.error_code) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
                 self.session_id, self.epoch = 0, 0
             else:
                 self.epoch = 0              # close the session and open a new one
@@ -463,10 +461,10 @@ class ReplicaFetcherThread(threading.Thread):
         for t in resp.topics:
             for p in t.partitions:
                 if topic_of(t) == tp.topic and partition_of(p) == tp.partition:
-                    code = _code(p.error_code)
+                    code = code_of(p.error_code)
                     if code != ErrorCode.NONE:
                         log.info("%s: %s for %s answered %s", self.name, what, tp,
-                                 _error_name(code))
+                                 error_name(code))
                         return None
                     return p
         log.warning("%s: %s for %s answered without the partition", self.name, what, tp)
@@ -496,14 +494,14 @@ class ReplicaFetcherThread(threading.Thread):
 
     def _process_response(self, response, sent: dict[TopicPartition, tuple[int, int]],
                           notify: list[TopicPartition]) -> None:
-        top = _code(response.error_code)
+        top = code_of(response.error_code)
         usable = self._session.handle_response(response)
         if top in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
             log.info("%s: fetch session answered %s; opening a new one with a full fetch",
-                     self.name, _error_name(top))
+                     self.name, error_name(top))
             return
         if top != ErrorCode.NONE:
-            log.warning("%s: fetch answered %s; backing off", self.name, _error_name(top))
+            log.warning("%s: fetch answered %s; backing off", self.name, error_name(top))
             self._delay(sent, self.manager.backoff_ms)
             return
         if not usable:   # not an answer to this session's fetch: a new full fetch follows
@@ -529,7 +527,7 @@ class ReplicaFetcherThread(threading.Thread):
     def _process_partition(self, tp, st: _PartitionState, ulog: UnifiedLog, p,
                            notify: list[TopicPartition]) -> bool:
         """Handle one partition's answer; False to back it off."""
-        code = _code(p.error_code)
+        code = code_of(p.error_code)
         if code == ErrorCode.NONE:
             return self._process_data(tp, st, ulog, p, notify)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -537,9 +535,9 @@ class ReplicaFetcherThread(threading.Thread):
         if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
             return self._handle_moved_to_tiered_storage(tp, st, ulog)
         if code in _BACK_OFF:
-            log.debug("%s: %s answered %s; backing off", self.name, tp, _error_name(code))
+            log.debug("%s: %s answered %s; backing off", self.name, tp, error_name(code))
         else:
-            log.warning("%s: %s answered %s; backing off", self.name, tp, _error_name(code))
+            log.warning("%s: %s answered %s; backing off", self.name, tp, error_name(code))
         return False
 
     def _process_data(self, tp, st: _PartitionState, ulog: UnifiedLog, p,
@@ -700,12 +698,6 @@ class ReplicaFetcherThread(threading.Thread):
                  "fetching again after a back-off", self.name, tp, leo, leader_start, leader_end)
         return False
 
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
 
 
 class ReplicaFetcherManager:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strata.common.errors import RETRIABLE, ErrorCode, KafkaError
+from strata.common.errors import RETRIABLE, ErrorCode, KafkaError, code_of, error_name
 from strata.protocol import records as rec
 from strata.tiered.api import (
     RemoteStorageException,
@@ -74,15 +74,6 @@ class _Conn:
         self.conn: Any = None
 
 
-def _code(value: Any) -> int:
-    return int(getattr(value, "value", value))
-
-
-def _name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
 
 
 def parse_fetched(data: bytes | None, start_offset: int) -> tuple[list[tuple[int, bytes]], int]:
@@ -186,7 +177,7 @@ class ClusterMetadataTopicLog:
             p = _only(partition, (q for t in response.responses
                                   if t.name == REMOTE_LOG_METADATA_TOPIC_NAME
                                   for q in t.partition_responses if q.index == partition))
-            self._check_code(_code(p.error_code), partition, "Produce", p.error_message)
+            self._check_code(code_of(p.error_code), partition, "Produce", p.error_message)
             return int(p.base_offset)
         return self._with_leader(partition, "appending to", attempt)
 
@@ -249,13 +240,13 @@ class ClusterMetadataTopicLog:
                                        partition_max_bytes=i32(self.fetch_max_bytes)),)),),
                     forgotten_topics_data=())
                 response = self._request(address, request, FetchResponse)
-                top = _code(response.error_code)
+                top = code_of(response.error_code)
                 if top != ErrorCode.NONE:
                     self._check_code(top, partition, "Fetch")
                 p = _only(partition, (q for t in response.responses
                                       if t.topic == REMOTE_LOG_METADATA_TOPIC_NAME
                                       for q in t.partitions if q.partition_index == partition))
-                code = _code(p.error_code)
+                code = code_of(p.error_code)
                 if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     start = self._list_offset(address, partition, EARLIEST)
                     if offset < start:
@@ -287,7 +278,7 @@ class ClusterMetadataTopicLog:
         response = self._request(address, request, ListOffsetsResponse)
         p = _only(partition, (q for t in response.topics if t.name == REMOTE_LOG_METADATA_TOPIC_NAME
                               for q in t.partitions if q.partition_index == partition))
-        self._check_code(_code(p.error_code), partition, "ListOffsets")
+        self._check_code(code_of(p.error_code), partition, "ListOffsets")
         if int(p.offset) < 0:
             raise _Retry(f"ListOffsets {timestamp} answered offset {int(p.offset)}")
         return int(p.offset)
@@ -295,7 +286,7 @@ class ClusterMetadataTopicLog:
     def _check_code(self, code: int, partition: int, api: str, message: str | None = None) -> None:
         if code == ErrorCode.NONE:
             return
-        what = f"{api} to {REMOTE_LOG_METADATA_TOPIC_NAME}-{partition} answered {_name(code)}"
+        what = f"{api} to {REMOTE_LOG_METADATA_TOPIC_NAME}-{partition} answered {error_name(code)}"
         if message:
             what += f": {message}"
         if code in RETRIABLE:
