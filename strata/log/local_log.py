@@ -258,18 +258,21 @@ class LocalLog:
 
         Crash-safe order: ``.cleaned`` -> ``.swap``; each old segment -> ``.deleted``; ``.swap``
         -> final name. ``load_log`` completes a swap it finds and drops ``.cleaned`` files.
+        Readers never see a gap: the new segment takes the first old one's place in the
+        segment map before the others leave it.
         """
         new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
         fsync_dir(self.directory)
+        self.add_segment(new)
         for seg in old:
-            if self._segments.get(seg.base_offset) is seg:
+            if seg is not new and seg.base_offset != new.base_offset \
+                    and self._segments.get(seg.base_offset) is seg:
                 self._remove_segment(seg.base_offset)
             seg.change_file_suffixes("", DELETED_SUFFIX)
             self._scheduler.schedule_once(f"delete-{seg.log_path.name}", seg.delete_files,
                                           self.config.get("file.delete.delay.ms"))
         new.change_file_suffixes(SWAP_SUFFIX, "")
         fsync_dir(self.directory)
-        self.add_segment(new)
 
     # ---- durability -------------------------------------------------------------------------
 

@@ -34,10 +34,13 @@ def open_log(directory: Path, clock: MockClock, **kw) -> UnifiedLog:
 
 
 def stored(ulog: UnifiedLog) -> list[tuple[rec.BatchHeader, list[rec.Record]]]:
+    """Every batch on disk; under the log lock, as a cleaner thread may swap segments (and,
+    with file.delete.delay.ms=0, delete the old ones at once)."""
     out = []
-    for seg in ulog.local_log.segments:
-        for h, block, _ in seg.iter_batches(0):
-            out.append((h, rec.decode_batch(block, h, check_crc=True)))
+    with ulog.lock:
+        for seg in ulog.local_log.segments:
+            for h, block, _ in seg.iter_batches(0):
+                out.append((h, rec.decode_batch(block, h, check_crc=True)))
     return out
 
 
@@ -318,7 +321,8 @@ def test_cleaner_threads_compact_in_the_background_until_shut_down(tmp_path):
     cleaner.startup()
     try:
         deadline = time.monotonic() + 30
-        while len(stored_records(ulog)) > 1 and time.monotonic() < deadline:
+        while (len(stored_records(ulog)) > 1 or "cleaner-recopy-percent" not in cleaner.metrics()) \
+                and time.monotonic() < deadline:   # the stats are recorded after the swap
             time.sleep(0.01)
         assert stored_records(ulog) == [(49, b"k", b"49")]
         assert cleaner.metrics()["cleaner-recopy-percent"] < 10   # 1 record of 50 kept
@@ -380,3 +384,26 @@ def test_cleaner_metrics_are_exported_with_kafkas_names(tmp_path):
     assert "kafka_log_LogCleanerManager_time_since_last_run_ms 5.0" in text
     assert "kafka_log_LogCleaner_cleaner_recopy_percent 25.0" in text
     assert "kafka_log_LogCleaner_DeadThreadCount 0.0" in text
+
+
+def test_a_reader_never_finds_a_gap_while_cleaned_segments_are_swapped_in(tmp_path, monkeypatch):
+    """Each old segment leaves the segment map only after the cleaned one covers its offsets
+    (Kafka's replaceSegments order): a Fetch during the swap never skips offsets."""
+    from strata.log.segment import LogSegment
+    ulog = UnifiedLog(tmp_path / "compacted-0", compacted_config())
+    append(ulog, [[(b"k%d" % (i % 3), b"%d" % i)] for i in range(60)])
+    ulog.roll()
+    seen = []
+    rename = LogSegment.change_file_suffixes
+
+    def watched(seg, old, new):
+        if new == ".deleted":   # an old segment leaving: who serves its first offset now?
+            floor = [s for s in ulog.local_log.segments if s.base_offset <= seg.base_offset][-1]
+            seen.append((seg.base_offset, floor is not seg and floor.log_path.name.endswith(".swap")))
+        rename(seg, old, new)
+    monkeypatch.setattr(LogSegment, "change_file_suffixes", watched)
+    clock = MockClock(T0)
+    cleaner = LogCleaner(lambda: [(tmp_path, TP, ulog)], clock=clock)
+    assert cleaner.clean_once(Cleaner(OffsetMap(1 << 20), clock=clock))
+    assert len(seen) > 1 and all(ok for _, ok in seen), seen
+    assert [r[1:] for r in stored_records(ulog)] == [(b"k0", b"57"), (b"k1", b"58"), (b"k2", b"59")]
