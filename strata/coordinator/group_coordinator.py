@@ -35,6 +35,16 @@ cluster-metadata listener) drops the topic's offsets from every group at once, b
 deletion is answered, and then appends their tombstones. If the broker stops before the
 tombstones are durable, ``load`` drops (and tombstones) every offset of a topic that does not
 exist (the ``topic_exists`` port), so a later topic of that name starts without offsets.
+
+Transactional offset commits (TxnOffsetCommit, Kafka's exactly-once consume-transform-produce):
+``commit_transactional_offsets`` appends the offsets as one transactional batch of the
+producer to the group's partition; they stay *pending* for that producer id — invisible to
+OffsetFetch, UNSTABLE_OFFSET_COMMIT with ``require_stable`` — until the transaction's marker is
+written to that partition and ``complete_transaction`` makes them the committed offsets
+(commit) or drops them (abort). As in Kafka, an offset replaces the current one only when its
+record is newer in the log (``seq`` follows append order), so a plain commit appended after a
+transactional one wins even if the transaction commits later. ``load`` rebuilds the pending
+offsets of transactions still open at the high watermark from the log's batches.
 """
 
 from __future__ import annotations
@@ -139,15 +149,25 @@ class GroupCoordinatorConfig:
 # =========================================================================== ports
 
 class OffsetsLog(Protocol):
-    """Storage of ``__consumer_offsets``, implemented by the broker.
+    """Storage of ``__consumer_offsets``, implemented by the broker
+    (``strata.coordinator.offsets_log.ReplicaOffsetsLog``).
 
     ``append`` writes the (key, value) records — value ``None`` is a tombstone — as one batch
     to ``__consumer_offsets-<partition>`` and returns once it is durable enough to acknowledge;
-    it raises (ideally a ``KafkaError`` carrying the log's error code) when it is not.
+    it raises (ideally a ``KafkaError`` carrying the log's error code) when it is not. With
+    ``transactional=True`` (TxnOffsetCommit only; plain commits pass no keywords) the batch is
+    a transactional one of ``producer_id``/``producer_epoch``.
     ``replay`` yields the partition's records from its start, oldest first (committed data
-    only: records of aborted transactions left out)."""
+    only: records of aborted transactions left out).
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
+    ``replay_batches`` (optional; the loader falls back to ``replay`` without it) yields the
+    same span with its transaction structure, in log order: records (``is_marker`` False;
+    ``key``, ``value``, ``producer_id``, ``transactional``), aborted and open transactions
+    included, and markers (``is_marker`` True; ``producer_id``, ``commit``)."""
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
+                     producer_id: int = -1, producer_epoch: int = -1,
+                     transactional: bool = False) -> None: ...
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
 
@@ -316,6 +336,16 @@ class ListGroupsResult:
 
 # =========================================================================== internal state
 
+class _PlainRecord(NamedTuple):
+    """A committed record replayed by an ``OffsetsLog`` without ``replay_batches``."""
+
+    key: bytes
+    value: bytes | None
+    producer_id: int = -1
+    transactional: bool = False
+    is_marker = False
+
+
 @dataclass
 class _CommittedOffset:
     offset: int
@@ -418,6 +448,12 @@ class _Group:
         self.subscribed_topics: set[str] | None = None
         self.offsets: dict[TopicPartition, _CommittedOffset] = {}
         self.pending_offset_commits: dict[TopicPartition, int] = {}
+        # producer id -> offsets of its open transaction (Kafka's
+        # pendingTransactionalOffsetCommits); a producer stays here, even with no offsets left
+        # (deleted topic), until its marker completes the transaction
+        self.pending_txn_offsets: dict[int, dict[TopicPartition, _CommittedOffset]] = {}
+        self.received_consumer_commits = False
+        self.received_txn_commits = False
 
     # ---- state
     def transition(self, state: GroupState, now_ms: int) -> None:
@@ -598,10 +634,22 @@ class _Group:
             self.protocol_name = None
             self.subscribed_topics = self.compute_subscribed_topics()
             self.transition(GroupState.EMPTY, now_ms)
+        self.received_consumer_commits = False
+        self.received_txn_commits = False
         self.pending_sync_members.clear()
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return (bool(self.offsets) or bool(self.pending_offset_commits)
+                or bool(self.pending_txn_offsets))
+
+    def has_pending_commit(self, tp: TopicPartition) -> bool:
+        """A commit of ``tp`` in flight or in an open transaction (Kafka's
+        hasPendingOffsetCommitsForTopicPartition)."""
+        return tp in self.pending_offset_commits or any(
+            tp in pending for pending in self.pending_txn_offsets.values())
+
+    def pending_txn_partitions(self) -> list[TopicPartition]:
+        return list({tp: None for pending in self.pending_txn_offsets.values() for tp in pending})
 
 
 # =========================================================================== coordinator
@@ -661,6 +709,9 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._seq = itertools.count(1)
         self._retention_timer: TimerHandle | None = None
+        # producer id -> ids of groups with offsets pending in its open transaction (Kafka's
+        # openGroupsForProducer); a stale entry is harmless (the group is checked)
+        self._txn_groups: dict[int, set[str]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _now(self) -> int:
@@ -680,9 +731,13 @@ class GroupCoordinator:
         task.add_done_callback(done)
         return task
 
-    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                      **txn: Any) -> ErrorCode:
+        """Append to ``__consumer_offsets-<partition>``; ``txn`` holds ``producer_id``,
+        ``producer_epoch`` and ``transactional`` for a transactional batch (plain appends
+        pass no keywords)."""
         try:
-            await self._log.append(partition, records)
+            await self._log.append(partition, records, **txn)
             return ErrorCode.NONE
         except KafkaError as e:
             log.warning("append to __consumer_offsets-%d failed: %s", partition, e)
@@ -1422,7 +1477,10 @@ class GroupCoordinator:
 
     @staticmethod
     def _validate_offset_commit(group: _Group, generation_id: int, member_id: str,
-                                group_instance_id: str | None) -> ErrorCode | None:
+                                group_instance_id: str | None,
+                                transactional: bool = False) -> ErrorCode | None:
+        """Kafka's validateOffsetCommit. A transactional commit without member id and
+        generation (TxnOffsetCommit v0-2 carry none) is accepted whatever the group's state."""
         if group.state == GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.state == GroupState.EMPTY:
@@ -1434,7 +1492,7 @@ class GroupCoordinator:
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
             return None
-        if group.state != GroupState.EMPTY:
+        if not transactional and group.state != GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID  # only members commit to a non-empty group
         return None
 
@@ -1442,21 +1500,12 @@ class GroupCoordinator:
                              retention_time_ms: int) -> dict[TopicPartition, ErrorCode]:
         now = self._now()
         expire = NO_TIMESTAMP if retention_time_ms == DEFAULT_RETENTION_TIME else now + retention_time_ms
-        max_meta = self.config.offset_metadata_max_bytes
-        result: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, _CommittedOffset] = {}
-        for e in entries:
-            tp = (e.topic, e.partition)
-            metadata = e.metadata if e.metadata is not None else ""
-            if len(metadata) > max_meta:
-                result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            valid[tp] = _CommittedOffset(
-                e.offset, e.leader_epoch if e.leader_epoch is not None else NO_LEADER_EPOCH,
-                metadata, now, expire, 0)
+        result, valid = self._valid_commits(entries, now, expire)
         if not valid:
             return result
 
+        group.received_consumer_commits = True
+        self._warn_mixed_commits(group)
         records = []
         for (topic, partition), c in valid.items():
             c.seq = next(self._seq)
@@ -1492,12 +1541,161 @@ class GroupCoordinator:
             result[tp] = code
         return {(e.topic, e.partition): result[(e.topic, e.partition)] for e in entries}
 
+    def _valid_commits(self, entries: list[OffsetCommitPartition], now: int,
+                       expire: int) -> tuple[dict[TopicPartition, ErrorCode],
+                                             dict[TopicPartition, _CommittedOffset]]:
+        """OFFSET_METADATA_TOO_LARGE for the entries whose metadata is over
+        ``offset.metadata.max.bytes``; the others as offsets to store."""
+        max_meta = self.config.offset_metadata_max_bytes
+        too_large: dict[TopicPartition, ErrorCode] = {}
+        valid: dict[TopicPartition, _CommittedOffset] = {}
+        for e in entries:
+            tp = (e.topic, e.partition)
+            metadata = e.metadata if e.metadata is not None else ""
+            if len(metadata) > max_meta:
+                too_large[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            valid[tp] = _CommittedOffset(
+                e.offset, e.leader_epoch if e.leader_epoch is not None else NO_LEADER_EPOCH,
+                metadata, now, expire, 0)
+        return too_large, valid
+
+    @staticmethod
+    def _warn_mixed_commits(group: _Group) -> None:
+        if group.received_consumer_commits and group.received_txn_commits:
+            log.warning("group %s (leader %s) has received offset commits from consumers as well "
+                        "as transactional producers; mixing both generally gives surprises and "
+                        "should be avoided", group.group_id, group.leader_id)
+
+    # ================================================================== TxnOffsetCommit
+    async def commit_transactional_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Iterable[OffsetCommitPartition | tuple],
+        *,
+        member_id: str = UNKNOWN_MEMBER_ID,
+        generation_id: int = NO_GENERATION,
+        group_instance_id: str | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit v0-5 (Kafka's handleTxnCommitOffsets): the offsets are appended as
+        one transactional batch of ``producer_id``/``producer_epoch`` and stay pending for that
+        producer until ``complete_transaction``. An unknown group is created (Empty). Members
+        of a group (v3+: member id, generation, instance id) are validated as for OffsetCommit;
+        without them the commit is accepted in any group state. Returns a code per (topic,
+        partition). ``transactional_id`` is for the log only: that the producer added the
+        group to its transaction (AddOffsetsToTxn) is the transaction coordinator's concern."""
+        entries = [o if isinstance(o, OffsetCommitPartition) else OffsetCommitPartition(*o)
+                   for o in offsets]
+
+        def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return {(e.topic, e.partition): code for e in entries}
+
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not None:
+            return all_(error)
+        group = self._groups.get(group_id)
+        if group is None:
+            log.info("creating group %s for a transactional offset commit of %s", group_id,
+                     transactional_id)
+            group = self._get_or_create_group(group_id)
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
+                                             transactional=True)
+        if error is not None:
+            return all_(error)
+        if not entries:
+            return {}
+        return await self._store_txn_offsets(group, producer_id, producer_epoch, entries)
+
+    async def _store_txn_offsets(self, group: _Group, producer_id: int, producer_epoch: int,
+                                 entries: list[OffsetCommitPartition]
+                                 ) -> dict[TopicPartition, ErrorCode]:
+        result, valid = self._valid_commits(entries, self._now(), NO_TIMESTAMP)
+        if not valid:
+            return result
+        group.received_txn_commits = True
+        self._warn_mixed_commits(group)
+        # pending before the append (Kafka's prepareTxnOffsetCommit): a stable OffsetFetch
+        # sees them from now on
+        pending = group.pending_txn_offsets.setdefault(producer_id, {})
+        records = []
+        for (topic, partition), c in valid.items():
+            c.seq = next(self._seq)
+            pending[(topic, partition)] = c
+            records.append(offset_commit_record(group.group_id, topic, partition, OffsetCommitValue(
+                offset=c.offset, metadata=c.metadata, commit_timestamp=c.commit_timestamp,
+                leader_epoch=c.leader_epoch, expire_timestamp=c.expire_timestamp)))
+        self._txn_groups.setdefault(producer_id, set()).add(group.group_id)
+
+        error = await self._append(self.partition_for(group.group_id), records,
+                                   producer_id=producer_id, producer_epoch=producer_epoch,
+                                   transactional=True)
+        if error != ErrorCode.NONE and group.state != GroupState.DEAD:
+            # Kafka's failPendingTxnOffsetCommit: not in the log, so not in the transaction
+            # (a newer commit of the same partition by the producer stays)
+            current = group.pending_txn_offsets.get(producer_id)
+            if current is not None:
+                for tp, c in valid.items():
+                    if current.get(tp) is c:
+                        del current[tp]
+                if not current:
+                    del group.pending_txn_offsets[producer_id]
+                    self._forget_txn_group(producer_id, group.group_id)
+        code = _OFFSET_STORE_ERRORS.get(error, error)
+        for tp in valid:
+            result[tp] = code
+        return {(e.topic, e.partition): result[(e.topic, e.partition)] for e in entries}
+
+    def _forget_txn_group(self, producer_id: int, group_id: str) -> None:
+        groups = self._txn_groups.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self._txn_groups[producer_id]
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int,
+                             commit: bool) -> None:
+        """The marker of ``producer_id``'s transaction is in ``__consumer_offsets-
+        <offsets_partition>`` (Kafka's handleTxnCompletion): the offsets the transaction
+        committed to that partition's groups become their committed offsets — each only if
+        its record is newer than the current offset's — or, on abort, are dropped. Called on
+        the event loop once the marker is appended."""
+        group_ids = self._txn_groups.get(producer_id)
+        if not group_ids:
+            return
+        for group_id in [g for g in group_ids if self.partition_for(g) == offsets_partition]:
+            group_ids.discard(group_id)
+            group = self._groups.get(group_id)
+            if group is None or group.state == GroupState.DEAD:
+                log.info("group %s is gone from this coordinator after the marker of producer "
+                         "%d was written; its next coordinator loads the outcome", group_id,
+                         producer_id)
+                continue
+            pending = group.pending_txn_offsets.pop(producer_id, None)
+            if not pending or not commit:
+                log.debug("transactional offsets of producer %d in group %s %s", producer_id,
+                          group_id, "committed" if commit else "aborted")
+                continue
+            for tp, c in pending.items():
+                current = group.offsets.get(tp)
+                if current is None or current.seq < c.seq:
+                    group.offsets[tp] = c
+                else:
+                    log.debug("transactional offset %d of %s in group %s committed but older "
+                              "than the current offset %d", c.offset, tp, group_id,
+                              current.offset)
+        if not group_ids:
+            self._txn_groups.pop(producer_id, None)
+
     # ================================================================== OffsetFetch
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None, *,
                       require_stable: bool = False) -> OffsetFetchResult:
         """OffsetFetch v1-7 for one group (v8+ batches call this per group). ``partitions``
         None means every partition with a committed offset. Unknown partitions get offset -1;
-        with ``require_stable`` a partition with a commit in flight gets UNSTABLE_OFFSET_COMMIT."""
+        with ``require_stable`` a partition with a commit in flight or in an open transaction
+        gets UNSTABLE_OFFSET_COMMIT."""
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not None:
             return OffsetFetchResult(error)
@@ -1508,7 +1706,7 @@ class GroupCoordinator:
             return OffsetFetchResult(ErrorCode.NONE, {tp: unknown for tp in wanted or ()})
         out: dict[TopicPartition, FetchedOffset] = {}
         for tp in (wanted if wanted is not None else list(group.offsets)):
-            if require_stable and tp in group.pending_offset_commits:
+            if require_stable and group.has_pending_commit(tp):
                 out[tp] = FetchedOffset(NO_OFFSET, NO_LEADER_EPOCH, "",
                                         ErrorCode.UNSTABLE_OFFSET_COMMIT)
                 continue
@@ -1620,14 +1818,19 @@ class GroupCoordinator:
 
     @staticmethod
     def _remove_offsets(group: _Group, tps: Iterable[TopicPartition] | None) -> list[TopicPartition]:
-        """Remove the offsets of ``tps`` (None: all, commits in flight included); those that
-        were stored. A commit in flight loses its pending entry, so that its completion
-        tombstones it instead of storing it."""
-        keys = (list(itertools.chain(group.offsets, group.pending_offset_commits)) if tps is None
+        """Remove the offsets of ``tps`` (None: all, commits in flight and in open
+        transactions included); those that were stored. A commit in flight loses its pending
+        entry, so that its completion tombstones it instead of storing it; an open
+        transaction's offset of ``tps`` is dropped, so its commit does not bring it back (the
+        producer stays pending until its marker, as in Kafka's removeOffsets)."""
+        keys = (list(itertools.chain(group.offsets, group.pending_offset_commits,
+                                     group.pending_txn_partitions())) if tps is None
                 else list(tps))
         removed = []
         for tp in keys:
             group.pending_offset_commits.pop(tp, None)
+            for pending in group.pending_txn_offsets.values():
+                pending.pop(tp, None)
             if group.offsets.pop(tp, None) is not None:
                 removed.append(tp)
         return removed
@@ -1696,7 +1899,8 @@ class GroupCoordinator:
     def _delete_topic_offsets(self, topic: str) -> None:
         def of_topic(group: _Group) -> list[TopicPartition]:
             return self._remove_offsets(group, [
-                tp for tp in itertools.chain(group.offsets, group.pending_offset_commits)
+                tp for tp in itertools.chain(group.offsets, group.pending_offset_commits,
+                                             group.pending_txn_partitions())
                 if tp[0] == topic])
 
         removed, by_partition = self._remove_from_groups(list(self._groups.values()), of_topic,
@@ -1708,6 +1912,8 @@ class GroupCoordinator:
     def _drop_group(self, group: _Group) -> None:
         self._cancel_group_timers(group)
         self._groups.pop(group.group_id, None)
+        for producer_id in group.pending_txn_offsets:
+            self._forget_txn_group(producer_id, group.group_id)
 
     def _cancel_group_timers(self, group: _Group) -> None:
         if group.join_op is not None and group.join_op.handle is not None:
@@ -1805,22 +2011,48 @@ class GroupCoordinator:
             self._owned.add(partition)
         self._schedule_retention()
 
+    def _replayed(self, partition: int) -> Iterable[Any]:
+        """The partition's records and transaction markers in log order (``replay_batches``),
+        or its committed records as plain ones for a log without transaction structure."""
+        replay_batches = getattr(self._log, "replay_batches", None)
+        if replay_batches is not None:
+            yield from replay_batches(partition)
+            return
+        for key, value in self._log.replay(partition):
+            yield _PlainRecord(key, value)
+
     def _load_partition(self, partition: int) -> None:
-        offsets: dict[tuple[str, str, int], tuple[OffsetCommitValue, int]] = {}
+        """Kafka's doLoadGroupsAndOffsets: offsets and group metadata as the log last says;
+        an offset of a transaction is held per producer id until the producer's marker
+        (commit: it replaces the offset unless that one is newer in the log; abort: dropped);
+        the offsets of transactions still open at the end stay pending in their groups."""
+        Key = tuple[str, str, int]
+        offsets: dict[Key, tuple[OffsetCommitValue, int]] = {}
+        pending: dict[int, dict[Key, tuple[OffsetCommitValue, int]]] = {}
         groups: dict[str, GroupMetadataValue] = {}
         removed: set[str] = set()
-        for key_bytes, value_bytes in self._log.replay(partition):
+        for item in self._replayed(partition):
+            if item.is_marker:
+                held = pending.pop(item.producer_id, None)
+                if held and item.commit:
+                    for k, (v, seq) in held.items():
+                        current = offsets.get(k)
+                        if current is None or current[1] < seq:
+                            offsets[k] = (v, seq)
+                continue
             try:
-                key, value = decode_record(key_bytes, value_bytes)
+                key, value = decode_record(item.key, item.value)
             except (RecordFormatError, UnicodeDecodeError) as e:
                 log.error("skipping undecodable record in __consumer_offsets-%d: %s", partition, e)
                 continue
             if isinstance(key, OffsetCommitKey):
                 k = (key.group, key.topic, key.partition)
+                target = (pending.setdefault(item.producer_id, {}) if item.transactional
+                          else offsets)
                 if value is None:
-                    offsets.pop(k, None)
+                    target.pop(k, None)
                 else:
-                    offsets[k] = (value, next(self._seq))
+                    target[k] = (value, next(self._seq))
             elif isinstance(key, GroupMetadataKey):
                 if value is None:
                     groups.pop(key.group, None)
@@ -1832,18 +2064,23 @@ class GroupCoordinator:
                 log.debug("ignoring record with key version %d in __consumer_offsets-%d",
                           key.version, partition)
 
-        orphans = [k for k in offsets
-                   if self._topic_exists is not None and not self._topic_exists(k[1])]
-        if orphans:
-            # their topic was deleted before the tombstones were durable
-            log.info("dropping %d offsets of deleted topics %s from __consumer_offsets-%d",
-                     len(orphans), sorted({t for _, t, _ in orphans}), partition)
-            for k in orphans:
-                del offsets[k]
-            if self._loop is not None:
-                self._spawn(self._append_tombstones(
-                    {partition: [offset_commit_record(g, t, p, None) for g, t, p in orphans]}),
-                    f"tombstones of deleted topics in __consumer_offsets-{partition}")
+        if self._topic_exists is not None:
+            orphans = [k for k in offsets if not self._topic_exists(k[1])]
+            if orphans:
+                # their topic was deleted before the tombstones were durable
+                log.info("dropping %d offsets of deleted topics %s from __consumer_offsets-%d",
+                         len(orphans), sorted({t for _, t, _ in orphans}), partition)
+                for k in orphans:
+                    del offsets[k]
+                if self._loop is not None:
+                    self._spawn(self._append_tombstones(
+                        {partition: [offset_commit_record(g, t, p, None) for g, t, p in orphans]}),
+                        f"tombstones of deleted topics in __consumer_offsets-{partition}")
+            for held in pending.values():
+                # an open transaction's offsets of a deleted topic: never committed (a load
+                # after the marker finds and tombstones them if the transaction commits)
+                for k in [k for k in held if not self._topic_exists(k[1])]:
+                    del held[k]
 
         now = self._now()
         loaded: dict[str, _Group] = {}
@@ -1855,15 +2092,25 @@ class GroupCoordinator:
                 group = loaded[group_id] = _Group(group_id, now)  # offsets only: Empty
             group.offsets[(topic, p)] = _CommittedOffset(
                 v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, seq)
+        for producer_id, held in pending.items():
+            for (group_id, topic, p), (v, seq) in held.items():
+                group = loaded.get(group_id)
+                if group is None:
+                    group = loaded[group_id] = _Group(group_id, now)  # pending offsets only
+                group.pending_txn_offsets.setdefault(producer_id, {})[(topic, p)] = (
+                    _CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
+                                     v.expire_timestamp, seq))
 
         for group_id, group in loaded.items():
             if group_id in self._groups:
                 log.debug("group %s already cached; not replacing it from the log", group_id)
                 continue
             self._groups[group_id] = group
-            log.info("loaded group %s (%s, generation %d, %d members, %d offsets)", group_id,
-                     group.state.value, group.generation_id, len(group.members),
-                     len(group.offsets))
+            for producer_id in group.pending_txn_offsets:
+                self._txn_groups.setdefault(producer_id, set()).add(group_id)
+            log.info("loaded group %s (%s, generation %d, %d members, %d offsets, %d open "
+                     "transactions)", group_id, group.state.value, group.generation_id,
+                     len(group.members), len(group.offsets), len(group.pending_txn_offsets))
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, "loaded group is over capacity")
             for member in list(group.members.values()):

@@ -44,6 +44,8 @@ def read_committed(ulog: UnifiedLog, start_offset: int = 0, *,
         for header in rec.iter_headers(data):
             next_offset = max(next_offset, header.next_offset)
             if header.is_control:
+                if header.record_count == 0:
+                    continue   # a marker the cleaner emptied: its transaction is long over
                 held = pending.pop(header.producer_id, [])
                 if rec.control_type(data, header) == rec.CONTROL_COMMIT:
                     yield from held

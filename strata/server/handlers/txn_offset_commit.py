@@ -1,0 +1,69 @@
+"""TxnOffsetCommit v0-5: a transactional producer commits a group's consumed positions as part
+of its transaction (exactly-once consume-transform-produce).
+
+As in Kafka's KafkaApis, a partition of a topic that does not exist gets
+UNKNOWN_TOPIC_OR_PARTITION and is not stored, and when no partition is left the coordinator is
+not asked. The offsets are pending in the group coordinator until the transaction's marker
+reaches the group's ``__consumer_offsets`` partition. Member id, generation and group instance
+id exist from v3 (KIP-447); earlier versions commit without them. v0-1 answer
+COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS, which producers before 2.0 do not
+handle (KAFKA-7296).
+
+That the producer added the group to its transaction first (AddOffsetsToTxn) is checked by the
+client and the transaction coordinator, not here.
+"""
+
+from __future__ import annotations
+
+from strata.common.errors import ErrorCode
+from strata.coordinator.group_coordinator import (
+    NO_GENERATION,
+    UNKNOWN_MEMBER_ID,
+    OffsetCommitPartition,
+)
+from strata.coordinator.offsets_records import NO_LEADER_EPOCH
+from strata.protocol.codec import kio_error_code, make, response_class
+
+
+def _exists(ctx, topic: str, partition: int) -> bool:
+    info = ctx.metadata.topic(topic)
+    return info is not None and 0 <= partition < info.partitions
+
+
+async def handle(ctx, request):
+    body = request.body
+    rc = response_class(request.api_key, request.api_version)
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    valid: list[OffsetCommitPartition] = []
+    for t in body.topics:
+        for p in t.partitions:
+            if not _exists(ctx, t.name, p.partition_index):
+                errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            valid.append(OffsetCommitPartition(
+                t.name, p.partition_index, p.committed_offset,
+                getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH), p.committed_metadata))
+    if valid:
+        gc = ctx.group_coordinator
+        if gc is None:
+            errors.update({(o.topic, o.partition): ErrorCode.COORDINATOR_NOT_AVAILABLE
+                           for o in valid})
+        else:
+            errors.update(await gc.commit_transactional_offsets(
+                body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
+                valid,
+                member_id=getattr(body, "member_id", UNKNOWN_MEMBER_ID),
+                generation_id=getattr(body, "generation_id", NO_GENERATION),
+                group_instance_id=getattr(body, "group_instance_id", None)))
+    if request.api_version < 2:
+        errors = {tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE
+                       if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else code)
+                  for tp, code in errors.items()}
+    topics = tuple(
+        make(rc, "topics", name=t.name, partitions=tuple(
+            make(rc, "topics.partitions", partition_index=p.partition_index,
+                 error_code=kio_error_code(errors.get((t.name, p.partition_index),
+                                                      ErrorCode.NONE)))
+            for p in t.partitions))
+        for t in body.topics)
+    return make(rc, topics=topics)
