@@ -104,16 +104,18 @@ class _ReplicasFollowStates:
     """A cluster broker's partition states from ZooKeeper, applied: the ReplicaManager leads or
     follows, a replica moved off this broker is deleted, and the group coordinator loads the
     ``__consumer_offsets`` partitions this broker starts leading and unloads those it stops
-    leading (on the event loop)."""
+    leading (on the event loop), and the transaction coordinator those of
+    ``__transaction_state``."""
 
     def __init__(self, replica_manager, manager: LogManager, metadata, loop, group_coordinator,
-                 remote_log_manager=None):
+                 remote_log_manager=None, txn_coordinator=None):
         self.replica_manager = replica_manager
         self.manager = manager
         self.metadata = metadata
         self.loop = loop
         self.group_coordinator = group_coordinator
         self.remote_log_manager = remote_log_manager
+        self.txn_coordinator = txn_coordinator
 
     def on_partition_states(self, states) -> None:
         from strata.coordinator.offsets_records import OFFSETS_TOPIC
@@ -129,6 +131,59 @@ class _ReplicasFollowStates:
             self.loop.call_soon_threadsafe(self.group_coordinator.unload, lost)
         if gained:
             self.loop.call_soon_threadsafe(self.group_coordinator.load, gained)
+        if self.txn_coordinator is not None:
+            from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+            lost = [tp.partition for tp in change.stopped_leading
+                    if tp.topic == TRANSACTION_STATE_TOPIC]
+            gained = {tp.partition: self.replica_manager.state(tp).leader_epoch
+                      for tp in change.became_leader if tp.topic == TRANSACTION_STATE_TOPIC}
+            if lost:
+                self.loop.call_soon_threadsafe(self.txn_coordinator.unload, lost)
+            if gained:  # the leader epoch is the coordinator epoch written into markers
+                self.loop.call_soon_threadsafe(self.txn_coordinator.load, gained)
+
+
+class _LoadTransactionState:
+    """One broker: the transaction coordinator serves every ``__transaction_state`` partition
+    once the topic exists (made at the first FindCoordinator for a transactional id)."""
+
+    def __init__(self, loop, coordinator):
+        self.loop = loop
+        self.coordinator = coordinator
+
+    def on_topic_created(self, info) -> None:
+        from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+        if info.name == TRANSACTION_STATE_TOPIC:
+            self.loop.call_soon_threadsafe(self.coordinator.load,
+                                           {p: 0 for p in range(info.partitions)})
+
+
+def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids, loop, *,
+                             clustered: bool):
+    """The transaction coordinator over ``__transaction_state`` (``ctx.txn_log``); on one broker
+    it loads every partition of the topic, now if it exists, else once it is made."""
+    from strata.coordinator.offsets_log import ReplicaOffsetsLog
+    from strata.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig
+    from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+    from strata.server.txn_marker_sender import MarkerSender
+    ctx.txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
+    ctx.txn_marker_timeout_s = _int(props, "request.timeout.ms", 30_000) / 1000
+    existing = metadata.topic(TRANSACTION_STATE_TOPIC)
+    config = dataclasses.replace(
+        TxnCoordinatorConfig.from_properties(props),
+        num_partitions=existing.partitions if existing else ctx.txn_log.configured_partitions)
+    coordinator = TransactionCoordinator(
+        ctx.txn_log, producer_ids.generate, MarkerSender(ctx), config,
+        topic_exists=lambda topic: metadata.topic(topic) is not None)
+    if props.get("transaction.partition.verification.enable", "true").strip().lower() == "true":
+        from strata.server.txn_verification import TxnVerifier
+        ctx.txn_verifier = TxnVerifier(ctx)
+    if not clustered:
+        if existing is not None:
+            coordinator.load({p: 0 for p in range(existing.partitions)})
+        metadata.add_listener(_LoadTransactionState(loop, coordinator))
+    coordinator.start()
+    return coordinator
 
 
 def _join_cluster(props: dict[str, str], node_id: int):
@@ -439,6 +494,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                                        offsets_topic_num_partitions=offsets_partitions)
     ctx.group_coordinator = GroupCoordinator(
         offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
+    ctx.txn_coordinator = _transaction_coordinator(ctx, props, metadata, replica_manager,
+                                                   producer_ids, loop, clustered=zk is not None)
+    if zk is not None:
+        ctx.txn_log.await_replication = offsets_replicated
     if zk is None:
         ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
     else:
@@ -454,7 +513,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota,
             remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
         follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop,
-                                       ctx.group_coordinator, rlm)
+                                       ctx.group_coordinator, rlm, ctx.txn_coordinator)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said
     metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it
@@ -530,6 +589,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         metadata.close()
         zk.close()
     ctx.group_coordinator.shutdown()
+    ctx.txn_coordinator.shutdown()
+    ctx.txn_coordinator.markers.close()
+    if ctx.txn_verifier is not None:
+        ctx.txn_verifier.close()
     watchers.close()  # long-polling fetches answer now
     await server.stop()
     if metrics_server is not None:

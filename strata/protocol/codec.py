@@ -231,7 +231,12 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),   # v4+: broker-to-coordinator verification (KIP-890)
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),                 # v5 is transactions V2 (KIP-890 part 2): not spoken
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
@@ -1179,6 +1184,44 @@ def _err_alter_partition_reassignments(req, rc, code, msg):
         for t in req.body.topics))
 
 
+def _err_add_partitions_to_txn(req, rc, code, msg):
+    body = req.body
+    if req.api_version >= 4:
+        return _mk(rc, "", code, results_by_transaction=tuple(
+            _mk(rc, "results_by_transaction", code, transactional_id=x.transactional_id,
+                topic_results=tuple(
+                    _mk(rc, "results_by_transaction.topic_results", code, name=t.name,
+                        results_by_partition=tuple(
+                            _mk(rc, "results_by_transaction.topic_results.results_by_partition",
+                                code, partition_index=p, partition_error_code=code)
+                            for p in t.partitions))
+                    for t in x.topics))
+            for x in body.transactions))
+    return _mk(rc, "", code, results_by_topic_v3_and_below=tuple(
+        _mk(rc, "results_by_topic_v3_and_below", code, name=t.name, results_by_partition=tuple(
+            _mk(rc, "results_by_topic_v3_and_below.results_by_partition", code,
+                partition_index=p, partition_error_code=code) for p in t.partitions))
+        for t in body.v3_and_below_topics))
+
+
+def _err_txn_offset_commit(req, rc, code, msg):
+    return _mk(rc, "", code, topics=tuple(
+        _mk(rc, "topics", code, name=t.name, partitions=tuple(
+            _mk(rc, "topics.partitions", code, partition_index=p.partition_index)
+            for p in t.partitions))
+        for t in req.body.topics))
+
+
+def _err_write_txn_markers(req, rc, code, msg):
+    return _mk(rc, "", code, markers=tuple(
+        _mk(rc, "markers", code, producer_id=m.producer_id, topics=tuple(
+            _mk(rc, "markers.topics", code, name=t.name, partitions=tuple(
+                _mk(rc, "markers.topics.partitions", code, partition_index=p)
+                for p in t.partition_indexes))
+            for t in m.topics))
+        for m in req.body.markers))
+
+
 def _err_describe_topic_partitions(req, rc, code, msg):
     return _mk(rc, "", code, next_cursor=None, topics=tuple(
         _mk(rc, "topics", code, name=t.name, partitions=()) for t in req.body.topics))
@@ -1204,6 +1247,9 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.DELETE_TOPICS: _err_delete_topics,
     ApiKey.DELETE_RECORDS: _err_delete_records,
     ApiKey.INIT_PRODUCER_ID: _err_init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _err_add_partitions_to_txn,
+    ApiKey.TXN_OFFSET_COMMIT: _err_txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: _err_write_txn_markers,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _err_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: _err_describe_configs,
     ApiKey.ALTER_CONFIGS: _err_alter_configs,

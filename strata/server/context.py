@@ -22,6 +22,9 @@ class BrokerContext:
     group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
     offsets_log: Any = None            # strata.coordinator.offsets_log.ReplicaOffsetsLog
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
+    txn_coordinator: Any = None        # strata.coordinator.txn_coordinator.TransactionCoordinator
+    txn_log: Any = None                # __transaction_state's ReplicaOffsetsLog
+    txn_verifier: Any = None           # strata.server.txn_verification.TxnVerifier (KIP-890)
     client_quotas: ClientQuotaStore = field(default_factory=ClientQuotaStore)  # in memory by default
     quotas: Any = None                 # strata.server.quotas.ClientQuotaManager; None: not enforced
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms

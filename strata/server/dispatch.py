@@ -7,6 +7,7 @@ import logging
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import API_VERSIONS, ApiKey, DecodedRequest, error_response
 from strata.server.handlers import (
+    add_offsets_to_txn, add_partitions_to_txn, end_txn, txn_offset_commit, write_txn_markers,
     alter_client_quotas, alter_configs, alter_partition, alter_partition_reassignments,
     api_versions, create_acls, create_partitions, create_topics, delete_acls, delete_groups,
     delete_records, delete_topics,
@@ -28,6 +29,11 @@ HANDLERS = {
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
+    ApiKey.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn.handle,
+    ApiKey.ADD_OFFSETS_TO_TXN: add_offsets_to_txn.handle,
+    ApiKey.END_TXN: end_txn.handle,
+    ApiKey.WRITE_TXN_MARKERS: write_txn_markers.handle,
+    ApiKey.TXN_OFFSET_COMMIT: txn_offset_commit.handle,
     ApiKey.FIND_COORDINATOR: find_coordinator.handle,
     ApiKey.JOIN_GROUP: join_group.handle,
     ApiKey.SYNC_GROUP: sync_group.handle,

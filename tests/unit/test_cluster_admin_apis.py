@@ -1,5 +1,5 @@
 """The admin APIs Kafka serves on any broker, answered as Kafka 4.x answers on one node with no
-authorizer and no transactions: ACLs, producers, transactions, leader elections, reassignments,
+authorizer: ACLs, producers, transactions, leader elections, reassignments,
 SCRAM users, DescribeTopicPartitions paging, features in ApiVersions, client telemetry.
 
 Every advertised version goes through the wire format both ways (see test_group_handlers.Client),
@@ -8,6 +8,7 @@ over a real ClusterMetadata, LogManager and ReplicaManager.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from strata.cluster.metadata import ZERO_UUID
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
+from strata.coordinator.txn_coordinator import TransactionCoordinator
 from strata.protocol.codec import ApiKey
 from strata.protocol.records import SimpleRecord, build_batch
 from strata.server import authz
@@ -27,7 +29,7 @@ A = ApiKey
 # ---- FindCoordinator ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", [v for v in versions(A.FIND_COORDINATOR) if v >= 1])
-def test_find_coordinator_refuses_a_transactional_id_with_a_fatal_error_naming_the_cause(
+def test_find_coordinator_for_a_transactional_id_is_not_available_without_a_coordinator(
         broker, version):
     ctx, _, _ = broker
     if version < 4:
@@ -39,8 +41,7 @@ def test_find_coordinator_refuses_a_transactional_id_with_a_fatal_error_naming_t
         assert [c.key for c in answers] == ["a", "b"]
     for c in answers:
         assert (c.error_code, c.node_id, c.host, c.port) == \
-            (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1)
-        assert "Transactions are not supported yet" in c.error_message
+            (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
 
 
 @pytest.mark.parametrize("version", [4, 5, 6])
@@ -110,23 +111,64 @@ def test_describe_producers_reports_each_partitions_idempotent_producers(broker)
 
 # ---- transactions ------------------------------------------------------------------------------
 
+class _MemoryTxnLog:
+    def __init__(self):
+        self.records: dict[int, list] = {}
+
+    async def append(self, partition, records):
+        self.records.setdefault(partition, []).extend(records)
+
+    def replay(self, partition):
+        return list(self.records.get(partition, ()))
+
+
+def _coordinator(ctx) -> TransactionCoordinator:
+    ids = iter(range(5000, 6000))
+    ctx.txn_coordinator = TransactionCoordinator(_MemoryTxnLog(), lambda: next(ids))
+    ctx.txn_coordinator.load({p: 0 for p in range(ctx.txn_coordinator.config.num_partitions)})
+    return ctx.txn_coordinator
+
+
 @pytest.mark.parametrize("version", versions(A.LIST_TRANSACTIONS))
-def test_list_transactions_is_empty_and_names_unknown_state_filters(broker, version):
+def test_list_transactions_filters_and_names_unknown_state_filters(broker, version):
     ctx, _, _ = broker
-    r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=("Ongoing", "Bogus"),
-             producer_id_filters=(7,), duration_filter=-1, transactional_id_pattern="app-.*")
-    assert (r.error_code, r.unknown_state_filters, r.transaction_states) == (0, ("Bogus",), ())
-    if version >= 2:
+    r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=(), producer_id_filters=(),
+             duration_filter=-1, transactional_id_pattern=None)
+    assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE     # no coordinator here
+    coordinator = _coordinator(ctx)
+    for tid in ("app-1", "other"):
+        assert asyncio.run(coordinator.init_producer_id(tid, 60_000)).error == ErrorCode.NONE
+    r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=("Empty", "Bogus"),
+             producer_id_filters=(), duration_filter=-1, transactional_id_pattern="app-.*")
+    listed = sorted((t.transactional_id, t.producer_id, t.transaction_state)
+                    for t in r.transaction_states)
+    assert (r.error_code, r.unknown_state_filters) == (0, ("Bogus",))
+    if version >= 2:   # the pattern filters from v2 on
+        assert listed == [("app-1", 5000, "Empty")]
         r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=(), producer_id_filters=(),
                  duration_filter=-1, transactional_id_pattern="[unclosed")
         assert r.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    else:
+        assert listed == [("app-1", 5000, "Empty"), ("other", 5001, "Empty")]
+    r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=("Ongoing",),
+             producer_id_filters=(5001,), duration_filter=-1, transactional_id_pattern=None)
+    assert r.transaction_states == ()
 
 
-def test_describe_transactions_knows_no_transactional_id(broker):
+def test_describe_transactions_answers_each_id_from_the_coordinator(broker):
     ctx, _, _ = broker
-    r = send(ctx, A.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("app-1", ""))
-    assert [(s.transactional_id, s.error_code, s.topics) for s in r.transaction_states] == [
-        ("app-1", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, ()), ("", ErrorCode.INVALID_REQUEST, ())]
+    coordinator = _coordinator(ctx)
+    create(ctx, 7, ("orders", 2, 1, {}))
+    init = asyncio.run(coordinator.init_producer_id("app-1", 60_000))
+    assert asyncio.run(coordinator.add_partitions("app-1", init.producer_id, init.producer_epoch,
+                                                  [("orders", 1)])) == ErrorCode.NONE
+    r = send(ctx, A.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("app-1", "nobody", ""))
+    app, nobody, empty = r.transaction_states
+    assert (app.error_code, app.transaction_state, app.producer_id, app.producer_epoch,
+            app.transaction_timeout.total_seconds(), [(t.topic, t.partitions) for t in app.topics]) \
+        == (ErrorCode.NONE, "Ongoing", init.producer_id, 0, 60, [("orders", (1,))])
+    assert (nobody.error_code, empty.error_code) == \
+        (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, ErrorCode.INVALID_REQUEST)
 
 
 # ---- ElectLeaders ------------------------------------------------------------------------------

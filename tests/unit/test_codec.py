@@ -197,7 +197,8 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
     assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
     assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
-    assert len(API_VERSIONS) == 43
+    assert API_VERSIONS[ApiKey.END_TXN] == (0, 4)   # v5 is transactions V2
+    assert len(API_VERSIONS) == 48
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -718,6 +719,25 @@ MIRRORED = {
         lambda r: _nested_keys(r.responses, "name", "partitions", "partition_index")),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (lambda b: _keys(b.topics, "name"),
                                        lambda r: _keys(r.topics, "name")),
+    # v0-3 one transaction; v4+ (broker verification) several, each answered
+    ApiKey.ADD_PARTITIONS_TO_TXN: (
+        lambda b: [(t.name, p) for t in b.v3_and_below_topics for p in t.partitions]
+        if hasattr(b, "v3_and_below_topics") else
+        [(x.transactional_id, t.name, p) for x in b.transactions for t in x.topics
+         for p in t.partitions],
+        lambda r: _nested_keys(r.results_by_topic_v3_and_below, "name", "results_by_partition",
+                               "partition_index")
+        if hasattr(r, "results_by_topic_v3_and_below") else
+        [(x.transactional_id, t.name, p.partition_index) for x in r.results_by_transaction
+         for t in x.topic_results for p in t.results_by_partition]),
+    ApiKey.TXN_OFFSET_COMMIT: (
+        lambda b: _nested_keys(b.topics, "name", "partitions", "partition_index"),
+        lambda r: _nested_keys(r.topics, "name", "partitions", "partition_index")),
+    ApiKey.WRITE_TXN_MARKERS: (
+        lambda b: [(m.producer_id, t.name, p) for m in b.markers for t in m.topics
+                   for p in t.partition_indexes],
+        lambda r: [(m.producer_id, t.name, p.partition_index) for m in r.markers
+                   for t in m.topics for p in t.partitions]),
 }
 
 # APIs whose only error field is top-level
@@ -726,7 +746,8 @@ TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
                   ApiKey.API_VERSIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
                   ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                   ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
-                  ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION}
+                  ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION, ApiKey.ADD_OFFSETS_TO_TXN,
+                  ApiKey.END_TXN}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}

@@ -1,8 +1,9 @@
-"""DescribeTransactions v0: no transactional id has state on this broker (transactions are not
-supported yet): TRANSACTIONAL_ID_NOT_FOUND for each, INVALID_REQUEST for an empty id, as
-Kafka's coordinator answers for ids it owns but does not know (other fields zero)."""
+"""DescribeTransactions v0: each transactional id's state from this broker's transaction
+coordinator (NOT_COORDINATOR for ids another broker coordinates; INVALID_REQUEST for "")."""
 
 from __future__ import annotations
+
+import datetime
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
@@ -10,8 +11,29 @@ from strata.protocol.codec import kio_error_code, make, response_class
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
-    return make(rc, transaction_states=tuple(
-        make(rc, "transaction_states", transactional_id=tid, topics=(),
-             error_code=kio_error_code(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if tid
-                                       else ErrorCode.INVALID_REQUEST))
-        for tid in request.body.transactional_ids))
+    coordinator = getattr(ctx, "txn_coordinator", None)
+    states = []
+    for tid in request.body.transactional_ids:
+        if coordinator is None:
+            states.append(make(rc, "transaction_states", transactional_id=tid, topics=(),
+                               error_code=kio_error_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)))
+            continue
+        d = coordinator.describe(tid)
+        if d.error != ErrorCode.NONE:
+            states.append(make(rc, "transaction_states", transactional_id=tid, topics=(),
+                               error_code=kio_error_code(d.error)))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in d.partitions:
+            by_topic.setdefault(topic, []).append(p)
+        states.append(make(
+            rc, "transaction_states", transactional_id=tid, error_code=kio_error_code(d.error),
+            transaction_state=d.state,
+            transaction_timeout=datetime.timedelta(milliseconds=d.timeout_ms),
+            transaction_start_time=datetime.datetime.fromtimestamp(d.start_ms / 1000,
+                                                                   datetime.timezone.utc),
+            producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            topics=tuple(make(rc, "transaction_states.topics", topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return make(rc, transaction_states=tuple(states), throttle_time=datetime.timedelta(0))

@@ -1,11 +1,10 @@
 """FindCoordinator v0-6: a group's coordinator is the leader of its ``__consumer_offsets``
-partition (made on first use when missing); transactions are not supported yet.
+partition, a transactional id's the leader of its ``__transaction_state`` partition (each topic
+made on first use when missing).
 
 From v4 a request names several keys and each key gets its own answer (v0-3: one key, one
-answer). A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client
-treats as fatal, so a transactional producer fails at once instead of retrying
-COORDINATOR_NOT_AVAILABLE until its own timeout. Share groups (key type 2) are not served:
-INVALID_REQUEST, as Kafka answers without a share coordinator.
+answer). Share groups (key type 2) are not served: INVALID_REQUEST, as Kafka answers without a
+share coordinator.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from typing import NamedTuple
 from strata.cluster.metadata import BrokerInfo
 from strata.common.errors import ErrorCode, KafkaError
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
+from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from strata.protocol.codec import kio_error_code, make, response_class
 
 KEY_TYPE_GROUP = 0
@@ -25,12 +25,6 @@ KEY_TYPE_SHARE = 2
 FIRST_BATCHED_VERSION = 4
 
 COORDINATOR_NOT_AVAILABLE_MESSAGE = "The coordinator is not available."
-
-
-def transactions_not_supported(transactional_id: str) -> str:
-    return (f"Transactions are not supported yet by this broker: transactional.id "
-            f"'{transactional_id}' cannot be used (use an idempotent producer without a "
-            f"transactional.id)")
 
 
 log = logging.getLogger(__name__)
@@ -46,39 +40,40 @@ def _unavailable() -> Lookup:
     return Lookup(ErrorCode.COORDINATOR_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE_MESSAGE)
 
 
-def _group_coordinator(ctx, key: str) -> Lookup:
-    """The live leader of the group's partition; this broker only once it has loaded it."""
-    gc = ctx.group_coordinator
-    if gc is None or ctx.metadata.topic(OFFSETS_TOPIC) is None:
+def _leader_of(ctx, coordinator, topic: str, key: str) -> Lookup:
+    """The live leader of ``key``'s partition of ``topic``; this broker only once its
+    ``coordinator`` has loaded the partition."""
+    if coordinator is None or ctx.metadata.topic(topic) is None:
         return _unavailable()
-    partition = gc.partition_for(key)
-    st = ctx.metadata.partition_state(OFFSETS_TOPIC, partition)
+    partition = coordinator.partition_for(key)
+    st = ctx.metadata.partition_state(topic, partition)
     if st is None:
         return _unavailable()
-    if st.leader == ctx.node_id and partition not in gc.owned_partitions:
+    if st.leader == ctx.node_id and partition not in coordinator.owned_partitions:
         return _unavailable()  # loading, or shutting down
     node = next((b for b in ctx.metadata.live_brokers() if b.node_id == st.leader), None)
     return _unavailable() if node is None else Lookup(ErrorCode.NONE, node=node)
 
 
-async def _ensure_offsets_topic(ctx) -> None:
-    """Kafka makes ``__consumer_offsets`` at the first FindCoordinator that needs it; until
-    enough brokers are up for its replication factor, groups get COORDINATOR_NOT_AVAILABLE."""
-    if ctx.metadata.topic(OFFSETS_TOPIC) is not None or ctx.offsets_log is None:
+async def _ensure_topic(ctx, topic: str, internal_log) -> None:
+    """Kafka makes ``__consumer_offsets`` and ``__transaction_state`` at the first
+    FindCoordinator that needs them; until enough brokers are up for the topic's replication
+    factor, the coordinator is COORDINATOR_NOT_AVAILABLE."""
+    if ctx.metadata.topic(topic) is not None or internal_log is None:
         return
     try:
-        await asyncio.to_thread(ctx.offsets_log.ensure_topic)
+        await asyncio.to_thread(internal_log.ensure_topic)
     except KafkaError as exc:
-        log.info("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+        log.info("cannot create %s yet: %s", topic, exc)
 
 
 def _coordinator_for(ctx, key_type: int, key: str) -> Lookup:
     """The coordinator of ``key``, else the error and its message."""
     if key_type == KEY_TYPE_GROUP:
-        return _group_coordinator(ctx, key)
+        return _leader_of(ctx, ctx.group_coordinator, OFFSETS_TOPIC, key)
     if key_type == KEY_TYPE_TRANSACTION:
-        return Lookup(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                      transactions_not_supported(key))
+        return _leader_of(ctx, getattr(ctx, "txn_coordinator", None), TRANSACTION_STATE_TOPIC,
+                          key)
     if key_type == KEY_TYPE_SHARE:
         return Lookup(ErrorCode.INVALID_REQUEST)
     # Kafka: CoordinatorType.forId throws InvalidRequestException, failing the whole request
@@ -100,7 +95,9 @@ async def handle(ctx, request):
     body = request.body
     key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
     if key_type == KEY_TYPE_GROUP:
-        await _ensure_offsets_topic(ctx)
+        await _ensure_topic(ctx, OFFSETS_TOPIC, ctx.offsets_log)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        await _ensure_topic(ctx, TRANSACTION_STATE_TOPIC, getattr(ctx, "txn_log", None))
     if request.api_version >= FIRST_BATCHED_VERSION:
         return make(rc, coordinators=tuple(
             make(rc, "coordinators", key=key,

@@ -1,33 +1,43 @@
-"""ListTransactions v0-2: no transaction has state on this broker (transactions are not
-supported yet), so the list is empty; the filters are checked as Kafka checks them."""
+"""ListTransactions v0-2: the transactions this broker coordinates, filtered by state,
+producer id, duration (v1: Ongoing for at least that long) and transactional id pattern (v2,
+a regular expression); an admin client asks every broker and merges the answers."""
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 
-# Kafka's TransactionState names, what a state filter may name.
-TRANSACTION_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
-                                "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
 
-
-def _valid_pattern(pattern: str | None) -> bool:
+def _pattern(pattern: str | None) -> re.Pattern | None | bool:
+    """The compiled pattern, None for no filter, False for an invalid one."""
     if not pattern:
-        return True
+        return None
     try:
-        re.compile(pattern)
+        return re.compile(pattern)
     except re.error:
         return False
-    return True
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
-    if not _valid_pattern(getattr(body, "transactional_id_pattern", None)):
+    pattern = _pattern(getattr(body, "transactional_id_pattern", None))
+    if pattern is False:
         return make(rc, error_code=kio_error_code(ErrorCode.INVALID_REGULAR_EXPRESSION),
                     unknown_state_filters=(), transaction_states=())
-    unknown = tuple(s for s in body.state_filters if s not in TRANSACTION_STATES)
-    return make(rc, unknown_state_filters=unknown, transaction_states=())
+    coordinator = getattr(ctx, "txn_coordinator", None)
+    if coordinator is None:
+        return make(rc, error_code=kio_error_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    unknown_state_filters=(), transaction_states=())
+    error, listed, unknown = coordinator.list_transactions(
+        body.state_filters, body.producer_id_filters, getattr(body, "duration_filter", -1))
+    if pattern is not None:
+        listed = [t for t in listed if pattern.fullmatch(t.transactional_id)]
+    return make(rc, error_code=kio_error_code(error), unknown_state_filters=tuple(unknown),
+                throttle_time=datetime.timedelta(0),
+                transaction_states=tuple(
+                    make(rc, "transaction_states", transactional_id=t.transactional_id,
+                         producer_id=t.producer_id, transaction_state=t.state) for t in listed))

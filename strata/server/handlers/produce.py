@@ -8,7 +8,9 @@ import datetime
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.replication.replica_manager import AppendResult
 from strata.server.purgatory import await_replication
+from strata.server.txn_verification import transactional_producer
 
 
 def _append_time(ms: int):
@@ -25,6 +27,28 @@ def _record_errors(rc, errors, version: int) -> tuple:
                       batch_index_error_message=m) for i, m in errors)
 
 
+async def _verify_transaction(ctx, body, version: int) -> dict[TopicPartition, ErrorCode]:
+    """KIP-890 verification of the request's transactional batches (``TxnVerifier``): the
+    partitions that must not be appended, with their errors."""
+    verifier = getattr(ctx, "txn_verifier", None)
+    if verifier is None:
+        return {}
+    producer = None
+    pending = []
+    for t in body.topic_data:
+        for p in t.partition_data:
+            found = transactional_producer(p.records)
+            if found is None:
+                continue
+            producer = producer or found
+            tp = TopicPartition(t.name, p.index)
+            if verifier.needs_verification(tp, *found):
+                pending.append(tp)
+    if not pending:
+        return {}
+    return await verifier.verify(body.transactional_id, producer[0], producer[1], pending, version)
+
+
 # A request of many partitions yields to the event loop between them once this many record
 # bytes were appended, so that one large request does not hold up every other connection.
 YIELD_EVERY_BYTES = 1 << 20
@@ -37,6 +61,8 @@ async def handle(ctx, request):
     results = []
     since_yield = 0
     waits = {}
+    refused = await _verify_transaction(ctx, body, request.api_version) \
+        if getattr(body, "transactional_id", None) else {}
     for t in body.topic_data:
         for p in t.partition_data:
             key = (t.name, p.index)
@@ -44,6 +70,11 @@ async def handle(ctx, request):
                 results.append((key, None))
                 continue
             tp = TopicPartition(t.name, p.index)
+            if tp in refused:
+                results.append((key, AppendResult(refused[tp], message=(
+                    "Partition was not added to the transaction"
+                    if refused[tp] == ErrorCode.INVALID_TXN_STATE else None))))
+                continue
             r = ctx.replica_manager.append(tp, p.records, produce_version=request.api_version,
                                            required_acks=acks)
             if acks == -1 and r.error == ErrorCode.NONE and ctx.replica_manager.clustered:

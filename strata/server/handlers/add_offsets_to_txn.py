@@ -1,0 +1,25 @@
+"""AddOffsetsToTxn v0-4: the group's ``__consumer_offsets`` partition joins the producer's
+transaction, so that its TxnOffsetCommit is committed or aborted with it."""
+
+from __future__ import annotations
+
+import datetime
+
+from strata.common.errors import ErrorCode
+from strata.coordinator.offsets_records import OFFSETS_TOPIC
+from strata.protocol.codec import kio_error_code, make, response_class
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    body = request.body
+    coordinator = getattr(ctx, "txn_coordinator", None)
+    if coordinator is None or ctx.group_coordinator is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        partition = ctx.group_coordinator.partition_for(body.group_id)
+        error = await coordinator.add_partitions(body.transactional_id, body.producer_id,
+                                                 body.producer_epoch, [(OFFSETS_TOPIC, partition)])
+    if request.api_version < 2 and error == ErrorCode.PRODUCER_FENCED:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    return make(rc, error_code=kio_error_code(error), throttle_time=datetime.timedelta(0))

@@ -1,0 +1,77 @@
+"""AddPartitionsToTxn v0-5: a producer adds partitions to its ongoing transaction (v0-3), or a
+partition leader verifies that a transactional produce belongs to one (v4+ ``verify_only``,
+KIP-890). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others of the
+request OPERATION_NOT_ATTEMPTED, as Kafka answers."""
+
+from __future__ import annotations
+
+import datetime
+
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import kio_error_code, make, response_class
+
+FIRST_BATCHED_VERSION = 4
+
+
+def _topic_results(rc, field: str, codes: dict[tuple[str, int], ErrorCode]):
+    by_topic: dict[str, list] = {}
+    for (topic, p), code in codes.items():
+        by_topic.setdefault(topic, []).append(make(
+            rc, f"{field}.results_by_partition", partition_index=p,
+            partition_error_code=kio_error_code(code)))
+    return tuple(make(rc, field, name=t, results_by_partition=tuple(ps))
+                 for t, ps in by_topic.items())
+
+
+def _unknown(ctx, partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    out = set()
+    for topic, p in partitions:
+        info = ctx.metadata.topic(topic)
+        if info is None or not 0 <= p < info.partitions:
+            out.add((topic, p))
+    return out
+
+
+async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
+              partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction's partitions added: a code per partition."""
+    unknown = _unknown(ctx, partitions)
+    if unknown:
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
+    coordinator = getattr(ctx, "txn_coordinator", None)
+    error = ErrorCode.COORDINATOR_NOT_AVAILABLE if coordinator is None else \
+        await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    return {tp: error for tp in partitions}
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    body = request.body
+    coordinator = getattr(ctx, "txn_coordinator", None)
+    if request.api_version < FIRST_BATCHED_VERSION:
+        partitions = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+        codes = await add(ctx, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                          body.v3_and_below_producer_epoch, partitions)
+        if request.api_version < 2:
+            codes = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if c == ErrorCode.PRODUCER_FENCED else c
+                     for tp, c in codes.items()}
+        return make(rc, throttle_time=datetime.timedelta(0),
+                    results_by_topic_v3_and_below=_topic_results(
+                        rc, "results_by_topic_v3_and_below", codes))
+    results = []
+    for txn in body.transactions:
+        partitions = [(t.name, p) for t in txn.topics for p in t.partitions]
+        if coordinator is None:
+            codes = {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions}
+        elif txn.verify_only:
+            codes = coordinator.verify_partitions(txn.transactional_id, txn.producer_id,
+                                                  txn.producer_epoch, partitions)
+        else:
+            codes = await add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                              partitions)
+        results.append(make(rc, "results_by_transaction", transactional_id=txn.transactional_id,
+                            topic_results=_topic_results(
+                                rc, "results_by_transaction.topic_results", codes)))
+    return make(rc, throttle_time=datetime.timedelta(0), error_code=kio_error_code(ErrorCode.NONE),
+                results_by_transaction=tuple(results))

@@ -1,0 +1,92 @@
+"""The transaction coordinator's marker channel (Kafka's TransactionMarkerChannelManager):
+a marker goes to each of its partitions' leaders, by ``write_markers`` for those this broker
+leads and by a WriteTxnMarkers v1 request (``BrokerChannel``) for the others. A partition with no live leader answers
+NOT_LEADER_OR_FOLLOWER and one whose topic is gone UNKNOWN_TOPIC_OR_PARTITION: the coordinator
+retries the first and drops the second."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from strata.common.errors import ErrorCode
+from strata.coordinator.txn_coordinator import TxnMarker
+from strata.protocol.codec import ApiKey, make, request_class, response_class
+from strata.server.broker_channel import BrokerChannel
+from strata.server.txn_markers import write_markers
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS_VERSION = 1
+
+TopicPartition = tuple[str, int]
+
+
+class MarkerSender:
+    def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
+        self.ctx = ctx
+        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-marker-sender")
+        self._request_cls = request_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+        self._response_cls = response_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+
+    async def send(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+        metadata = self.ctx.metadata
+        results: dict[TopicPartition, ErrorCode] = {}
+        by_leader: dict[int, list[TopicPartition]] = {}
+        live = {b.node_id: b for b in metadata.live_brokers()}
+        for tp in marker.partitions:
+            if metadata.topic(tp[0]) is None:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            st = metadata.partition_state(*tp)
+            leader = -1 if st is None else st.leader
+            if leader not in live and leader != self.ctx.node_id:
+                results[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                continue
+            by_leader.setdefault(leader, []).append(tp)
+        jobs = []
+        for leader, parts in by_leader.items():
+            part = TxnMarker(marker.producer_id, marker.producer_epoch, marker.commit,
+                             marker.coordinator_epoch, tuple(parts), marker.transaction_version)
+            if leader == self.ctx.node_id:
+                jobs.append(self._local(part))
+            else:
+                b = live[leader]
+                jobs.append(asyncio.to_thread(self._remote, leader, b.host, b.port, part))
+        for answer in await asyncio.gather(*jobs):
+            results.update(answer)
+        return results
+
+    async def _local(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+        (answer,) = await write_markers(self.ctx, [marker])
+        return {tuple(tp): code for tp, code in answer.items()}
+
+    def _remote(self, broker: int, host: str, port: int,
+                marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in marker.partitions:
+            by_topic.setdefault(topic, []).append(p)
+        rq = self._request_cls
+        body = rq(markers=(make(rq, "markers", producer_id=marker.producer_id,
+                                producer_epoch=marker.producer_epoch,
+                                transaction_result=marker.commit,
+                                coordinator_epoch=marker.coordinator_epoch,
+                                topics=tuple(make(rq, "markers.topics", name=t,
+                                                  partition_indexes=tuple(ps))
+                                             for t, ps in by_topic.items())),))
+        try:
+            response = self.channel.request(host, port, body, self._response_cls)
+        except Exception as exc:  # noqa: BLE001 - the coordinator retries
+            log.info("WriteTxnMarkers to broker %d failed: %s", broker, exc)
+            return {tp: ErrorCode.NETWORK_EXCEPTION for tp in marker.partitions}
+        out: dict[TopicPartition, ErrorCode] = {}
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    code = p.error_code.value if hasattr(p.error_code, "value") else p.error_code
+                    out[(t.name, p.partition_index)] = ErrorCode(int(code))
+        return out
+
+    def close(self) -> None:
+        self.channel.close()

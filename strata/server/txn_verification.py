@@ -1,0 +1,135 @@
+"""Transactional produce verification (KIP-890 part 1, Kafka's
+``transaction.partition.verification.enable``): before a partition leader appends a
+producer's first transactional batch of a transaction, it asks the transaction coordinator
+whether the partition was added to the producer's ongoing transaction (AddPartitionsToTxn v4
+``verify_only``; a direct call when this broker is the coordinator). A late produce of a
+transaction that already ended is refused instead of opening a transaction nobody will end.
+
+Errors are translated as Kafka's ReplicaManager does for the produce response: retriable
+coordinator errors become NOT_ENOUGH_REPLICAS (old clients retry it), PRODUCER_FENCED
+INVALID_PRODUCER_EPOCH, and TRANSACTION_ABORTABLE INVALID_TXN_STATE for Produce before v11.
+
+Not done: Kafka's verification guard, which also refuses the append when a marker for the
+producer lands between a remote verification and the append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from strata.common.errors import ErrorCode
+from strata.common.types import TopicPartition
+from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from strata.protocol import records as rec
+from strata.protocol.codec import ApiKey, make, request_class, response_class
+from strata.server.broker_channel import BrokerChannel
+
+log = logging.getLogger(__name__)
+
+VERIFY_VERSION = 4
+FIRST_TXN_ABORTABLE_PRODUCE_VERSION = 11
+_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
+
+def transactional_producer(records: bytes | None) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional data batch, else None."""
+    if not records or len(records) < rec.HEADER_SIZE:
+        return None
+    try:
+        h = rec.read_header(records, 0)
+    except Exception:  # noqa: BLE001 - the append validates and refuses it
+        return None
+    if not h.is_transactional or h.is_control:
+        return None
+    return h.producer_id, h.producer_epoch
+
+
+class TxnVerifier:
+    def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
+        self.ctx = ctx
+        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier")
+
+    def needs_verification(self, tp: TopicPartition, producer_id: int, epoch: int) -> bool:
+        """Not when the producer's transaction is already ongoing in the partition."""
+        ulog = self.ctx.replica_manager.get_log(tp)
+        if ulog is None:
+            return False   # the append answers the partition's error
+        entry = ulog.producer_state.last_entry(producer_id)
+        return not (entry is not None and entry.has_ongoing_txn and entry.producer_epoch == epoch)
+
+    async def verify(self, transactional_id: str, producer_id: int, epoch: int,
+                     partitions: list[TopicPartition], produce_version: int
+                     ) -> dict[TopicPartition, ErrorCode]:
+        """A produce error per partition that may not be appended (none: all verified)."""
+        raw = await self._ask(transactional_id, producer_id, epoch, partitions)
+        out = {}
+        for tp in partitions:
+            error = raw.get((tp.topic, tp.partition), ErrorCode.NETWORK_EXCEPTION)
+            if error == ErrorCode.NONE:
+                continue
+            if error in _RETRIABLE:
+                error = ErrorCode.NOT_ENOUGH_REPLICAS
+            elif error == ErrorCode.PRODUCER_FENCED:
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            elif error == ErrorCode.TRANSACTION_ABORTABLE \
+                    and produce_version < FIRST_TXN_ABORTABLE_PRODUCE_VERSION:
+                error = ErrorCode.INVALID_TXN_STATE
+            out[tp] = error
+        return out
+
+    async def _ask(self, transactional_id: str, producer_id: int, epoch: int,
+                   partitions: list[TopicPartition]) -> dict[tuple[str, int], ErrorCode]:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        coordinator = self.ctx.txn_coordinator
+        metadata = self.ctx.metadata
+        if coordinator is None or metadata.topic(TRANSACTION_STATE_TOPIC) is None:
+            return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
+        st = metadata.partition_state(TRANSACTION_STATE_TOPIC,
+                                      coordinator.partition_for(transactional_id))
+        if st is None or st.leader < 0:
+            return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
+        if st.leader == self.ctx.node_id:
+            return coordinator.verify_partitions(transactional_id, producer_id, epoch, keys)
+        node = next((b for b in metadata.live_brokers() if b.node_id == st.leader), None)
+        if node is None:
+            return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
+        return await asyncio.to_thread(self._remote, node.host, node.port, transactional_id,
+                                       producer_id, epoch, keys)
+
+    def _remote(self, host: str, port: int, transactional_id: str, producer_id: int, epoch: int,
+                keys: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        rq = request_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in keys:
+            by_topic.setdefault(topic, []).append(p)
+        body = rq(transactions=(make(
+            rq, "transactions", transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=epoch, verify_only=True,
+            topics=tuple(make(rq, "transactions.topics", name=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())),))
+        try:
+            response = self.channel.request(
+                host, port, body, response_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION))
+        except Exception as exc:  # noqa: BLE001 - the producer retries
+            log.info("transaction verification with %s:%d failed: %s", host, port, exc)
+            return {k: ErrorCode.NETWORK_EXCEPTION for k in keys}
+        top = _code(response.error_code)
+        if top != ErrorCode.NONE:
+            return {k: top for k in keys}
+        out = {}
+        for result in response.results_by_transaction:
+            for t in result.topic_results:
+                for p in t.results_by_partition:
+                    out[(t.name, p.partition_index)] = _code(p.partition_error_code)
+        return out
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _code(code) -> ErrorCode:
+    return ErrorCode(int(code.value if hasattr(code, "value") else code))
