@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
-from strata.common.errors import CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRangeError
+from strata.common.errors import (
+    CorruptRecordError, ErrorCode, InvalidTxnStateError, KafkaError, OffsetOutOfRangeError)
 from strata.common.scheduler import ImmediateScheduler, Scheduler
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
@@ -86,6 +87,8 @@ class UnifiedLog:
         self.config = config
         self.lock = threading.RLock()
         self._clock = clock
+        # KIP-890 verification guards: producer id -> the guard of its verification in flight
+        self._verification_guards: dict[int, object] = {}
         self._scheduler = scheduler or ImmediateScheduler()
         self.leader_epoch_cache = LeaderEpochFileCache(
             self.topic_partition,
@@ -187,9 +190,35 @@ class UnifiedLog:
 
     # ---- append -----------------------------------------------------------------------------
 
+    def start_transaction_verification(self, producer_id: int, producer_epoch: int
+                                       ) -> object | None:
+        """A guard for verifying that ``producer_id``'s transaction includes this partition
+        (KIP-890), or None when its transaction is already ongoing here (nothing to verify).
+        A marker for the producer, or its next transactional append, ends the guard, so an
+        append carrying a guard that ended is refused (Kafka's VerificationGuard)."""
+        with self.lock:
+            entry = self.producer_state.last_entry(producer_id)
+            if entry is not None and entry.has_ongoing_txn and entry.producer_epoch == producer_epoch:
+                return None
+            guard = self._verification_guards[producer_id] = object()
+            return guard
+
+    def _check_verification(self, headers, guard: object) -> None:
+        for h in headers:
+            if not h.is_transactional or h.is_control:
+                continue
+            entry = self.producer_state.last_entry(h.producer_id)
+            if entry is not None and entry.has_ongoing_txn:
+                continue
+            if self._verification_guards.get(h.producer_id) is not guard:
+                raise InvalidTxnStateError(
+                    f"{self.topic_partition}: the transaction of producer {h.producer_id} ended "
+                    f"while its first append here was being verified")
+
     def append_as_leader(self, data: bytes | bytearray, leader_epoch: int, *,
                          origin: AppendOrigin = AppendOrigin.CLIENT,
-                         produce_version: int | None = None) -> LogAppendInfo:
+                         produce_version: int | None = None,
+                         verification_guard: object | None = None) -> LogAppendInfo:
         """Validate, dedupe, assign offsets to and append a producer's batches."""
         cfg = self.config
         now = self._clock.milliseconds()
@@ -218,6 +247,8 @@ class UnifiedLog:
                             return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp,
                                                  dup.last_offset, -1, self._log_start_offset, 0,
                                                  duplicate=True)
+                if verification_guard is not None:
+                    self._check_verification(headers, verification_guard)
             assigned = rec.assign_offsets(buf, headers, self.log_end_offset, leader_epoch,
                                           now if log_append_time else None)
             return self._append(buf, assigned.headers, assigned.first_offset, assigned.last_offset,
@@ -276,6 +307,10 @@ class UnifiedLog:
         self.local_log.update_log_end_offset(last_offset + 1)
         for info in infos.values():
             psm.update(info)
+        if self._verification_guards:
+            for h in headers:   # the transaction began here, or ended: verification is over
+                if h.is_transactional:
+                    self._verification_guards.pop(h.producer_id, None)
         for c in completed:
             lso = psm.last_stable_offset(c)
             if c.is_aborted:

@@ -466,7 +466,8 @@ class ReplicaManager:
     # ---- produce ----------------------------------------------------------------------------
 
     def append(self, tp: TopicPartition, records: bytes | None, *, produce_version: int | None,
-               origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1) -> AppendResult:
+               origin: AppendOrigin = AppendOrigin.CLIENT, required_acks: int = 1,
+               verification_guard: object | None = None) -> AppendResult:
         """A leader's append; ``last_offset`` of the result is what acks=all waits for."""
         ulog, error, epoch = self.leader_log(tp)
         if ulog is None:
@@ -483,7 +484,8 @@ class ReplicaManager:
                                             f"partition {tp}")
         try:
             info = ulog.append_as_leader(records, epoch, origin=origin,
-                                         produce_version=produce_version)
+                                         produce_version=produce_version,
+                                         verification_guard=verification_guard)
             if not info.duplicate:
                 if self._states is None:
                     ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker

@@ -9,8 +9,8 @@ Errors are translated as Kafka's ReplicaManager does for the produce response: r
 coordinator errors become NOT_ENOUGH_REPLICAS (old clients retry it), PRODUCER_FENCED
 INVALID_PRODUCER_EPOCH, and TRANSACTION_ABORTABLE INVALID_TXN_STATE for Produce before v11.
 
-Not done: Kafka's verification guard, which also refuses the append when a marker for the
-producer lands between a remote verification and the append.
+A verification guard (``UnifiedLog.start_transaction_verification``) refuses the append with
+INVALID_TXN_STATE when a marker for the producer lands between the verification and the append.
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ class TxnVerifier:
         self.ctx = ctx
         self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier")
 
-    def needs_verification(self, tp: TopicPartition, producer_id: int, epoch: int) -> bool:
-        """Not when the producer's transaction is already ongoing in the partition."""
-        ulog = self.ctx.replica_manager.get_log(tp)
-        if ulog is None:
-            return False   # the append answers the partition's error
-        entry = ulog.producer_state.last_entry(producer_id)
-        return not (entry is not None and entry.has_ongoing_txn and entry.producer_epoch == epoch)
+    def start(self, tp: TopicPartition, producer_id: int, epoch: int) -> object | None:
+        """The partition's verification guard, or None when there is nothing to verify (the
+        producer's transaction is already ongoing there, or the partition is not here: its
+        append answers the error)."""
+        try:
+            ulog = self.ctx.replica_manager.get_log(tp)
+        except Exception:  # noqa: BLE001 - the append answers the partition's error
+            return None
+        return None if ulog is None else ulog.start_transaction_verification(producer_id, epoch)
 
     async def verify(self, transactional_id: str, producer_id: int, epoch: int,
                      partitions: list[TopicPartition], produce_version: int

@@ -27,14 +27,14 @@ def _record_errors(rc, errors, version: int) -> tuple:
                       batch_index_error_message=m) for i, m in errors)
 
 
-async def _verify_transaction(ctx, body, version: int) -> dict[TopicPartition, ErrorCode]:
+async def _verify_transaction(ctx, body, version: int):
     """KIP-890 verification of the request's transactional batches (``TxnVerifier``): the
-    partitions that must not be appended, with their errors."""
+    partitions that must not be appended, with their errors, and the guards of the others."""
     verifier = getattr(ctx, "txn_verifier", None)
     if verifier is None:
-        return {}
+        return {}, {}
     producer = None
-    pending = []
+    guards = {}
     for t in body.topic_data:
         for p in t.partition_data:
             found = transactional_producer(p.records)
@@ -42,11 +42,14 @@ async def _verify_transaction(ctx, body, version: int) -> dict[TopicPartition, E
                 continue
             producer = producer or found
             tp = TopicPartition(t.name, p.index)
-            if verifier.needs_verification(tp, *found):
-                pending.append(tp)
-    if not pending:
-        return {}
-    return await verifier.verify(body.transactional_id, producer[0], producer[1], pending, version)
+            guard = verifier.start(tp, *found)
+            if guard is not None:
+                guards[tp] = guard
+    if not guards:
+        return {}, {}
+    refused = await verifier.verify(body.transactional_id, producer[0], producer[1],
+                                    list(guards), version)
+    return refused, guards
 
 
 # A request of many partitions yields to the event loop between them once this many record
@@ -61,8 +64,8 @@ async def handle(ctx, request):
     results = []
     since_yield = 0
     waits = {}
-    refused = await _verify_transaction(ctx, body, request.api_version) \
-        if getattr(body, "transactional_id", None) else {}
+    refused, guards = await _verify_transaction(ctx, body, request.api_version) \
+        if getattr(body, "transactional_id", None) else ({}, {})
     for t in body.topic_data:
         for p in t.partition_data:
             key = (t.name, p.index)
@@ -76,7 +79,7 @@ async def handle(ctx, request):
                     if refused[tp] == ErrorCode.INVALID_TXN_STATE else None))))
                 continue
             r = ctx.replica_manager.append(tp, p.records, produce_version=request.api_version,
-                                           required_acks=acks)
+                                           required_acks=acks, verification_guard=guards.get(tp))
             if acks == -1 and r.error == ErrorCode.NONE and ctx.replica_manager.clustered:
                 waits[key] = (tp, r.last_offset + 1)
             results.append((key, r))

@@ -1,0 +1,91 @@
+"""KIP-890 verification on the partition leader: the verification guard of
+``UnifiedLog.start_transaction_verification`` and the produce path's use of it, over real logs
+and a real transaction coordinator (with an in-memory ``__transaction_state``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from strata.common.errors import InvalidTxnStateError
+from strata.coordinator.txn_coordinator import TransactionCoordinator
+from strata.log.log_config import LogConfig
+from strata.log.producer_state import AppendOrigin
+from strata.log.unified_log import UnifiedLog
+from strata.protocol import records as rec
+
+PID, EPOCH = 4000, 3
+
+
+def txn_batch(seq: int = 0, n: int = 2) -> bytes:
+    return rec.build_batch([rec.SimpleRecord(b"v%d" % i, b"k") for i in range(n)],
+                           producer_id=PID, producer_epoch=EPOCH, base_sequence=seq,
+                           transactional=True)
+
+
+def commit_marker() -> bytes:
+    return rec.build_control_batch(rec.CONTROL_COMMIT, producer_id=PID, producer_epoch=EPOCH)
+
+
+@pytest.fixture
+def ulog(tmp_path):
+    return UnifiedLog(tmp_path / "orders-0", LogConfig({}))
+
+
+def test_a_guarded_first_append_of_a_transaction_is_accepted_and_ends_the_guard(ulog):
+    guard = ulog.start_transaction_verification(PID, EPOCH)
+    assert guard is not None
+    ulog.append_as_leader(txn_batch(), 0, verification_guard=guard)
+    # the transaction is ongoing here now: nothing more to verify
+    assert ulog.start_transaction_verification(PID, EPOCH) is None
+    assert ulog.log_end_offset == 2
+
+
+def test_a_marker_landing_during_verification_refuses_the_late_append(ulog):
+    """The hanging transaction KIP-890 prevents: the transaction ended (its marker written)
+    while the produce was being verified; the produce must not open a new one."""
+    ulog.append_as_leader(txn_batch(), 0)
+    ulog.append_as_leader(commit_marker(), 0, origin=AppendOrigin.COORDINATOR)
+    guard = ulog.start_transaction_verification(PID, EPOCH)
+    ulog.append_as_leader(commit_marker(), 0, origin=AppendOrigin.COORDINATOR)
+    end = ulog.log_end_offset
+    with pytest.raises(InvalidTxnStateError):
+        ulog.append_as_leader(txn_batch(seq=2), 0, verification_guard=guard)
+    assert ulog.log_end_offset == end
+    assert not ulog.producer_state.ongoing_txns
+
+
+def test_a_guard_replaced_by_a_newer_verification_is_refused(ulog):
+    old = ulog.start_transaction_verification(PID, EPOCH)
+    new = ulog.start_transaction_verification(PID, EPOCH)
+    with pytest.raises(InvalidTxnStateError):
+        ulog.append_as_leader(txn_batch(), 0, verification_guard=old)
+    ulog.append_as_leader(txn_batch(), 0, verification_guard=new)
+    assert ulog.log_end_offset == 2
+
+
+class _Log:
+    def __init__(self):
+        self.records = {}
+
+    async def append(self, partition, records):
+        self.records.setdefault(partition, []).extend(records)
+
+    def replay(self, partition):
+        return list(self.records.get(partition, ()))
+
+
+def test_the_coordinator_verifies_only_partitions_added_to_the_ongoing_transaction():
+    async def run():
+        c = TransactionCoordinator(_Log(), iter(range(7000, 7100)).__next__)
+        c.load({p: 0 for p in range(c.config.num_partitions)})
+        init = await c.init_producer_id("app", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await c.add_partitions("app", pid, epoch, [("orders", 0)]) is not None
+        return c.verify_partitions("app", pid, epoch, [("orders", 0), ("orders", 1)]), \
+            c.verify_partitions("app", pid, epoch + 1, [("orders", 0)])
+    ok, fenced = asyncio.run(run())
+    assert [(tp, e.name) for tp, e in ok.items()] == \
+        [(("orders", 0), "NONE"), (("orders", 1), "TRANSACTION_ABORTABLE")]
+    assert [e.name for e in fenced.values()] == ["PRODUCER_FENCED"]
