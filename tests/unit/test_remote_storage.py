@@ -862,3 +862,26 @@ def test_memory_store_and_decorators_have_no_leftovers_to_remove():
     store.put("a/b", b"x")
     assert store.abort_incomplete_uploads("", 0) == []
     assert sorted(store.list("")) == [("a/b", 1)]
+
+
+def test_filesystem_store_put_survives_a_prune_during_its_mkdir(tmp_path, monkeypatch):
+    """A delete that empties a directory prunes it; a put into it that finds the directory
+    there (mkdir: EEXIST) and then gone (pruned meanwhile) makes it again, as when the expirer
+    deletes a partition's last objects while the copier writes its next segment (a CI failure:
+    the copy failed with "[Errno 17] File exists" and was retried under a new segment id)."""
+    import errno
+    store = FileSystemObjectStore(tmp_path, sync=False)
+    store.put("t-x/0/orphan.log", b"o")
+    target = str(tmp_path / "t-x" / "0")
+    real_mkdir = os.mkdir
+    raced = []
+
+    def mkdir(path, mode=0o777, *a, **kw):
+        if os.fspath(path) == target and not raced:
+            raced.append(True)
+            store.delete("t-x/0/orphan.log")     # the concurrent delete prunes t-x/0 and t-x
+            raise FileExistsError(errno.EEXIST, "File exists", target)
+        return real_mkdir(path, mode, *a, **kw)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    store.put("t-x/0/new.log", b"n")
+    assert raced and store.get("t-x/0/new.log") == b"n"

@@ -242,13 +242,15 @@ class FileSystemObjectStore(ObjectStore):
         with self._writing_lock:
             self._writing.add(tmp)
         try:
-            # A concurrent delete may prune the freshly made directory; make it again then.
+            # A concurrent delete may prune the directory while it is made (mkdir finds it,
+            # EEXIST, then no directory; or a parent goes, ENOENT) or before the temporary file
+            # is in it (open: ENOENT): make it again then.
             for attempt in range(3):
-                path.parent.mkdir(parents=True, exist_ok=True)
                 try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
                     f = open(tmp, "xb")
                     break
-                except FileNotFoundError:
+                except (FileNotFoundError, FileExistsError):
                     if attempt == 2:
                         raise
             with f:
