@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install the Apache Kafka 4.x jars (broker/core + CLI tools + storage test jar)
-# from Maven Central into an ignored cache dir, for running Kafka's own tools
-# (DumpLogSegments, perf tests, GetOffsetShell, ...) against strata.
+# Install the Apache Kafka 4.x jars (broker/core + CLI tools + storage test jar +
+# Kafka Streams and its examples) from Maven Central into an ignored cache dir, for
+# running Kafka's own tools (DumpLogSegments, perf tests, GetOffsetShell, ...) and
+# Streams applications (WordCountDemo) against strata.
 #
 #   scripts/kafka-dist.sh            -> prints the libs dir as the last stdout line
 #
@@ -25,7 +26,7 @@ KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 # slf4j2 binding is not picked up by slf4j 1.7.
 LOG4J_VERSION="${KAFKA_LOG4J_VERSION:-2.24.3}"
 # Bump when the artifact list / layout below changes, so old caches reinstall.
-LAYOUT_REV="1"
+LAYOUT_REV="2"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
@@ -49,6 +50,10 @@ md_pom kafka-dist "$KAFKA_VERSION" "$(
     md_dep org.apache.kafka kafka-storage "$KAFKA_VERSION" '<classifier>test</classifier>'
     md_dep org.apache.kafka kafka-server-common "$KAFKA_VERSION"
     md_dep org.apache.kafka kafka-clients "$KAFKA_VERSION"
+    # Kafka Streams (brings rocksdbjni, whose jar carries the native libs for Linux/macOS/
+    # Windows) and its examples jar (org.apache.kafka.streams.examples.wordcount.WordCountDemo).
+    md_dep org.apache.kafka kafka-streams "$KAFKA_VERSION"
+    md_dep org.apache.kafka kafka-streams-examples "$KAFKA_VERSION"
     md_dep org.apache.logging.log4j log4j-api "$LOG4J_VERSION"
     md_dep org.apache.logging.log4j log4j-core "$LOG4J_VERSION"
     md_dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J_VERSION"
@@ -75,7 +80,8 @@ rm -f "$WORK"/libs/mockito-*.jar "$WORK"/libs/junit-*.jar "$WORK"/libs/opentest4
       "$WORK"/libs/apiguardian-*.jar "$WORK"/libs/byte-buddy-*.jar "$WORK"/libs/objenesis-*.jar
 
 for must in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
-            "kafka-storage-$KAFKA_VERSION-test.jar" "kafka-server-common-$KAFKA_VERSION.jar"; do
+            "kafka-storage-$KAFKA_VERSION-test.jar" "kafka-server-common-$KAFKA_VERSION.jar" \
+            "kafka-streams-$KAFKA_VERSION.jar" "kafka-streams-examples-$KAFKA_VERSION.jar"; do
     [[ -f "$WORK/libs/$must" ]] || md_die 1 "expected $must in the maven output, not found"
 done
 
