@@ -1,27 +1,20 @@
-"""Python clients against a live broker: transactional producers are refused at once (no
-transaction coordinator yet), and the admin APIs Kafka serves on any broker answer as Kafka's.
+"""Python clients against a live broker: the admin APIs Kafka serves on any broker answer as
+Kafka's (transactions are tested in test_transactions.py).
 
-Each client waits at most 5 s: a refusal that came later (or never) would surface as a timeout
-instead of the fatal authorization error these tests expect.
+Each client waits at most 5 s: an answer that came later (or never) would surface as a timeout
+instead of the error these tests expect.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import TransactionalIdAuthorizationFailed
-from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
     ResourcePatternType, ResourceType)
-from kafka import KafkaProducer
-from kafka.errors import TransactionalIdAuthorizationFailedError
 
 from broker_process import BrokerProcess
 
-CAUSE = "Transactions are not supported yet"
 WAIT_S = 5
 
 
@@ -31,38 +24,6 @@ def broker(tmp_path_factory):
         yield b
     bad = b.logged_errors()
     assert not bad, "broker logged errors:\n" + "\n".join(bad)
-
-
-def test_confluent_transactional_producer_fails_fatally_naming_the_cause(broker):
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ck-tx"})
-    with pytest.raises(KafkaException) as info:
-        producer.init_transactions(WAIT_S)
-    error = info.value.args[0]
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert error.fatal() and not error.retriable()
-    assert CAUSE in error.str()
-
-
-def test_kafka_python_transactional_producer_fails_with_the_authorization_error(broker):
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-tx",
-                                 max_block_ms=WAIT_S * 1000)
-        try:
-            producer.init_transactions()
-        finally:
-            producer.close(timeout=WAIT_S)
-
-
-def test_aiokafka_transactional_producer_fails_with_the_authorization_error(broker):
-    async def start():
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="ak-tx")
-        try:
-            await asyncio.wait_for(producer.start(), WAIT_S)
-        finally:
-            await producer.stop()
-
-    with pytest.raises(TransactionalIdAuthorizationFailed):
-        asyncio.run(start())
 
 
 def test_confluent_admin_acl_calls_are_refused_without_an_authorizer(broker):

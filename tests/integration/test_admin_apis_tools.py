@@ -17,7 +17,7 @@ import pytest
 from broker_process import BrokerProcess
 from kafka_tools import (
     BROKER_API_VERSIONS, CONSOLE_PRODUCER, KAFKA_ACLS, KAFKA_FEATURES, KAFKA_TOPICS,
-    KAFKA_TRANSACTIONS, LEADER_ELECTION, PRODUCER_PERF, REASSIGN_PARTITIONS,
+    KAFKA_TRANSACTIONS, LEADER_ELECTION, REASSIGN_PARTITIONS,
     require_kafka_dist, run_kafka_class)
 
 pytestmark = pytest.mark.slow
@@ -127,13 +127,3 @@ def test_kafka_transactions_lists_none_and_describes_an_idempotent_producer(brok
     [(producer_id, epoch, coordinator_epoch, last_sequence, _, txn_start)] = rows
     assert int(producer_id) >= 0 and epoch == "0"
     assert (coordinator_epoch, last_sequence, txn_start) == ("-1", "2", "None")
-
-
-def test_java_transactional_producer_fails_with_the_authorization_error(broker):
-    result = run_kafka_class(
-        PRODUCER_PERF, "--bootstrap-server", broker.bootstrap, "--topic", "txn-perf",
-        "--num-records", "10", "--record-size", "10", "--throughput", "-1",
-        "--transactional-id", "java-tx", "--command-property", "max.block.ms=5000")
-    assert result.returncode != 0
-    assert ("org.apache.kafka.common.errors.TransactionalIdAuthorizationException"
-            in result.stderr), result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 
-from strata.common.errors import ErrorCode
+from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.replication.replica_manager import AppendResult
@@ -64,8 +64,15 @@ async def handle(ctx, request):
     results = []
     since_yield = 0
     waits = {}
-    refused, guards = await _verify_transaction(ctx, body, request.api_version) \
-        if getattr(body, "transactional_id", None) else ({}, {})
+    if getattr(body, "transactional_id", None):
+        refused, guards = await _verify_transaction(ctx, body, request.api_version)
+    else:
+        refused, guards = {}, {}
+        if any(transactional_producer(p.records) is not None
+               for t in body.topic_data for p in t.partition_data):
+            # Kafka: transactional records need the transactional id they belong to
+            raise KafkaError("Transactional records require the request's transactional id",
+                             code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     for t in body.topic_data:
         for p in t.partition_data:
             key = (t.name, p.index)
