@@ -130,7 +130,7 @@ class _ReplicasFollowStates:
         if lost:
             self.loop.call_soon_threadsafe(self.group_coordinator.unload, lost)
         if gained:
-            self.loop.call_soon_threadsafe(self.group_coordinator.load, gained)
+            self.loop.call_soon_threadsafe(self.group_coordinator.load_in_background, gained)
         if self.txn_coordinator is not None:
             from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
             lost = [tp.partition for tp in change.stopped_leading
@@ -499,7 +499,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if zk is not None:
         ctx.txn_log.await_replication = offsets_replicated
     if zk is None:
-        ctx.group_coordinator.load()  # inside the loop: loaded members' session timers start now
+        # inside the loop (loaded members' session timers start once loaded), in the
+        # background: the listener serves everything else meanwhile
+        ctx.group_coordinator.load_in_background()
     else:
         from strata.replication.replica_fetcher import ReplicaFetcherManager
 

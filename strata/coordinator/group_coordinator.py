@@ -53,6 +53,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
@@ -705,6 +706,7 @@ class GroupCoordinator:
         self._groups: dict[str, _Group] = {}
         self._owned: set[int] = set()
         self._loading: set[int] = set()
+        self._load_tokens: dict[int, object] = {}   # partition -> its background load
         self._active = True
         self._tasks: set[asyncio.Task] = set()
         self._seq = itertools.count(1)
@@ -2021,11 +2023,53 @@ class GroupCoordinator:
         for key, value in self._log.replay(partition):
             yield _PlainRecord(key, value)
 
+    def load_in_background(self, partitions: Iterable[int] | None = None) -> None:
+        """``load`` for a running broker: each partition's log is replayed in a worker thread
+        (the event loop keeps serving every other request; the partition's groups answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka's do), then applied on the loop.
+        A partition unloaded during its replay is not applied."""
+        self._loop = asyncio.get_running_loop()
+        parts = (range(self.config.offsets_topic_num_partitions) if partitions is None
+                 else list(partitions))
+        for partition in parts:
+            if partition in self._owned or partition in self._loading:
+                continue
+            self._loading.add(partition)
+            token = self._load_tokens[partition] = object()
+            self._spawn(self._load_async(partition, token),
+                        f"loading __consumer_offsets-{partition}")
+
+    async def _load_async(self, partition: int, token: object) -> None:
+        started = time.monotonic()
+        try:
+            scanned = await asyncio.to_thread(self._scan_partition, partition)
+        except Exception:  # noqa: BLE001 - the partition stays unserved; a new leadership retries
+            log.exception("loading __consumer_offsets-%d failed", partition)
+            if self._load_tokens.get(partition) is token:
+                del self._load_tokens[partition]
+                self._loading.discard(partition)
+            return
+        if self._load_tokens.get(partition) is not token:
+            return   # unloaded (or loaded again) meanwhile
+        del self._load_tokens[partition]
+        self._loading.discard(partition)
+        self._apply_partition(partition, *scanned)
+        self._owned.add(partition)
+        self._schedule_retention()
+        offsets, _, groups = scanned
+        if offsets or groups:
+            log.info("loaded %d group(s) and %d offset(s) of __consumer_offsets-%d in %d ms",
+                     len(groups), len(offsets), partition, (time.monotonic() - started) * 1000)
+
     def _load_partition(self, partition: int) -> None:
-        """Kafka's doLoadGroupsAndOffsets: offsets and group metadata as the log last says;
-        an offset of a transaction is held per producer id until the producer's marker
-        (commit: it replaces the offset unless that one is newer in the log; abort: dropped);
-        the offsets of transactions still open at the end stay pending in their groups."""
+        self._apply_partition(partition, *self._scan_partition(partition))
+
+    def _scan_partition(self, partition: int) -> tuple:
+        """Kafka's doLoadGroupsAndOffsets, the replay (any thread): offsets and group
+        metadata as the log last says; an offset of a transaction is held per producer id
+        until the producer's marker (commit: it replaces the offset unless that one is newer
+        in the log; abort: dropped); the offsets of transactions still open at the end stay
+        pending. (offsets, pending, groups) for ``_apply_partition``."""
         Key = tuple[str, str, int]
         offsets: dict[Key, tuple[OffsetCommitValue, int]] = {}
         pending: dict[int, dict[Key, tuple[OffsetCommitValue, int]]] = {}
@@ -2063,7 +2107,11 @@ class GroupCoordinator:
             else:
                 log.debug("ignoring record with key version %d in __consumer_offsets-%d",
                           key.version, partition)
+        return offsets, pending, groups
 
+    def _apply_partition(self, partition: int, offsets: dict, pending: dict,
+                         groups: dict) -> None:
+        """The replayed groups and offsets become this coordinator's (on the loop)."""
         if self._topic_exists is not None:
             orphans = [k for k in offsets if not self._topic_exists(k[1])]
             if orphans:
@@ -2108,9 +2156,9 @@ class GroupCoordinator:
             self._groups[group_id] = group
             for producer_id in group.pending_txn_offsets:
                 self._txn_groups.setdefault(producer_id, set()).add(group_id)
-            log.info("loaded group %s (%s, generation %d, %d members, %d offsets, %d open "
-                     "transactions)", group_id, group.state.value, group.generation_id,
-                     len(group.members), len(group.offsets), len(group.pending_txn_offsets))
+            log.debug("loaded group %s (%s, generation %d, %d members, %d offsets, %d open "
+                      "transactions)", group_id, group.state.value, group.generation_id,
+                      len(group.members), len(group.offsets), len(group.pending_txn_offsets))
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, "loaded group is over capacity")
             for member in list(group.members.values()):
@@ -2144,6 +2192,9 @@ class GroupCoordinator:
             if self.partition_for(group.group_id) in parts:
                 self._unload_group(group)
         self._owned -= parts
+        self._loading -= parts
+        for p in parts:
+            self._load_tokens.pop(p, None)
 
     def _unload_group(self, group: _Group) -> None:
         previous = group.state

@@ -1053,3 +1053,61 @@ def test_kafka_dump_log_segments_decodes_our_records(tmp_path):
             '"clientHost":"/127.0.0.1","rebalanceTimeout":300000,"sessionTimeout":45000,'
             '"subscription":"AAE=","assignment":"AAI="}]}}') in out
     assert "payload: <DELETE>" in out
+
+
+class _SlowReplayLog(MemoryOffsetsLog):
+    """A log whose replay (run in a worker thread by ``load_in_background``) waits for a
+    threading event, as a large ``__consumer_offsets`` keeps a real replay busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+        self.release = threading.Event()
+
+    def replay(self, partition: int):
+        assert self.release.wait(10)
+        return super().replay(partition)
+
+
+def test_a_background_load_leaves_the_loop_serving_and_answers_load_in_progress_until_done():
+    async def main():
+        log = _SlowReplayLog()
+        log.release.set()
+        first = GroupCoordinator(log, GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0),
+                                 timers=ManualTimers())
+        first.load([partition_for(GROUP)])
+        assert (await first.commit_offsets(GROUP, "", -1, [("t", 0, 42)]))[("t", 0)] == ErrorCode.NONE
+        log.release.clear()
+        c = GroupCoordinator(log, GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0),
+                             timers=ManualTimers())
+        c.load_in_background([partition_for(GROUP)])
+        ticks = 0
+        for _ in range(20):           # the loop runs while the replay is stuck
+            await asyncio.sleep(0.001)
+            ticks += 1
+        assert ticks == 20
+        assert c.fetch_offsets(GROUP).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        log.release.set()
+        for _ in range(500):
+            if partition_for(GROUP) in c.owned_partitions:
+                break
+            await asyncio.sleep(0.01)
+        result = c.fetch_offsets(GROUP, [("t", 0)])
+        assert result.error == ErrorCode.NONE and result.offsets[("t", 0)].offset == 42
+    run(main())
+
+
+def test_a_partition_unloaded_during_its_background_load_is_not_applied():
+    async def main():
+        log = _SlowReplayLog()
+        c = GroupCoordinator(log, GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0),
+                             timers=ManualTimers())
+        c.load_in_background([partition_for(GROUP)])
+        await asyncio.sleep(0.01)
+        c.unload([partition_for(GROUP)])
+        assert c.fetch_offsets(GROUP).error == ErrorCode.NOT_COORDINATOR
+        log.release.set()
+        await asyncio.sleep(0.2)
+        assert partition_for(GROUP) not in c.owned_partitions
+        assert c.fetch_offsets(GROUP).error == ErrorCode.NOT_COORDINATOR
+    run(main())
