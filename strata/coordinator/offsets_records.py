@@ -35,6 +35,7 @@ The partition of ``__consumer_offsets`` that holds a group is
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Union
@@ -61,6 +62,7 @@ _I64 = struct.Struct(">q")
 
 # --------------------------------------------------------------------------- partitioning
 
+@functools.lru_cache(maxsize=65536)   # group and transactional ids recur on every request
 def java_string_hashcode(s: str) -> int:
     """Java's ``String.hashCode``: ``h = 31*h + c`` over UTF-16 code units, in int32 arithmetic."""
     data = s.encode("utf-16-be", "surrogatepass")
