@@ -18,6 +18,10 @@ One clean of a log (``Cleaner.clean``):
 4. The cleaned segment replaces the group through ``LocalLog.replace_segments`` (``.cleaned`` ->
    ``.swap`` -> final name), which ``load_log`` completes after a crash.
 
+Every batch the cleaner reads is decoded with its CRC checked: a corrupt batch fails the clean
+(and marks the partition uncleanable, see ``LogCleaner``) instead of being rewritten under a
+fresh CRC.
+
 Threads: ``Cleaner`` runs on one cleaner thread at a time per log (the ``LogCleaner`` marks a
 log in progress); it reads segments without the log lock (segments below the first
 uncleanable offset do not change) and takes the lock to swap, aborting if retention or
@@ -194,6 +198,8 @@ class LogToClean(NamedTuple):
     clean_bytes: int
     cleanable_bytes: int
     needs_compaction_now: bool
+    # how late its compaction is past max.compaction.lag.ms (Kafka's maxCompactionDelay)
+    compaction_delay_ms: int = 0
 
     @property
     def cleanable_ratio(self) -> float:
@@ -204,6 +210,12 @@ class LogToClean(NamedTuple):
 def cleanable_offsets(ulog, checkpoint: int | None, now_ms: int) -> tuple[int, int, bool]:
     """(first dirty, first uncleanable, needs compaction now) as Kafka's
     ``LogCleanerManager.cleanableOffsets`` computes them. Call with ``ulog.lock`` held."""
+    first_dirty, first_uncleanable, delay_ms = _offsets_to_clean(ulog, checkpoint, now_ms)
+    return first_dirty, first_uncleanable, delay_ms > 0
+
+
+def _offsets_to_clean(ulog, checkpoint: int | None, now_ms: int) -> tuple[int, int, int]:
+    """(first dirty, first uncleanable, compaction delay in ms); ``ulog.lock`` held."""
     start = ulog.log_start_offset
     first_dirty = start if checkpoint is None or checkpoint < start or \
         checkpoint > ulog.log_end_offset else checkpoint
@@ -219,12 +231,21 @@ def cleanable_offsets(ulog, checkpoint: int | None, now_ms: int) -> tuple[int, i
         if young is not None:
             candidates.append(young.base_offset)
     first_uncleanable = max(min(candidates), first_dirty)
-    max_lag = cfg.get("max.compaction.lag.ms")
-    now_needed = False
-    if dirty and max_lag < 2**63 - 1:
-        earliest = _first_batch_timestamp(dirty[0])
-        now_needed = earliest >= 0 and now_ms - earliest > max_lag
-    return first_dirty, first_uncleanable, now_needed
+    delay = max_compaction_delay(dirty, cfg.get("max.compaction.lag.ms"), now_ms)
+    return first_dirty, first_uncleanable, delay
+
+
+def max_compaction_delay(dirty_segments, max_compaction_lag_ms: int, now_ms: int) -> int:
+    """How long past ``max.compaction.lag.ms`` the oldest dirty record of a log waits, in ms
+    (0 when not late): Kafka's ``LogCleanerManager.maxCompactionDelay``. ``dirty_segments`` are
+    the non-active segments from the first dirty offset; each counts its first batch's
+    timestamp, when positive."""
+    clean_until = now_ms - max(max_compaction_lag_ms, 0)
+    if clean_until <= 0:     # the default lag (Long.MAX_VALUE): never late
+        return 0
+    stamps = [t for t in map(_first_batch_timestamp, dirty_segments) if t > 0]
+    earliest = min(stamps, default=clean_until)
+    return clean_until - earliest if earliest < clean_until else 0
 
 
 def _first_batch_timestamp(seg: LogSegment) -> int:
@@ -245,12 +266,13 @@ def _segment_bytes(segments, lo: int, hi: int) -> int:
 
 def log_to_clean(tp: TopicPartition, ulog, checkpoint: int | None, now_ms: int) -> LogToClean:
     with ulog.lock:
-        first_dirty, first_uncleanable, now_needed = cleanable_offsets(ulog, checkpoint, now_ms)
+        first_dirty, first_uncleanable, delay_ms = _offsets_to_clean(ulog, checkpoint, now_ms)
         segments = ulog.local_log.segments
         clean = _segment_bytes(segments, -1, first_dirty)
         cleanable = _segment_bytes(segments, first_dirty, first_uncleanable) \
             if first_uncleanable > first_dirty else 0
-    return LogToClean(tp, ulog, first_dirty, first_uncleanable, clean, cleanable, now_needed)
+    return LogToClean(tp, ulog, first_dirty, first_uncleanable, clean, cleanable, delay_ms > 0,
+                      delay_ms)
 
 
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
@@ -353,7 +375,7 @@ class Cleaner:
                 self._read(h)
                 if txns.on_batch_read(h, block) or h.is_control:
                     continue
-                for r in rec.decode_batch(block, h):
+                for r in rec.decode_batch(block, h, check_crc=True):
                     stats.map_messages_read += 1
                     if r.key is None or r.offset < start or r.offset >= upper:
                         continue
@@ -420,7 +442,7 @@ class Cleaner:
             keep_empty = last is not None and (
                 h.last_offset == last.last_data_offset if last.last_data_offset is not None
                 else h.is_control and h.producer_epoch == last.producer_epoch)
-            records = rec.decode_batch(block, h)
+            records = rec.decode_batch(block, h, check_crc=True)
             stats.messages_read += len(records)
             retained = []
             tombstones = False
@@ -478,6 +500,28 @@ class Cleaner:
         self.throttler.maybe_throttle(len(out))
 
 
+class PreCleanStats:
+    """What a cleaner thread saw while picking its log (Kafka's ``PreCleanStats``)."""
+
+    def __init__(self):
+        self.max_compaction_delay_ms = 0
+        self.delayed_partitions = 0
+        self.cleanable_partitions = 0
+
+    def update_max_compaction_delay(self, delay_ms: int) -> None:
+        self.max_compaction_delay_ms = max(self.max_compaction_delay_ms, delay_ms)
+        if delay_ms > 0:
+            self.delayed_partitions += 1
+
+    def record_cleanable_partitions(self, n: int) -> None:
+        self.cleanable_partitions = n
+
+
+def _dir_key(log_dir) -> str:
+    """A log dir as Kafka tags it (``logDirectory``): its absolute path."""
+    return os.path.abspath(os.fspath(log_dir))
+
+
 class LogCleaner:
     """The cleaner threads of a broker (Kafka's ``LogCleaner`` + ``LogCleanerManager``).
 
@@ -487,12 +531,20 @@ class LogCleaner:
     (or one past ``max.compaction.lag.ms``) not being cleaned by another thread, cleans it and
     updates the checkpoint; with nothing to clean it waits ``log.cleaner.backoff.ms``.
     ``logs`` is called for the current ``(log dir, partition, UnifiedLog)`` triples.
+
+    A clean that raises anything but an abort (``CleanAborted``) or an I/O error (``OSError``)
+    -- a batch failing its CRC check or its decoding, say -- marks the partition *uncleanable*
+    in its log dir, as Kafka's ``markPartitionUncleanable``: it is logged once with the
+    exception and skipped by ``grab_filthiest`` afterwards, so a thread does not spin on it.
+    The mark is in memory only and goes with that log: deleting the partition, moving it to
+    another log dir (a new log) or restarting the broker clears it (Kafka's
+    ``maintainUncleanablePartitions``). ``log_dir_metrics`` counts them per log dir.
     """
 
     def __init__(self, logs: Callable[[], list[tuple[Path, TopicPartition, object]]], *,
                  threads: int = 1, dedupe_buffer_size: int = 128 * 1024 * 1024,
                  io_max_bytes_per_second: float = float("inf"), backoff_ms: int = 15_000,
-                 clock: Clock = SYSTEM_CLOCK):
+                 clock: Clock = SYSTEM_CLOCK, log_dirs: Iterable[Path] = ()):
         self._logs = logs
         self._threads_n = threads
         self._map_bytes = dedupe_buffer_size // max(threads, 1)
@@ -501,12 +553,18 @@ class LogCleaner:
         self._clock = clock
         self._lock = threading.Lock()
         self._in_progress: set[TopicPartition] = set()
+        # log dir (absolute) -> partition -> the log marked uncleanable (Kafka's
+        # uncleanablePartitions); the log is kept so a new log of the partition is not skipped
+        self._uncleanable: dict[str, dict[TopicPartition, object]] = {}
+        self._log_dirs = [_dir_key(d) for d in log_dirs]   # gauges from startup, as Kafka
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # metrics (Kafka's kafka.log:type=LogCleaner and LogCleanerManager)
         self.max_dirty_percent = 0
         self.last_stats: CleanerStats | None = None
         self.last_run_ms = clock.milliseconds()
+        # per cleaner thread, its last pick's PreCleanStats (Kafka's lastPreCleanStats)
+        self._pre_clean_stats: dict[int, PreCleanStats] = {}
 
     # ---- checkpoints --------------------------------------------------------------------------
 
@@ -522,37 +580,106 @@ class LogCleaner:
             offsets[tp] = offset
             f.write(offsets)
 
+    # ---- uncleanable partitions ---------------------------------------------------------------
+
+    def mark_partition_uncleanable(self, log_dir, tp: TopicPartition, ulog=None) -> None:
+        """Kafka's ``markPartitionUncleanable``: skip ``tp`` in ``log_dir`` from now on (``ulog``
+        defaults to its current log there; a partition no longer there is not marked)."""
+        if ulog is None:
+            key = _dir_key(log_dir)
+            ulog = next((u for d, p, u in self._logs() if p == tp and _dir_key(d) == key), None)
+            if ulog is None:
+                return
+        with self._lock:
+            self._mark_uncleanable_locked(log_dir, tp, ulog)
+
+    def _mark_uncleanable_locked(self, log_dir, tp: TopicPartition, ulog) -> None:
+        self._uncleanable.setdefault(_dir_key(log_dir), {})[tp] = ulog
+
+    def uncleanable_partitions(self, log_dir) -> set[TopicPartition]:
+        """The partitions marked uncleanable in ``log_dir``."""
+        with self._lock:
+            return set(self._uncleanable.get(_dir_key(log_dir), ()))
+
+    def _is_uncleanable_locked(self, log_dir, tp: TopicPartition, ulog) -> bool:
+        return self._uncleanable.get(_dir_key(log_dir), {}).get(tp) is ulog
+
+    def maintain_uncleanable_partitions(self) -> None:
+        """Kafka's ``maintainUncleanablePartitions``: forget the partitions whose log is gone."""
+        if not self._uncleanable:
+            return
+        current = self._logs()
+        with self._lock:
+            self._prune_uncleanable_locked(current)
+
+    def _prune_uncleanable_locked(self, current) -> None:
+        if not self._uncleanable:
+            return
+        live = {(_dir_key(d), tp): ulog for d, tp, ulog in current}
+        for log_dir, partitions in list(self._uncleanable.items()):
+            for tp, ulog in list(partitions.items()):
+                if live.get((log_dir, tp)) is not ulog:
+                    del partitions[tp]
+                    log.info("%s in %s is no longer uncleanable: its log was deleted or moved",
+                             tp, log_dir)
+            if not partitions:
+                del self._uncleanable[log_dir]
+
     # ---- picking and cleaning -----------------------------------------------------------------
 
-    def grab_filthiest(self) -> tuple[Path, LogToClean] | None:
-        """The dirtiest compacted log eligible now, marked in progress (or None)."""
+    def grab_filthiest(self, pre_clean_stats: PreCleanStats | None = None
+                       ) -> tuple[Path, LogToClean] | None:
+        """The dirtiest compacted log eligible now, marked in progress (or None); skips the
+        partitions marked uncleanable (Kafka's ``grabFilthiestCompactedLog``)."""
+        stats = pre_clean_stats if pre_clean_stats is not None else PreCleanStats()
         now = self._clock.milliseconds()
         checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         best: tuple[Path, LogToClean] | None = None
         max_ratio = 0.0
+        cleanable_n = 0
         with self._lock:
-            for log_dir, tp, ulog in self._logs():
-                if tp in self._in_progress or not ulog.config.is_compacted:
+            current = self._logs()
+            self._prune_uncleanable_locked(current)
+            for log_dir, tp, ulog in current:
+                if tp in self._in_progress or not ulog.config.is_compacted or \
+                        self._is_uncleanable_locked(log_dir, tp, ulog):
                     continue
-                if log_dir not in checkpoints:
-                    checkpoints[log_dir] = self.checkpoint_file(log_dir).read()
-                ltc = log_to_clean(tp, ulog, checkpoints[log_dir].get(tp), now)
+                try:
+                    if log_dir not in checkpoints:
+                        checkpoints[log_dir] = self.checkpoint_file(log_dir).read()
+                    ltc = log_to_clean(tp, ulog, checkpoints[log_dir].get(tp), now)
+                except OSError as exc:   # e.g. the partition being deleted: try next time
+                    log.warning("cannot compute the cleanable range of %s: %s", tp, exc)
+                    continue
+                except Exception:  # noqa: BLE001 - Kafka's LogCleaningException from the pick
+                    log.warning("Failed to calculate log cleaning stats for partition %s in %s. "
+                                "Marking it as uncleanable", tp, log_dir, exc_info=True)
+                    self._mark_uncleanable_locked(log_dir, tp, ulog)
+                    continue
+                stats.update_max_compaction_delay(ltc.compaction_delay_ms)
                 max_ratio = max(max_ratio, ltc.cleanable_ratio)
                 eligible = ltc.cleanable_bytes > 0 and (
                     ltc.needs_compaction_now or
                     ltc.cleanable_ratio >= ulog.config.get("min.cleanable.dirty.ratio"))
-                if eligible and (best is None or ltc.cleanable_ratio > best[1].cleanable_ratio):
+                if not eligible:
+                    continue
+                cleanable_n += 1
+                if best is None or ltc.cleanable_ratio > best[1].cleanable_ratio:
                     best = (log_dir, ltc)
             self.max_dirty_percent = int(100 * max_ratio)
             if best is not None:
+                stats.record_cleanable_partitions(cleanable_n)
                 self._in_progress.add(best[1].topic_partition)
         return best
 
     def clean_once(self, cleaner: Cleaner) -> bool:
-        """Clean the filthiest log, if any; True when one was cleaned."""
-        picked = self.grab_filthiest()
+        """Clean the filthiest log, if any; True when one was cleaned (or the clean aborted),
+        False when there was none or its clean failed and marked it uncleanable."""
+        pre_clean = PreCleanStats()
+        picked = self.grab_filthiest(pre_clean)
         if picked is None:
             return False
+        self._pre_clean_stats[threading.get_ident()] = pre_clean   # Kafka: only on a pick
         log_dir, ltc = picked
         try:
             end, stats = cleaner.clean(ltc)
@@ -560,10 +687,21 @@ class LogCleaner:
             self.last_stats = stats
             log.info("cleaned %s up to %d: %d -> %d bytes in %.2fs", ltc.topic_partition, end,
                      stats.bytes_read, stats.bytes_written, stats.elapsed_s)
+            if pre_clean.delayed_partitions > 0:
+                log.info("Cleanable partitions: %d, Delayed partitions: %d, max delay: %d",
+                         pre_clean.cleanable_partitions, pre_clean.delayed_partitions,
+                         pre_clean.max_compaction_delay_ms)
         except CleanAborted as exc:
             log.info("clean aborted: %s", exc)
         except OSError as exc:   # e.g. the partition deleted meanwhile
             log.warning("cleaning %s failed: %s", ltc.topic_partition, exc)
+        except Exception:  # noqa: BLE001 - Kafka's LogCleaningException: mark, never spin on it
+            log.warning("Unexpected exception thrown when cleaning log %s. Marking its partition "
+                        "(%s) as uncleanable in %s", ltc.log.directory, ltc.topic_partition,
+                        _dir_key(log_dir), exc_info=True)
+            with self._lock:   # before leaving in progress: no other thread picks it meanwhile
+                self._mark_uncleanable_locked(log_dir, ltc.topic_partition, ltc.log)
+            return False
         finally:
             with self._lock:
                 self._in_progress.discard(ltc.topic_partition)
@@ -577,18 +715,25 @@ class LogCleaner:
         is false)."""
         if str(props.get("log.cleaner.enable", "true")).strip().lower() != "true":
             return None
+        log_dirs = [Path(d.strip()) for d in str(props.get(
+            "log.dirs", props.get("log.dir", "/tmp/kafka-logs"))).split(",") if d.strip()]
         return cls(logs, threads=int(props.get("log.cleaner.threads", 1)),
                    dedupe_buffer_size=int(props.get("log.cleaner.dedupe.buffer.size", 128 << 20)),
                    io_max_bytes_per_second=float(props.get(
                        "log.cleaner.io.max.bytes.per.second", 1.7976931348623157e308)),
-                   backoff_ms=int(props.get("log.cleaner.backoff.ms", 15_000)), clock=clock)
+                   backoff_ms=int(props.get("log.cleaner.backoff.ms", 15_000)), clock=clock,
+                   log_dirs=log_dirs)
 
     def metrics(self) -> dict[str, float]:
         """Kafka's LogCleaner / LogCleanerManager gauges, by their JMX attribute names."""
         stats = self.last_stats
         now = self._clock.milliseconds()
+        # Kafka: the max over the cleaner threads of their last pick's delay, in whole seconds
+        delay_ms = max((s.max_compaction_delay_ms for s in list(self._pre_clean_stats.values())),
+                       default=0)
         out = {"max-dirty-percent": self.max_dirty_percent,
                "time-since-last-run-ms": now - self.last_run_ms,
+               "max-compaction-delay-secs": int(delay_ms) // 1000,
                "DeadThreadCount": sum(1 for t in self._threads if not t.is_alive())}
         if stats is not None:
             out["max-clean-time-secs"] = stats.elapsed_s
@@ -597,12 +742,35 @@ class LogCleaner:
                 100 * stats.bytes_written / stats.bytes_read) if stats.bytes_read else 0
         return out
 
+    def log_dir_metrics(self) -> dict[str, dict[str, float]]:
+        """Kafka's per log dir LogCleanerManager gauges (tag ``logDirectory``, the absolute
+        path): ``uncleanable-partitions-count`` and ``uncleanable-bytes``, the cleanable bytes of
+        the uncleanable partitions. ``{gauge: {log dir: value}}``."""
+        current = self._logs()
+        with self._lock:
+            self._prune_uncleanable_locked(current)
+            marked = {d: dict(parts) for d, parts in self._uncleanable.items()}
+            checkpoints = {d: self.checkpoint_file(d).read() for d in marked}
+        dirs = set(self._log_dirs) | {_dir_key(d) for d, _, _ in current} | set(marked)
+        count = dict.fromkeys(dirs, 0)
+        size = dict.fromkeys(dirs, 0)
+        now = self._clock.milliseconds()
+        for d, partitions in marked.items():
+            count[d] = len(partitions)
+            for tp, ulog in partitions.items():
+                try:
+                    size[d] += log_to_clean(tp, ulog, checkpoints[d].get(tp), now).cleanable_bytes
+                except Exception:  # noqa: BLE001 - it is uncleanable: its bytes may not be read
+                    pass
+        return {"uncleanable-partitions-count": count, "uncleanable-bytes": size}
+
     def _run(self) -> None:
         cleaner = Cleaner(OffsetMap(self._map_bytes), self._throttler, self._clock, self._stop)
         while not self._stop.is_set():
             try:
                 if not self.clean_once(cleaner):
                     self._stop.wait(self._backoff_s)
+                self.maintain_uncleanable_partitions()
             except Exception:  # noqa: BLE001 - Kafka marks the thread dead; we log and back off
                 log.exception("log cleaner thread error")
                 self._stop.wait(self._backoff_s)

@@ -407,3 +407,184 @@ def test_a_reader_never_finds_a_gap_while_cleaned_segments_are_swapped_in(tmp_pa
     assert cleaner.clean_once(Cleaner(OffsetMap(1 << 20), clock=clock))
     assert len(seen) > 1 and all(ok for _, ok in seen), seen
     assert [r[1:] for r in stored_records(ulog)] == [(b"k0", b"57"), (b"k1", b"58"), (b"k2", b"59")]
+
+
+# ---- uncleanable partitions and max-compaction-delay-secs (Kafka's LogCleanerManager) --------
+
+def corrupt_first_batch(ulog: UnifiedLog) -> bytes:
+    """Flip a byte of the first batch's last record, so its CRC no longer matches; returns the
+    first segment's bytes after the flip."""
+    seg = ulog.local_log.segments[0]
+    with open(seg.log_path, "r+b") as f:
+        h = rec.read_header(f.read(rec.HEADER_SIZE), 0)
+        f.seek(h.size - 2)
+        byte = f.read(1)[0]
+        f.seek(h.size - 2)
+        f.write(bytes([byte ^ 0xFF]))
+        f.seek(0)
+        return f.read()
+
+
+def dirty_log(directory: Path, clock: MockClock, partition: int, n: int = 20, **kw) -> UnifiedLog:
+    ulog = UnifiedLog(directory / f"compacted-{partition}", compacted_config(**kw), clock=clock)
+    append(ulog, [[(b"k%d" % (i % 3), b"v%d" % i)] for i in range(n)])
+    ulog.roll()
+    return ulog
+
+
+def uncleanable_warnings(caplog) -> list:
+    return [r for r in caplog.records
+            if r.levelname == "WARNING" and "uncleanable" in r.getMessage()]
+
+
+def test_a_partition_whose_clean_hits_a_corrupt_batch_is_marked_uncleanable_counted_and_skipped(
+        tmp_path, caplog):
+    import logging
+    from prometheus_client import CollectorRegistry, generate_latest
+    from strata.common.errors import CorruptRecordError
+    from strata.server.log_cleaner_metrics import LogCleanerCollector
+    caplog.set_level(logging.INFO, logger="strata.log.log_cleaner")
+    clock = MockClock(T0)
+    bad, good = dirty_log(tmp_path, clock, 0), dirty_log(tmp_path, clock, 1)
+    bad_tp, good_tp = TopicPartition("compacted", 0), TopicPartition("compacted", 1)
+    corrupted = corrupt_first_batch(bad)
+    first_segment = bad.local_log.segments[0].log_path
+    bad_bytes = sum(s.size for s in bad.local_log.segments[:-1])
+    logs = [(tmp_path, bad_tp, bad), (tmp_path, good_tp, good)]   # equally dirty: bad first
+    cleaner = LogCleaner(lambda: logs, clock=clock)
+    worker = Cleaner(OffsetMap(1 << 20), clock=clock)
+
+    assert not cleaner.clean_once(worker)     # the clean raised: marked, not retried at once
+    assert cleaner.uncleanable_partitions(tmp_path) == {bad_tp}
+    [warning] = uncleanable_warnings(caplog)
+    assert warning.exc_info and isinstance(warning.exc_info[1], CorruptRecordError)
+    assert "compacted-0" in warning.getMessage()
+    assert first_segment.read_bytes() == corrupted           # left as it was
+    assert not list(bad.directory.glob("*.cleaned"))
+
+    assert cleaner.clean_once(worker)         # the other compacted partition is still cleaned
+    assert stored_records(good) == [(17, b"k2", b"v17"), (18, b"k0", b"v18"), (19, b"k1", b"v19")]
+    assert not cleaner.clean_once(worker)     # the uncleanable one is skipped from now on
+    assert not cleaner.clean_once(worker)
+    assert len(uncleanable_warnings(caplog)) == 1            # logged once
+    assert first_segment.read_bytes() == corrupted
+    assert cleaner.uncleanable_partitions(tmp_path) == {bad_tp}
+    assert cleaner.metrics()["max-dirty-percent"] == 0       # its dirt is not counted either
+
+    log_dir = str(tmp_path.absolute())
+    assert cleaner.log_dir_metrics() == {"uncleanable-partitions-count": {log_dir: 1},
+                                         "uncleanable-bytes": {log_dir: bad_bytes}}
+    registry = CollectorRegistry()
+    registry.register(LogCleanerCollector(cleaner))
+    text = generate_latest(registry).decode()
+    assert f'kafka_log_LogCleanerManager_uncleanable_partitions_count{{logDirectory="{log_dir}"}} ' \
+        f'1.0' in text
+    assert f'kafka_log_LogCleanerManager_uncleanable_bytes{{logDirectory="{log_dir}"}} ' \
+        f'{float(bad_bytes)}' in text
+
+
+def test_an_uncleanable_mark_goes_with_its_log_deleted_recreated_or_a_broker_restart(tmp_path):
+    import shutil
+    clock = MockClock(T0)
+    bad = dirty_log(tmp_path, clock, 0)
+    corrupt_first_batch(bad)
+    logs = [(tmp_path, TP, bad)]
+    cleaner = LogCleaner(lambda: logs, clock=clock, log_dirs=[tmp_path, tmp_path / "other"])
+    worker = Cleaner(OffsetMap(1 << 20), clock=clock)
+    assert not cleaner.clean_once(worker)
+    assert cleaner.uncleanable_partitions(tmp_path) == {TP}
+    counts = cleaner.log_dir_metrics()["uncleanable-partitions-count"]
+    assert counts == {str(tmp_path.absolute()): 1, str((tmp_path / "other").absolute()): 0}
+
+    # a broker restart: a new cleaner tries the partition again (and marks it again)
+    restarted = LogCleaner(lambda: logs, clock=clock)
+    assert restarted.grab_filthiest() is not None
+    restarted._in_progress.clear()
+    assert not restarted.clean_once(worker)
+    assert restarted.uncleanable_partitions(tmp_path) == {TP}
+
+    # the partition deleted: the mark goes, and is not counted any more
+    logs.clear()
+    bad.close()
+    shutil.rmtree(bad.directory)
+    cleaner.maintain_uncleanable_partitions()
+    assert cleaner.uncleanable_partitions(tmp_path) == set()
+    assert cleaner.log_dir_metrics()["uncleanable-partitions-count"][str(tmp_path.absolute())] \
+        == 0
+    # ...and the partition created again is cleaned as any other
+    logs.append((tmp_path, TP, dirty_log(tmp_path, clock, 0)))
+    assert restarted.clean_once(worker)      # a new log of the partition: not skipped
+    assert [k for _, k, _ in stored_records(logs[0][2])] == [b"k2", b"k0", b"k1"]
+
+
+def test_a_cleaner_thread_does_not_spin_on_an_uncleanable_partition(tmp_path, monkeypatch):
+    import time
+    clock = MockClock(T0)
+    bad, good = dirty_log(tmp_path, clock, 0), dirty_log(tmp_path, clock, 1)
+    corrupt_first_batch(bad)
+    attempts = []
+    clean = Cleaner.clean
+
+    def counted(self, ltc):
+        attempts.append(ltc.topic_partition.partition)
+        return clean(self, ltc)
+    monkeypatch.setattr(Cleaner, "clean", counted)
+    cleaner = LogCleaner.from_properties(
+        {"log.cleaner.backoff.ms": "5", "log.dirs": str(tmp_path)},
+        lambda: [(tmp_path, TopicPartition("compacted", 0), bad),
+                 (tmp_path, TopicPartition("compacted", 1), good)], clock=clock)
+    cleaner.startup()
+    try:
+        deadline = time.monotonic() + 30
+        while len(stored_records(good)) > 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)     # 60 backoffs: a thread retrying the corrupt log would show here
+    finally:
+        cleaner.shutdown()
+    assert len(stored_records(good)) == 3
+    assert attempts.count(0) == 1 and attempts.count(1) == 1
+    assert cleaner.metrics()["DeadThreadCount"] == 0
+    assert cleaner.log_dir_metrics()["uncleanable-partitions-count"] == \
+        {str(tmp_path.absolute()): 1}
+
+
+def test_max_compaction_delay_secs_is_how_late_the_last_pick_found_the_oldest_dirty_record(
+        tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from strata.server.log_cleaner_metrics import LogCleanerCollector
+    clock = MockClock(T0)
+    late = UnifiedLog(tmp_path / "compacted-0",
+                      compacted_config(max_compaction_lag_ms=1000, min_cleanable_dirty_ratio=0.1),
+                      clock=clock)
+    append(late, [[(b"k", b"%d" % i)] for i in range(3)])     # records stamped T0
+    late.roll()
+    on_time = dirty_log(tmp_path, clock, 1)                   # no max.compaction.lag.ms
+    logs = [(tmp_path, TopicPartition("compacted", 1), on_time),    # picked first
+            (tmp_path, TopicPartition("compacted", 0), late)]
+    cleaner = LogCleaner(lambda: logs, clock=clock)
+    worker = Cleaner(OffsetMap(1 << 20), clock=clock)
+    assert cleaner.metrics()["max-compaction-delay-secs"] == 0
+
+    clock.advance_ms(10_500)       # 9.5 s past the 1 s lag
+    assert log_to_clean(TopicPartition("compacted", 0), late, None,
+                        clock.milliseconds()).compaction_delay_ms == 9_500
+    assert log_to_clean(TopicPartition("compacted", 1), on_time, None,
+                        clock.milliseconds()).compaction_delay_ms == 0
+    assert cleaner.clean_once(worker)      # on_time cleaned; late was seen 9.5 s late
+    assert cleaner.metrics()["max-compaction-delay-secs"] == 9     # whole seconds, as Kafka
+    registry = CollectorRegistry()
+    registry.register(LogCleanerCollector(cleaner))
+    assert "kafka_log_LogCleaner_max_compaction_delay_secs 9.0" in \
+        generate_latest(registry).decode()
+
+    assert cleaner.clean_once(worker)      # late cleaned: still 9.5 s late when picked
+    assert cleaner.metrics()["max-compaction-delay-secs"] == 9
+    assert not cleaner.clean_once(worker)
+    assert cleaner.metrics()["max-compaction-delay-secs"] == 9     # no pick: the last one's
+    # dirty again with a fresh record: the next pick finds nothing late
+    late.append_as_leader(build_batch([SimpleRecord(b"new", b"k",
+                                                    timestamp=clock.milliseconds())]), 0)
+    late.update_high_watermark(late.log_end_offset)
+    late.roll()
+    assert cleaner.clean_once(worker)
+    assert cleaner.metrics()["max-compaction-delay-secs"] == 0
