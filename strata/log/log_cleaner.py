@@ -373,15 +373,18 @@ class Cleaner:
                     return
                 stats.map_bytes_read += h.size
                 self._read(h)
-                if txns.on_batch_read(h, block) or h.is_control:
-                    continue
-                for r in rec.decode_batch(block, h, check_crc=True):
-                    stats.map_messages_read += 1
-                    if r.key is None or r.offset < start or r.offset >= upper:
-                        continue
-                    if offset_map.is_full():
-                        return
-                    offset_map.put(r.key, r.offset)
+                if not (txns.on_batch_read(h, block) or h.is_control):
+                    for r in rec.decode_batch(block, h, check_crc=True):
+                        stats.map_messages_read += 1
+                        if r.key is None or r.offset < start or r.offset >= upper:
+                            continue
+                        if offset_map.is_full():
+                            return
+                        offset_map.put(r.key, r.offset)
+                # markers, aborted and keyless batches count as read too (Kafka's
+                # updateLatestOffset): the clean then ends past them, else a log whose dirty
+                # part ends with a marker stays dirty and is picked again at once, forever
+                offset_map.latest_offset = max(offset_map.latest_offset, min(h.last_offset, upper - 1))
 
     # ---- rewriting a group --------------------------------------------------------------------
 

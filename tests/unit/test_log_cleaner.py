@@ -588,3 +588,27 @@ def test_max_compaction_delay_secs_is_how_late_the_last_pick_found_the_oldest_di
     late.roll()
     assert cleaner.clean_once(worker)
     assert cleaner.metrics()["max-compaction-delay-secs"] == 0
+
+
+def test_a_clean_ends_past_a_trailing_transaction_marker_so_an_idle_log_is_not_picked_again(tmp_path):
+    """Kafka's updateLatestOffset: markers count as read. Before, the clean ended at the last
+    keyed record, the marker stayed dirty and a cleaner thread re-cleaned the idle log at once,
+    in a loop (exactly-once Kafka Connect's offsets topic: 530 identical cleans in a row)."""
+    from strata.log.producer_state import AppendOrigin
+    clock = MockClock(T0)
+    ulog = open_log(tmp_path, clock)
+    for seq in range(3):
+        ulog.append_as_leader(build_batch([SimpleRecord(b"v%d" % seq, b"k", timestamp=T0)],
+                                          producer_id=5, producer_epoch=0, base_sequence=seq,
+                                          transactional=True), 0)
+        ulog.append_as_leader(rec.build_control_batch(rec.CONTROL_COMMIT, producer_id=5,
+                                                      producer_epoch=0, timestamp=T0),
+                              0, origin=AppendOrigin.COORDINATOR)
+    ulog.update_high_watermark(ulog.log_end_offset)
+    ulog.roll()
+    end = clean(ulog, clock)
+    assert end == 6                          # past the last marker (offset 5)
+    again = log_to_clean(TP, ulog, end, clock.milliseconds())
+    assert again.first_dirty_offset == again.first_uncleanable_offset   # nothing left to clean
+    assert [(r.key, r.value) for h, rs in stored(ulog) if not h.is_control for r in rs] == \
+        [(b"k", b"v2")]
