@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-replication bench-rejoin faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-replication bench-transactions bench-rejoin faults test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ bench-log: venv
 bench-cleaner: venv
 	$(PY) -m strata.bench.cleaner
 
+# Broker restart time with 1M offset commits in __consumer_offsets, before and after the log
+# cleaner compacts it (issue 28), 3 rounds each; results are copied into docs/benchmarks.md by hand.
+bench-offsets-restart: venv
+	$(PY) -m strata.bench.offsets_restart --rounds 3
+
 # Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
 # writes its section of docs/benchmarks.md and the charts under docs/benchmarks/.
 bench: venv kafka-dist
@@ -85,6 +90,13 @@ bench-failover: venv system-deps kafka-dist
 bench-replication: venv system-deps kafka-dist
 	$(PY) -m strata.bench.replication --system kafka --rounds 3 --json docs/benchmarks/replication-kafka.json
 	$(PY) -m strata.bench.replication --system strata --rounds 3 --json docs/benchmarks/replication-strata.json
+
+# Kafka transactions on one broker (issue 29): transactions/s of 1,000-record transactions and
+# read_committed (and read_uncommitted) consume throughput over committed and partly aborted
+# data, Strata and Kafka 4.x, 3 rounds each; results are copied into docs/benchmarks.md by hand.
+bench-transactions: venv kafka-dist
+	$(PY) -m strata.bench.transactions --system kafka --rounds 3 --json docs/benchmarks/transactions-kafka.json
+	$(PY) -m strata.bench.transactions --system strata --rounds 3 --json docs/benchmarks/transactions-strata.json
 
 # A replaced follower (log dir wiped, same id) rejoining the ISR of a 1 GiB topic, tiered and not
 # (KIP-405's test case 3; tiered: KIP-1023 off and on alternately), Strata and Kafka 4.x;
