@@ -57,6 +57,12 @@ faults: venv system-deps
 	STRATA_REPLICATION_ROUNDS=$${STRATA_REPLICATION_ROUNDS:-120} \
 		$(VENV)/bin/pytest -q -m faults tests/integration/test_replication.py
 
+# The transactions fault loop: STRATA_TXN_KILLS (30) SIGKILLs of the transaction coordinator and
+# of output partition leaders under an exactly-once consume-transform-produce loop; ~8 minutes.
+faults-txn: venv system-deps
+	STRATA_TXN_KILLS=$${STRATA_TXN_KILLS:-30} \
+		$(VENV)/bin/pytest -q -m faults tests/integration/test_transactions_cluster.py
+
 bench-log: venv
 	$(PY) -m strata.bench.log_bench
 

@@ -197,28 +197,31 @@ class ReplicaOffsetsLog:
                              f"{ErrorCode(result.error).name}", code=ErrorCode(result.error))
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        """Committed keyed records (read_committed), oldest first."""
+        """Committed keyed records (read_committed) up to the log end, oldest first: as
+        Kafka's coordinators load, a new leader's records above its lagging high watermark
+        were acknowledged and are its own (it never truncates them while it leads)."""
         ulog = self.replica_manager.get_log(TopicPartition(self.topic, partition))
         if ulog is None:
             return
-        for record in read_committed(ulog, chunk_bytes=self.chunk_bytes):
+        for record in read_committed(ulog, chunk_bytes=self.chunk_bytes, to_log_end=True):
             if record.key is not None:
                 yield record.key, record.value
 
     def replay_batches(self, partition: int) -> Iterator[ReplayRecord | ReplayMarker]:
         """Every keyed data record and every transaction marker from the log start offset to
-        the high watermark as it is when the walk starts, in log order (records of aborted
-        and open transactions included: the caller resolves them, as Kafka's loaders do).
+        the log end as it is when the walk starts (see ``replay``), in log order (records of
+        aborted and open transactions included: the caller resolves them, as Kafka's loaders
+        do).
 
         A control batch the cleaner emptied carries no marker and is skipped, as in Kafka."""
         ulog = self.replica_manager.get_log(TopicPartition(self.topic, partition))
         if ulog is None:
             return
         start = max(ulog.log_start_offset, ulog.local_log_start_offset)
-        end = ulog.high_watermark
+        end = ulog.log_end_offset
         offset = start
         while offset < end:
-            data = ulog.read(offset, self.chunk_bytes, FetchIsolation.HIGH_WATERMARK, True).records
+            data = ulog.read(offset, self.chunk_bytes, FetchIsolation.LOG_END, True).records
             if not data:
                 break
             next_offset = offset

@@ -25,19 +25,24 @@ DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 
 def read_committed(ulog: UnifiedLog, start_offset: int = 0, *,
-                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[rec.Record]:
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                   to_log_end: bool = False) -> Iterator[rec.Record]:
     """Committed records of ``ulog`` at offsets >= ``start_offset`` (raised to the first
-    local offset) below the high watermark as it is when the walk starts.
+    local offset) below the high watermark as it is when the walk starts; with
+    ``to_log_end``, below the log end offset (a coordinator loading the log it now leads:
+    a new leader's high watermark lags its log end until the followers fetch again, and what
+    it holds there was acknowledged).
 
     A transaction that began before ``start_offset`` is seen only from ``start_offset`` on:
     start at a point where no transaction is open to see whole transactions.
     """
     start = max(start_offset, ulog.log_start_offset, ulog.local_log_start_offset)
-    end = ulog.high_watermark
+    isolation = FetchIsolation.LOG_END if to_log_end else FetchIsolation.HIGH_WATERMARK
+    end = ulog.log_end_offset if to_log_end else ulog.high_watermark
     offset = start
     pending: dict[int, list[rec.Record]] = {}
     while offset < end:
-        data = ulog.read(offset, chunk_bytes, FetchIsolation.HIGH_WATERMARK, True).records
+        data = ulog.read(offset, chunk_bytes, isolation, True).records
         if not data:
             break
         next_offset = offset

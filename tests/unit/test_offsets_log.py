@@ -157,3 +157,21 @@ def test_a_coordinator_on_a_restarted_broker_finds_its_committed_offsets(tmp_pat
     result = run(fetch())
     assert result.error == ErrorCode.NONE
     assert result.offsets[("t", 0)][:3] == (42, 3, "meta")
+
+
+def test_a_new_leader_replays_up_to_its_log_end_not_its_lagging_high_watermark(broker):
+    """Kafka's loaders read to the log end: a broker just elected leader has a high watermark
+    one follower fetch behind its log end, and the records in between were acknowledged (a
+    PrepareCommit, an offset commit). Before, a coordinator failed over right after a commit
+    loaded the state before it: a committed transaction was then aborted on timeout."""
+    for log in (broker.offsets_log(), ReplicaOffsetsLog.for_transaction_state(
+            broker.replica_manager, broker.metadata, {"transaction.state.log.num.partitions": "2"})):
+        log.ensure_topic()
+        run(log.append(0, [(b"k", b"old")]))
+        ulog = broker.replica_manager.get_log(TopicPartition(log.topic, 0))
+        acknowledged = ulog.high_watermark
+        run(log.append(0, [(b"k", b"new")]))
+        ulog.update_high_watermark(acknowledged)   # as on a replica that just became leader
+        assert ulog.high_watermark < ulog.log_end_offset
+        assert list(log.replay(0)) == [(b"k", b"old"), (b"k", b"new")]
+        assert [(r.key, r.value) for r in log.replay_batches(0)] == [(b"k", b"old"), (b"k", b"new")]
