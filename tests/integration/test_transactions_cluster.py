@@ -115,11 +115,12 @@ def create(cluster, name: str, count: int) -> None:
         m.leader >= 0 for m in partitions(running(cluster), name, timeout=2).values()))
 
 
-def txn_coordinator(cluster, transactional_id: str, via=None) -> int:
-    """FindCoordinator key type 1 (transaction), asked of ``via`` (else a running broker)."""
+def txn_coordinator(cluster, transactional_id: str, via=None, key_type: int = 1) -> int:
+    """FindCoordinator key type 1 (transaction; 0: group), asked of ``via`` (else a running
+    broker)."""
     asked = via or next(b for b in cluster.brokers if b.running)
     resp = roundtrip(asked.bootstrap, FindCoordinatorRequest(
-        key_type=i8(1), coordinator_keys=(transactional_id,)), FindCoordinatorResponse, 5)
+        key_type=i8(key_type), coordinator_keys=(transactional_id,)), FindCoordinatorResponse, 5)
     (c,) = resp.coordinators
     assert c.error_code == ErrorCode.NONE, c
     return int(c.node_id)
@@ -511,6 +512,37 @@ def test_a_commit_survives_the_coordinators_sigkill_right_after_it_returns(clust
     finally:
         victim.start()
         healthy(cluster)
+
+
+def test_a_committed_offset_survives_the_group_coordinators_sigkill_right_after_it(cluster):
+    """OffsetCommit answers once the record is on the ISR; the coordinator is SIGKILLed as soon
+    as the commit returns, three times: the next leader of the group's ``__consumer_offsets``
+    partition loads it up to its log end (its high watermark still lags one follower fetch)
+    and serves exactly the last commit. Loading to the high watermark came back one commit
+    behind, 3 times out of 3."""
+    topic, group = "offsets-failover", "offsets-failover-group"
+    create(cluster, topic, 1)
+    for round_ in range(3):
+        consumer = Consumer({"bootstrap.servers": running(cluster), "group.id": group,
+                             "enable.auto.commit": False})
+        try:
+            for offset in (10 * round_ + 5, 10 * round_ + 10):
+                consumer.commit(offsets=[CTopicPartition(topic, 0, offset)], asynchronous=False)
+        finally:
+            consumer.close()
+        coordinator = txn_coordinator(cluster, group, key_type=0)
+        victim = cluster.broker(coordinator)
+        victim.kill()
+        try:
+            survivor = next(b for b in cluster.brokers if b.running)
+            wait_for("a new group coordinator", lambda: (
+                c := txn_coordinator(cluster, group, via=survivor, key_type=0)) != coordinator
+                and c)
+            assert wait_for("the group's offsets", lambda: group_offsets(
+                cluster, group, topic, 1)) == {0: 10 * round_ + 10}
+        finally:
+            victim.start()
+            healthy(cluster)
 
 
 @pytest.mark.parametrize("kills", [
