@@ -1,4 +1,5 @@
-"""What the group handlers share: the coordinator, the caller's address, timeouts in ms."""
+"""What the group handlers share: the coordinator, the caller's address, timeouts in ms, and
+the request/response sides of OffsetCommit and TxnOffsetCommit."""
 
 from __future__ import annotations
 
@@ -41,3 +42,34 @@ def millis(value, default: int | None = None) -> int | None:
     if isinstance(value, datetime.timedelta):
         return value // _ONE_MS
     return int(value)
+
+
+def offsets_to_commit(ctx, body) -> tuple[dict, list]:
+    """An (Txn)OffsetCommit request's partitions: UNKNOWN_TOPIC_OR_PARTITION for those that do
+    not exist, ``OffsetCommitPartition``s for the others."""
+    from strata.coordinator.group_coordinator import OffsetCommitPartition
+    from strata.coordinator.offsets_records import NO_LEADER_EPOCH
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    valid: list = []
+    for t in body.topics:
+        info = ctx.metadata.topic(t.name)
+        for p in t.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            valid.append(OffsetCommitPartition(
+                t.name, p.partition_index, p.committed_offset,
+                getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH), p.committed_metadata))
+    return errors, valid
+
+
+def commit_response(rc, body, errors: dict):
+    """The (Txn)OffsetCommit response: a code per requested partition, in request order."""
+    from strata.protocol.codec import kio_error_code, make
+    return make(rc, topics=tuple(
+        make(rc, "topics", name=t.name, partitions=tuple(
+            make(rc, "topics.partitions", partition_index=p.partition_index,
+                 error_code=kio_error_code(errors.get((t.name, p.partition_index),
+                                                      ErrorCode.NONE)))
+            for p in t.partitions))
+        for t in body.topics))

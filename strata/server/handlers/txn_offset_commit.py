@@ -16,33 +16,15 @@ client and the transaction coordinator, not here.
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
-from strata.coordinator.group_coordinator import (
-    NO_GENERATION,
-    UNKNOWN_MEMBER_ID,
-    OffsetCommitPartition,
-)
-from strata.coordinator.offsets_records import NO_LEADER_EPOCH
-from strata.protocol.codec import kio_error_code, make, response_class
-
-
-def _exists(ctx, topic: str, partition: int) -> bool:
-    info = ctx.metadata.topic(topic)
-    return info is not None and 0 <= partition < info.partitions
+from strata.coordinator.group_coordinator import NO_GENERATION, UNKNOWN_MEMBER_ID
+from strata.protocol.codec import response_class
+from strata.server.handlers.group_common import commit_response, offsets_to_commit
 
 
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    valid: list[OffsetCommitPartition] = []
-    for t in body.topics:
-        for p in t.partitions:
-            if not _exists(ctx, t.name, p.partition_index):
-                errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            valid.append(OffsetCommitPartition(
-                t.name, p.partition_index, p.committed_offset,
-                getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH), p.committed_metadata))
+    errors, valid = offsets_to_commit(ctx, body)
     if valid:
         gc = ctx.group_coordinator
         if gc is None:
@@ -59,11 +41,4 @@ async def handle(ctx, request):
         errors = {tp: (ErrorCode.COORDINATOR_NOT_AVAILABLE
                        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else code)
                   for tp, code in errors.items()}
-    topics = tuple(
-        make(rc, "topics", name=t.name, partitions=tuple(
-            make(rc, "topics.partitions", partition_index=p.partition_index,
-                 error_code=kio_error_code(errors.get((t.name, p.partition_index),
-                                                      ErrorCode.NONE)))
-            for p in t.partitions))
-        for t in body.topics)
-    return make(rc, topics=topics)
+    return commit_response(rc, body, errors)
