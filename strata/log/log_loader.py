@@ -115,7 +115,10 @@ def load_log(directory: Path, config: LogConfig, topic_partition: TopicPartition
             seg.sanity_check()
             _check_index_bounds(seg)
         except CorruptIndexError as exc:
-            log.warning("index of %s corrupt (%s); rebuilding", path, exc)
+            # an empty segment's index still preallocated (zeros) after an unclean stop is
+            # expected, not damage: rebuilt as quietly as Kafka's recovery does
+            (log.debug if seg.size == 0 else log.warning)(
+                "index of %s corrupt (%s); rebuilding", path, exc)
             needs_recovery.add(base)
     ordered = [segments[b] for b in sorted(segments)]
 
