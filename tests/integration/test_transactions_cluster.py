@@ -545,6 +545,60 @@ def test_a_committed_offset_survives_the_group_coordinators_sigkill_right_after_
             healthy(cluster)
 
 
+def test_kafka_python_and_aiokafka_transactional_producers_on_the_cluster(cluster):
+    """The two Python clients' own transaction managers against three brokers: the
+    coordinator and the partition leaders are (mostly) other brokers, so markers go out over
+    WriteTxnMarkers. Commit, abort, commit; read_committed sees exactly the committed records,
+    read_uncommitted the aborted ones too."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+    topic = "python-clients-txn"
+    create(cluster, topic, OUT_PARTITIONS)
+
+    def sends(lib: str, phase: str):
+        return [(i % OUT_PARTITIONS, f"{lib}-{phase}-{i}".encode()) for i in range(6)]
+
+    kp = KafkaProducer(bootstrap_servers=running(cluster), transactional_id="kp-cluster",
+                       max_block_ms=60_000)
+    try:
+        kp.init_transactions()
+        for phase in ("kept", "dropped", "last"):
+            kp.begin_transaction()
+            for partition, value in sends("kp", phase):
+                kp.send(topic, value=value, partition=partition)
+            kp.flush()
+            kp.abort_transaction() if phase == "dropped" else kp.commit_transaction()
+    finally:
+        kp.close(timeout=30)
+
+    async def aiokafka_phases():
+        producer = AIOKafkaProducer(bootstrap_servers=running(cluster),
+                                    transactional_id="ak-cluster")
+        await producer.start()
+        try:
+            for phase in ("kept", "dropped", "last"):
+                await producer.begin_transaction()
+                for partition, value in sends("ak", phase):
+                    await producer.send(topic, value=value, partition=partition)
+                if phase == "dropped":
+                    await producer.abort_transaction()
+                else:
+                    await producer.commit_transaction()
+        finally:
+            await producer.stop()
+    asyncio.run(asyncio.wait_for(aiokafka_phases(), 120))
+
+    committed = sorted(v for lib in ("kp", "ak") for phase in ("kept", "last")
+                       for _, v in sends(lib, phase))
+    aborted = sorted(v for lib in ("kp", "ak") for _, v in sends(lib, "dropped"))
+    wait_for("the LSO at the high watermark", lambda: stable(cluster, topic, OUT_PARTITIONS))
+    assert sorted(v for *_, v in read_all(cluster, topic, OUT_PARTITIONS, True)) == committed
+    assert sorted(v for *_, v in read_all(cluster, topic, OUT_PARTITIONS, False)) == \
+        sorted(committed + aborted)
+
+
 @pytest.mark.parametrize("kills", [
     pytest.param(4, id="short"),
     pytest.param(LONG_KILLS, id="long", marks=pytest.mark.faults),
