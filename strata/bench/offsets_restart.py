@@ -80,6 +80,7 @@ from pathlib import Path
 from strata.bench.brokers import StrataBroker, free_port, log
 from strata.bench.cpu import tree_cpu_seconds
 from strata.bench.replication import source_tree, uptime
+from strata.common.errors import code_of
 from strata.protocol.client import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 
@@ -227,10 +228,6 @@ class Requests:
                  partition_indexes=tuple(range(self.partitions))),))
 
 
-def code(value) -> int:
-    """An error code as an int (kio's ErrorCode members or plain ints)."""
-    return int(getattr(value, "value", value))
-
 
 LOADING = (14, 16)   # COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR: the groups are loading
 
@@ -241,8 +238,8 @@ def commit_or_raise(conn: Connection, reqs: Requests, group_id: str, offsets: di
     deadline = time.monotonic() + timeout_s
     while True:
         resp = conn.request(reqs.commit(group_id, offsets), reqs.commit_resp)
-        bad = [(p.partition_index, code(p.error_code)) for t in resp.topics for p in t.partitions
-               if code(p.error_code) != 0]
+        bad = [(p.partition_index, code_of(p.error_code)) for t in resp.topics for p in t.partitions
+               if code_of(p.error_code) != 0]
         if not bad:
             return
         if all(c in LOADING for _, c in bad) and time.monotonic() < deadline:
@@ -307,7 +304,7 @@ def wait_api_versions(broker: StrataBroker, reqs: Requests, timeout: float) -> f
         try:
             with Connection(broker.bootstrap, timeout=5) as conn:
                 resp = conn.request(reqs.api_versions, reqs.api_versions_resp)
-            if code(resp.error_code) == 0:
+            if code_of(resp.error_code) == 0:
                 return time.monotonic() - broker.started_at
         except (OSError, ConnectionError):
             pass
@@ -329,7 +326,7 @@ def wait_groups_served(broker: StrataBroker, reqs: Requests, groups: int, last_c
             again = []
             for g in pending:
                 resp = conn.request(reqs.fetch(group_name(g)), reqs.fetch_resp)
-                codes = {code(resp.error_code)} | {code(p.error_code) for t in resp.topics
+                codes = {code_of(resp.error_code)} | {code_of(p.error_code) for t in resp.topics
                                                   for p in t.partitions}
                 if codes & {LOAD_IN_PROGRESS, NOT_COORDINATOR}:
                     again.append(g)

@@ -65,6 +65,7 @@ from strata.bench.failover import (NODE_IDS, START_TIMEOUT_S, WHOLE_TIMEOUT_S, C
                                    KafkaCluster, cluster_arguments, make_cluster, wait_for)
 from strata.bench.replication import broker_ids, source_tree, uptime
 from strata.bench.workloads import MIB, produce_throughput, random_values
+from strata.common.errors import code_of
 from strata.common.types import uuid_to_kafka_str
 from strata.protocol.client import roundtrip
 
@@ -119,7 +120,7 @@ def list_offset(bootstrap: str, timestamp: int, replica_id: int = -2,
         p = roundtrip(bootstrap, req, ListOffsetsResponse, timeout=2).topics[0].partitions[0]
     except (OSError, ValueError, EOFError):
         return None
-    return int(getattr(p.error_code, "value", p.error_code)), int(p.offset)
+    return code_of(p.error_code), int(p.offset)
 
 
 def offset_of(bootstrap: str, timestamp: int, replica_id: int = -2) -> int | None:
@@ -142,7 +143,7 @@ def partition_state(bootstrap: str, topic: str = TOPIC) -> tuple[int, list[int],
         return None
     for t in resp.topics:
         for p in t.partitions:
-            if int(p.partition_index) == 0 and int(getattr(p.error_code, "value", p.error_code)) == 0:
+            if int(p.partition_index) == 0 and code_of(p.error_code) == 0:
                 return (int(p.leader_id), [int(r) for r in p.replica_nodes],
                         [int(r) for r in p.isr_nodes])
     return None

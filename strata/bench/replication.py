@@ -73,6 +73,7 @@ from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cl
                                    make_cluster, wait_for)
 from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
                                     random_values, send_flat_out)
+from strata.common.errors import code_of
 from strata.protocol.client import roundtrip
 
 RECORD_SIZE = 1024
@@ -117,7 +118,7 @@ def log_end(bootstrap: str, topic: str, partition: int = 0) -> int | None:
         p = roundtrip(bootstrap, req, ListOffsetsResponse, timeout=2).topics[0].partitions[0]
     except OSError:
         return None
-    if int(getattr(p.error_code, "value", p.error_code)) != 0:
+    if code_of(p.error_code) != 0:
         return None
     return int(p.offset)
 

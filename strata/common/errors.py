@@ -140,6 +140,14 @@ def code_of(value) -> int:
     return int(getattr(value, "value", value))
 
 
+def error_code_of(value) -> ErrorCode:
+    """``code_of`` as an ErrorCode; a code Strata does not know is UNKNOWN_SERVER_ERROR."""
+    try:
+        return ErrorCode(code_of(value))
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 def error_name(code: int) -> str:
     """Kafka's name of an error code, or the number for one Strata does not know."""
     try:

@@ -203,6 +203,12 @@ class UnifiedLog:
             guard = self._verification_guards[producer_id] = object()
             return guard
 
+    def end_transaction_verification(self, producer_id: int, guard: object) -> None:
+        """Forget ``guard`` (its verification was refused: nothing will be appended)."""
+        with self.lock:
+            if self._verification_guards.get(producer_id) is guard:
+                del self._verification_guards[producer_id]
+
     def _check_verification(self, headers, guard: object) -> None:
         for h in headers:
             if not h.is_transactional or h.is_control:

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from strata.common.errors import ErrorCode, KafkaError
+from strata.common.errors import ErrorCode, KafkaError, error_code_of
 from strata.common.types import TopicPartition
 from strata.protocol.client import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
@@ -56,10 +56,7 @@ class _Item:
 
 
 def _error(code: int, what: str) -> KafkaError:
-    try:
-        error = ErrorCode(code)
-    except ValueError:
-        error = ErrorCode.UNKNOWN_SERVER_ERROR
+    error = error_code_of(code)
     return KafkaError(f"{what}: {error.name}", error)
 
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from typing import Any
 
-from strata.common.errors import ErrorCode
+from strata.common.errors import ErrorCode, error_code_of
 from strata.coordinator.txn_coordinator import TxnMarker
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 from strata.server.broker_channel import BrokerChannel
@@ -84,8 +84,7 @@ class MarkerSender:
         for m in response.markers:
             for t in m.topics:
                 for p in t.partitions:
-                    code = p.error_code.value if hasattr(p.error_code, "value") else p.error_code
-                    out[(t.name, p.partition_index)] = ErrorCode(int(code))
+                    out[(t.name, p.partition_index)] = error_code_of(p.error_code)
         return out
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
-from strata.common.errors import ErrorCode
+from strata.common.errors import ErrorCode, error_code_of
 from strata.common.types import TopicPartition
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from strata.protocol import records as rec
@@ -62,6 +62,12 @@ class TxnVerifier:
         except Exception:  # noqa: BLE001 - the append answers the partition's error
             return None
         return None if ulog is None else ulog.start_transaction_verification(producer_id, epoch)
+
+    def abandon(self, tp: TopicPartition, producer_id: int, guard: object) -> None:
+        """A refused verification's guard goes (no append will end it)."""
+        ulog = self.ctx.replica_manager.get_log(tp)
+        if ulog is not None:
+            ulog.end_transaction_verification(producer_id, guard)
 
     async def verify(self, transactional_id: str, producer_id: int, epoch: int,
                      partitions: list[TopicPartition], produce_version: int
@@ -119,19 +125,15 @@ class TxnVerifier:
         except Exception as exc:  # noqa: BLE001 - the producer retries
             log.info("transaction verification with %s:%d failed: %s", host, port, exc)
             return {k: ErrorCode.NETWORK_EXCEPTION for k in keys}
-        top = _code(response.error_code)
+        top = error_code_of(response.error_code)
         if top != ErrorCode.NONE:
             return {k: top for k in keys}
         out = {}
         for result in response.results_by_transaction:
             for t in result.topic_results:
                 for p in t.results_by_partition:
-                    out[(t.name, p.partition_index)] = _code(p.partition_error_code)
+                    out[(t.name, p.partition_index)] = error_code_of(p.partition_error_code)
         return out
 
     def close(self) -> None:
         self.channel.close()
-
-
-def _code(code) -> ErrorCode:
-    return ErrorCode(int(code.value if hasattr(code, "value") else code))

@@ -89,3 +89,12 @@ def test_the_coordinator_verifies_only_partitions_added_to_the_ongoing_transacti
     assert [(tp, e.name) for tp, e in ok.items()] == \
         [(("orders", 0), "NONE"), (("orders", 1), "TRANSACTION_ABORTABLE")]
     assert [e.name for e in fenced.values()] == ["PRODUCER_FENCED"]
+
+
+def test_a_refused_verification_leaves_no_guard_behind(ulog):
+    guard = ulog.start_transaction_verification(PID, EPOCH)
+    ulog.end_transaction_verification(PID, guard)
+    assert ulog._verification_guards == {}
+    newer = ulog.start_transaction_verification(PID, EPOCH)
+    ulog.end_transaction_verification(PID, guard)          # an older guard forgets nothing
+    assert ulog._verification_guards == {PID: newer}

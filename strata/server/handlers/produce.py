@@ -49,6 +49,8 @@ async def _verify_transaction(ctx, body, version: int):
         return {}, {}
     refused = await verifier.verify(body.transactional_id, producer[0], producer[1],
                                     list(guards), version)
+    for tp in refused:
+        verifier.abandon(tp, producer[0], guards.pop(tp))
     return refused, guards
 
 
