@@ -514,6 +514,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             node_id, props, endpoint_of, replica_manager.get_log,
             on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota,
             remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
+        if rlm is not None:
+            rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
         follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop,
                                        ctx.group_coordinator, rlm, ctx.txn_coordinator)
         metadata.add_listener(follow)

@@ -222,6 +222,14 @@ class ReplicaFetcherThread(threading.Thread):
             for tp in tps:
                 self._states.pop(tp, None)
 
+    def retry_now(self, tp: TopicPartition) -> None:
+        """End ``tp``'s back-off: what it waited for (its remote log metadata) is there."""
+        with self._cond:
+            st = self._states.get(tp)
+            if st is not None and not st.failed and st.delay_until > time.monotonic():
+                st.delay_until = 0.0
+                self._cond.notify_all()
+
     def is_idle(self) -> bool:
         with self._lock:
             return not self._states
@@ -818,6 +826,17 @@ class ReplicaFetcherManager:
                     fetcher.remove(group)
             idle = self._take_idle_locked()
         self._stop(idle)
+
+    def retry_now(self, tp: TopicPartition) -> None:
+        """Fetch ``tp`` without waiting out its back-off (the remote log metadata manager
+        calls this when a partition's metadata is loaded, so that a follower rebuilding from
+        the remote tier need not wait ``replica.fetch.backoff.ms`` after a first attempt
+        that found it not loaded yet). Nothing for a partition not followed."""
+        with self._lock:
+            key = self._assigned.get(tp)
+            fetcher = self._fetchers.get(key) if key is not None else None
+        if fetcher is not None:
+            fetcher.retry_now(tp)
 
     def _take_idle_locked(self) -> list[ReplicaFetcherThread]:
         idle = [k for k, f in self._fetchers.items() if f.is_idle()]

@@ -176,6 +176,26 @@ def test_the_consumer_applies_what_another_broker_appends_and_reads_stay_local(r
     wait_for("the third record", lambda: len(list(rlmm.list_remote_log_segments(TIP))) == 2, WAIT_S, 0.01)
 
 
+def test_a_ready_listener_hears_of_each_partition_once_it_is_loaded(fake, tmp_path):
+    fake.creatable.clear()
+    rlmm = manager(fake, tmp_path)
+    heard: list = []
+    rlmm.add_ready_listener(heard.append)
+    rlmm.on_partition_leadership_changes(set(), {TIP})
+    rlmm.start()
+    try:
+        wait_for("a few creation attempts", lambda: fake.create_attempts >= 2, WAIT_S, 0.01)
+        assert heard == [] and not rlmm.is_ready(TIP)
+        fake.creatable.set()
+        wait_for("the notice", lambda: heard == [TIP], WAIT_S, 0.01)
+        assert rlmm.is_ready(TIP)
+        other = tip("other", 0)
+        rlmm.on_partition_leadership_changes(set(), {other})
+        wait_for("the second notice", lambda: heard == [TIP, other], WAIT_S, 0.01)
+    finally:
+        rlmm.close()
+
+
 def test_the_consumer_reads_only_metadata_partitions_in_use(rlmm, fake):
     rlmm.on_partition_leadership_changes({TIP}, set())
     assert rlmm.wait_ready(TIP, WAIT_S)

@@ -603,6 +603,27 @@ def test_a_rebuild_that_fails_backs_off_and_retries_with_the_log_untouched(clust
     assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries()
 
 
+def test_metadata_ready_ends_a_failed_rebuilds_back_off(cluster, managers):
+    """The remote log metadata manager's ready notice (``retry_now``) makes a follower whose
+    rebuild found the metadata not loaded retry at once, not after replica.fetch.backoff.ms."""
+    from strata.log.leader_epoch import EpochEntry
+    leader_log = kip405_scenario_1_leader(cluster)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    leader.script[TP] = [partition(TP, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, log_start=0)] * 2
+    follower = cluster.follower(TP)
+    rebuild = RemoteRebuild([EpochEntry(0, 0)], failures=1)
+    m = cluster.manager(remote_aux_state=rebuild, backoff_ms=60_000)
+    managers.append(m)
+    m.add_partitions({TP: (LEADER, 3)})
+    wait_for(lambda: len(rebuild.calls) == 1, "a first attempt, which fails")
+    time.sleep(0.2)
+    assert len(rebuild.calls) == 1 and follower.log_end_offset == 0   # backing off a minute
+    m.retry_now(TP)
+    wait_for(lambda: follower.log_end_offset == 8, "caught up right after the notice")
+    assert len(rebuild.calls) == 2
+    m.retry_now(TopicPartition("not-followed", 0))   # nothing to do, no error
+
+
 def test_an_empty_replica_starts_at_the_leaders_earliest_pending_upload_with_kip_1023(
         cluster, managers):
     """KIP-1023: offsets 0-4 are in the remote tier, 5-7 not yet (LE-0@0, LE-1@3, LE-2@5,

@@ -575,6 +575,14 @@ class RemoteLogManager:
 
     # ---- followers: KIP-405's auxiliary state ------------------------------------------------
 
+    def on_metadata_ready(self, callback: Callable[[TopicPartition], None]) -> None:
+        """Call ``callback(tp)`` when a partition's remote log metadata becomes ready, where
+        the metadata manager tells (the topic-based one does): a follower whose rebuild found
+        it not loaded yet retries then instead of after its back-off."""
+        add = getattr(self.ctx.rlmm, "add_ready_listener", None)
+        if add is not None:
+            add(lambda tip: callback(tip.topic_partition))
+
     def build_remote_log_aux_state(self, ulog: UnifiedLog, target_epoch: int,
                                    leader_local_start: int, leader_log_start: int) -> int:
         """A follower told OFFSET_MOVED_TO_TIERED_STORAGE (Kafka's TierStateMachine): find the

@@ -591,6 +591,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._ready_changed = threading.Condition(self._assigned_lock)
         self._pending: dict[TopicIdPartition, _Pending] = {}   # remote: assigned, not ready
         self._ready: set[TopicIdPartition] = set()             # remote: assigned and ready
+        self._ready_listeners: list[Callable[[TopicIdPartition], None]] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -865,6 +866,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._ready.add(tip)
             if done:
                 self._ready_changed.notify_all()
+            listeners = list(self._ready_listeners) if done else []
+        for tip in done:
+            for listener in listeners:
+                try:
+                    listener(tip)
+                except Exception:  # noqa: BLE001 - a listener's failure is its own
+                    log.exception("remote log metadata ready listener failed for %s", tip)
 
     # ---- publishing -----------------------------------------------------------------------
 
@@ -1082,6 +1090,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             with self._assigned_lock:
                 return topic_id_partition in self._ready
         return self._partitions[self.metadata_partition(topic_id_partition)].ready
+
+    def add_ready_listener(self, listener: Callable[[TopicIdPartition], None]) -> None:
+        """Call ``listener(tip)`` (on the consumer thread, outside locks) each time an
+        assigned partition becomes ready (remote topic log only)."""
+        with self._assigned_lock:
+            self._ready_listeners.append(listener)
 
     def wait_ready(self, topic_id_partition: TopicIdPartition, timeout_s: float) -> bool:
         """Block until ``is_ready`` or ``timeout_s`` passed (or the manager closed); is_ready."""
