@@ -785,7 +785,8 @@ class ReplicaFetcherManager:
         """Follow each partition from (leader id, leader epoch). A partition whose leader
         changed leaves its old fetcher; an epoch below the one held is stale and ignored; a
         leader of -1 (none) stops fetching the partition."""
-        idle = []
+        idle: list[ReplicaFetcherThread] = []
+        new: list[ReplicaFetcherThread] = []
         with self._lock:
             if self._closed:
                 return
@@ -807,9 +808,14 @@ class ReplicaFetcherManager:
                 fetcher = self._fetchers.get(key)
                 if fetcher is None:
                     fetcher = self._fetchers[key] = ReplicaFetcherThread(self, *key)
-                    fetcher.start()
+                    new.append(fetcher)
                 fetcher.add(tp, epoch)
                 self._assigned[tp] = key
+            # a new thread starts with all its partitions: one started with the first alone
+            # would send its first Fetch for that one, and the leader could hold it for
+            # replica.fetch.wait.max.ms before the rest were asked for
+            for fetcher in new:
+                fetcher.start()
             idle = self._take_idle_locked()
         self._stop(idle)
 

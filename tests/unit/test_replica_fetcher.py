@@ -733,6 +733,39 @@ def test_partitions_spread_over_fetchers_by_leader_and_hash(cluster, managers):
         assert len(ids) == 1   # one fetcher's partitions per request
 
 
+def test_a_new_fetcher_asks_for_all_its_partitions_in_its_first_fetch(cluster, managers):
+    """Partitions added together start a fetcher together: its first Fetch names them all, so
+    none waits for a first Fetch of the others that the leader may hold for
+    replica.fetch.wait.max.ms (a restarted broker's tiered partitions waited 0.5 s so)."""
+    tps = [TopicPartition("t", i) for i in range(20)]
+    leader_logs = {tp: cluster.log("leader", tp) for tp in tps}
+    for ulog in leader_logs.values():
+        append(ulog, 0, 1)
+    cluster.leaders[LEADER] = leader = FakeLeader(leader_logs)
+    other_tp = TopicPartition("u", 0)
+    other_log = cluster.log("other", other_tp)
+    append(other_log, 0, 1)
+    cluster.leaders[OTHER_LEADER] = FakeLeader({other_tp: other_log})
+    followers = {tp: cluster.follower(tp) for tp in [*tps, other_tp]}
+    slow = [True]
+
+    def get_log(tp):   # the first lookup is slow: a thread already running would fetch alone
+        if slow[0]:
+            slow[0] = False
+            time.sleep(0.1)
+        return cluster.follower_logs.get(tp)
+    m = ReplicaFetcherManager(ME, cluster.endpoint_of, get_log, connect=cluster.connect,
+                              max_wait_ms=50, backoff_ms=100)
+    managers.append(m)
+    # another leader's thread starts between them (Thread.start lets the first one run)
+    m.add_partitions({tps[0]: (LEADER, 0), other_tp: (OTHER_LEADER, 0),
+                      **{tp: (LEADER, 0) for tp in tps[1:]}})
+    wait_for(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
+    first = leader.fetches[0][1]
+    assert {TopicPartition(t.topic, p.partition) for t in first.topics for p in t.partitions} \
+        == set(tps)
+
+
 def test_fetcher_id_is_kafkas():
     # Java: "hello".hashCode() == 99162322; abs(31 * 99162322 + 1) % 7
     assert fetcher_id(TopicPartition("hello", 1), 7) == ((31 * 99162322 + 1) & 0x7FFFFFFF) % 7
