@@ -358,3 +358,56 @@ def test_the_leader_of_the_metadata_partition_removes_a_deleted_topics_remote_da
                          (2, "DELETE_PARTITION_FINISHED")]
     assert env.store.objects == {}
     assert a.rlm._removals == {} and b.rlm._removals == {}
+
+
+class _LoadingMetadata:
+    """The leader's metadata manager as a restarted follower's sees it: not ready until its
+    consumer, a moment after the partition is assigned, has read it (``ready_after_s``)."""
+
+    def __init__(self, inner, ready_after_s: float):
+        self._inner = inner
+        self._ready_after_s = ready_after_s
+        self._ready_at: float | None = None
+        self._ready = threading.Event()
+
+    def on_partition_leadership_changes(self, leaders, followers) -> None:
+        if self._ready_at is None:
+            self._ready_at = time.monotonic() + self._ready_after_s
+            threading.Timer(self._ready_after_s, self._ready.set).start()
+
+    def is_ready(self, tip) -> bool:
+        return self._ready.is_set()
+
+    def wait_ready(self, tip, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("ready_after_s, rebuilt", [(0.05, True), (2.0, False)])
+def test_a_rebuild_waits_briefly_for_metadata_being_loaded(tmp_path, ready_after_s, rebuilt):
+    """Metadata that loads within moments of the assignment (a broker that just started) is
+    waited for instead of failing the rebuild into the fetcher's back-off; metadata that takes
+    longer fails it as not ready, leaving the log as it was."""
+    from strata.tiered.api import RemoteStorageNotReadyException
+    env = Leader(tmp_path / "leader")
+    follower = env.follower_log(tmp_path)
+    real = env.rlm.ctx.rlmm
+    env.rlm.ctx.rlmm = _LoadingMetadata(real, ready_after_s)
+    try:
+        local_start = env.log.local_log_start_offset
+        if rebuilt:
+            assert env.rlm.build_remote_log_aux_state(follower, env.target_epoch(), local_start, 0) \
+                == local_start
+            assert follower.log_end_offset == local_start
+        else:
+            started = time.monotonic()
+            with pytest.raises(RemoteStorageNotReadyException):
+                env.rlm.build_remote_log_aux_state(follower, env.target_epoch(), local_start, 0)
+            assert time.monotonic() - started < 1.0
+            assert follower.log_end_offset == 0
+    finally:
+        env.rlm.ctx.rlmm = real
+        follower.close()
+        env.close()

@@ -252,6 +252,12 @@ class PartitionTiering:
                 and not self.log.config.get("remote.log.copy.disable"))
 
 
+# How long a follower's rebuild from the remote tier waits for the partition's remote log
+# metadata to load before failing (to be retried after the fetcher's back-off, or as soon as
+# the metadata manager says it is loaded). It holds the fetcher thread that long.
+AUX_STATE_METADATA_WAIT_S = 0.2
+
+
 class RemoteLogManager:
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
                  broker_id: int, logs: Callable[[], list[UnifiedLog]],
@@ -598,7 +604,12 @@ class RemoteLogManager:
         try:
             if not self.ctx.rlmm.is_ready(tip):
                 self.ctx.rlmm.on_partition_leadership_changes(set(), {tip})
-                raise RemoteStorageNotReadyException(f"remote log metadata of {tip} is not loaded yet")
+                # a broker that just started has it within milliseconds; waiting here beats
+                # the fetcher's back-off, which a long poll of its other partitions stretches
+                wait = getattr(self.ctx.rlmm, "wait_ready", None)
+                if wait is None or not wait(tip, AUX_STATE_METADATA_WAIT_S):
+                    raise RemoteStorageNotReadyException(
+                        f"remote log metadata of {tip} is not loaded yet")
             meta = self.ctx.rlmm.remote_log_segment_metadata(tip, target_epoch, leader_local_start - 1)
             if meta is None:
                 raise RemoteStorageNotReadyException(
