@@ -38,6 +38,7 @@ from strata.log.unified_log import LATEST_TIMESTAMP, FetchIsolation, UnifiedLog
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH = 0  # the one-broker setup's leader epoch, forever
+ISR_EXPANSION_RETRY_MS = 100  # after the controller refused a follower as INELIGIBLE_REPLICA
 
 
 class PartitionState(NamedTuple):
@@ -129,6 +130,7 @@ class ReplicaManager:
         # In a cluster, the state of each partition hosted here; None: one broker leads all.
         self._states: dict[TopicPartition, PartitionState] | None = {} if clustered else None
         self._states_lock = threading.Lock()
+        self.call_later: Callable[[float, Callable[[], None]], None] = self._call_later
         self._leaderships: dict[TopicPartition, _Leadership] = {}
         self.clock = SYSTEM_CLOCK
         self.replica_lag_time_max_ms = 30_000
@@ -335,12 +337,18 @@ class ReplicaManager:
         f.log_end_offset = fetch_offset
         f.last_fetch_leader_leo = leader_leo
         f.last_fetch_ms = now
-        if replica_id not in st.isr and leadership.pending_isr is None:
-            epoch_start = ulog.leader_epoch_cache.end_offset_for(st.leader_epoch - 1, leader_leo).offset \
-                if st.leader_epoch > 0 else 0
-            if fetch_offset >= ulog.high_watermark and fetch_offset >= max(epoch_start, 0):
-                self._propose_isr(tp, st, leadership, tuple(sorted(set(st.isr) | {replica_id})))
+        if replica_id not in st.isr and leadership.pending_isr is None \
+                and self._may_join_isr(st, ulog, fetch_offset):
+            self._propose_isr(tp, st, leadership, tuple(sorted(set(st.isr) | {replica_id})))
         self._maybe_advance_high_watermark(tp, ulog)
+
+    @staticmethod
+    def _may_join_isr(st: PartitionState, ulog: UnifiedLog, fetch_offset: int) -> bool:
+        """Kafka's isFollowerInSync for expansion: the follower has the high watermark and
+        everything of the leader's current epoch before it."""
+        epoch_start = ulog.leader_epoch_cache.end_offset_for(
+            st.leader_epoch - 1, ulog.log_end_offset).offset if st.leader_epoch > 0 else 0
+        return fetch_offset >= ulog.high_watermark and fetch_offset >= max(epoch_start, 0)
 
     def shrink_isrs(self) -> None:
         """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): followers that have
@@ -359,7 +367,7 @@ class ReplicaManager:
                 self._propose_isr(tp, st, leadership, tuple(r for r in st.isr if r not in lagging))
 
     def _propose_isr(self, tp: TopicPartition, st: PartitionState, leadership: _Leadership,
-                     new_isr: tuple[int, ...]) -> None:
+                     new_isr: tuple[int, ...], retries: int = 0) -> None:
         sender = self.alter_partition
         if sender is None:
             return
@@ -376,6 +384,9 @@ class ReplicaManager:
                 if exc is not None:
                     log.info("%s: ISR change to %s not accepted: %s", tp, list(new_isr), exc)
                     leadership.pending_isr = None
+                    if getattr(exc, "code", None) == ErrorCode.INELIGIBLE_REPLICA \
+                            and len(new_isr) > len(st.isr):
+                        self._retry_expansion_later(tp, leadership, retries)
                     return
                 got = f.result()
                 held = self._states.get(tp)
@@ -387,6 +398,35 @@ class ReplicaManager:
             if ulog is not None:
                 self._maybe_advance_high_watermark(tp, ulog)
         future.add_done_callback(done)
+
+    def _retry_expansion_later(self, tp: TopicPartition, leadership: _Leadership,
+                               retries: int) -> None:
+        """An expansion the controller refused as INELIGIBLE_REPLICA (the follower had just
+        registered, and the controller had not seen it yet): asked again after
+        ``ISR_EXPANSION_RETRY_MS``, doubling up to 2 s, instead of at the follower's next
+        fetch, which a caught-up follower's long poll can hold for replica.fetch.wait.max.ms."""
+        def retry() -> None:
+            with self._states_lock:
+                st = self._states.get(tp)
+                if self._leaderships.get(tp) is not leadership or st is None \
+                        or leadership.pending_isr is not None:
+                    return
+            ulog = self.get_log(tp)
+            if ulog is None:
+                return
+            with ulog.lock:
+                joining = {r for r, f in list(leadership.followers.items())
+                           if r not in st.isr and self._may_join_isr(st, ulog, f.log_end_offset)}
+            if joining:   # outside the lock: a refusal calls back at once
+                self._propose_isr(tp, st, leadership, tuple(sorted({*st.isr, *joining})),
+                                  retries + 1)
+        self.call_later(min(ISR_EXPANSION_RETRY_MS * 2 ** retries, 2000) / 1000, retry)
+
+    @staticmethod
+    def _call_later(delay_s: float, fn: Callable[[], None]) -> None:
+        timer = threading.Timer(delay_s, fn)
+        timer.daemon = True
+        timer.start()
 
     def _preferred_read_replica(self, tp: TopicPartition, ulog: UnifiedLog, client_rack: str,
                                 fetch_offset: int) -> int:

@@ -104,6 +104,9 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         self.rm.clock = self.clock
         self.rm.replica_lag_time_max_ms = LAG_MS
         self.rm.alter_partition = FakeSender(self)
+        self.timers: list = []          # ReplicaManager.call_later: fired by a rule
+        self.rm.call_later = lambda delay_s, fn: self.timers.append(fn)
+        self.retrying = False
         self.controller: PartitionState | None = None   # the committed state
         self.notices: list[PartitionState] = []          # committed, not yet applied here
         self.proposals: list[Proposal] = []
@@ -131,7 +134,13 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         assert tp == TP and LEADER in new_isr, f"proposal {new_isr} without the leader"
         assert (leader_epoch, partition_epoch) == (held.leader_epoch, held.partition_epoch)
         added = set(new_isr) - set(held.isr)
-        if added:
+        if added and self.retrying:
+            # a retry after INELIGIBLE_REPLICA: only followers that hold the high watermark
+            hw = self.log.high_watermark
+            assert all(self.follower_leo[r] >= hw for r in added), \
+                f"{added} re-proposed below the HW {hw}: {self.follower_leo}"
+            event("expansion retried after INELIGIBLE_REPLICA")
+        elif added:
             assert self.fetching is not None, f"{added} added outside a fetch"
             replica, offset, hw = self.fetching
             assert added == {replica}, f"{added} added from a fetch of {replica}"
@@ -228,6 +237,15 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
                 else ErrorCode.INVALID_UPDATE_VERSION
             event("stale proposal refused")
         p.future.set_exception(KafkaError("refused", code))
+
+    @precondition(lambda self: self.timers)
+    @rule()
+    def expansion_retry_fires(self):
+        self.retrying = True
+        try:
+            self.timers.pop(0)()
+        finally:
+            self.retrying = False
 
     @precondition(lambda self: self.notices)
     @rule()
