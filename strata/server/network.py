@@ -121,17 +121,22 @@ class KafkaConnection(asyncio.Protocol):
         room = self._server.max_queued_requests - len(self._frames)
         buf = self._buf
         start = 0
-        while room > 0 and len(buf) - start >= 4:
-            (size,) = _LENGTH.unpack_from(buf, start)
-            if size < 0 or size > limit:
-                log.warning("closing %s: frame of %d bytes (limit %d)", self.info.peer, size, limit)
-                self.close()
-                return
-            if len(buf) - start - 4 < size:
-                break
-            self._frames.append(bytes(buf[start + 4:start + 4 + size]))
-            start += 4 + size
-            room -= 1
+        oversized = None
+        with memoryview(buf) as view:   # one copy per frame (a bytearray slice would be a second)
+            while room > 0 and len(buf) - start >= 4:
+                (size,) = _LENGTH.unpack_from(buf, start)
+                if size < 0 or size > limit:
+                    oversized = size
+                    break
+                if len(buf) - start - 4 < size:
+                    break
+                self._frames.append(bytes(view[start + 4:start + 4 + size]))
+                start += 4 + size
+                room -= 1
+        if oversized is not None:
+            log.warning("closing %s: frame of %d bytes (limit %d)", self.info.peer, oversized, limit)
+            self.close()
+            return
         if start:
             del buf[:start]
         if self._frames:

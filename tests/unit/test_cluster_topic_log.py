@@ -485,7 +485,8 @@ def test_against_a_broker_a_read_below_the_log_start_starts_at_the_log_start(bro
     assert list(client.read(2, 0)) == [(end - 1, b"old-3")]
 
 
-def test_against_a_broker_missing_leaders_and_refused_connections_are_retried(broker):
+def test_against_a_broker_missing_leaders_and_refused_connections_are_retried(broker, client):
+    # ``client`` made the topic: this test alone must not depend on an earlier one's
     address = ("127.0.0.1", broker.port)
     dead = ("127.0.0.1", free_port())
     answers = iter([None, dead, None, dead])
