@@ -180,3 +180,50 @@ def test_stop_lets_the_running_request_finish_and_starts_no_new_ones():
         assert await r.read() == b""
         assert started == [0]
     run(main())
+
+
+def _frame_with_padding(correlation_id: int, pad: int) -> bytes:
+    """An ApiVersions v0 request whose frame carries ``pad`` trailing bytes (ignored by the
+    handler below): frames of any size, checked by what the handler received."""
+    body = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, correlation_id, 4) + b"test"
+    body += bytes((correlation_id + i) % 251 for i in range(pad))
+    return struct.pack(">i", len(body)) + body
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_large_and_small_frames_arrive_whole_however_the_bytes_are_split(loop_kind):
+    """Frames of every size, sent in random pieces, with a queue small enough that reading
+    pauses: each reaches the handler whole, in order."""
+    sizes = [0, 10, 32_000, 33_000, 300_000, 5, 200_000, 1, 2_000_000, 64, 65_522]
+    sizes = sizes * 3
+    frames = [_frame_with_padding(i, pad) for i, pad in enumerate(sizes)]
+    seen: dict[int, int] = {}
+
+    async def check(request, conn):
+        seen[request.correlation_id] = conn.request_size
+        await asyncio.sleep(0)
+        return api_versions_response(request.api_version)
+
+    async def main():
+        server = await serve(check, max_queued_requests=3)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        data = b"".join(frames)
+        rng = random.Random(7)
+        pos = 0
+        while pos < len(data):
+            step = rng.choice([1, 3, 700, 40_000, 1 << 20])
+            w.write(data[pos:pos + step])
+            pos += step
+            if rng.random() < 0.3:
+                await w.drain()
+        got = [(await read_response(r))[0] for _ in frames]
+        assert got == list(range(len(frames)))
+        assert seen == {i: len(f) - 4 for i, f in enumerate(frames)}
+        w.close()
+        await server.stop()
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(asyncio.wait_for(main(), 30))
+    else:
+        run(main())
