@@ -9,8 +9,8 @@ Each round starts each system afresh (a new data dir; Kafka in KRaft mode from t
 settings in ``strata.bench.brokers``), runs the selected workloads in this order, restarts the
 broker for the restart figure, and stops it. Each round begins with an untimed warm-up
 (``warmup_records`` produced and consumed) so that Kafka's JIT is not measured cold.
-Systems alternate (A B A B ...) so the machine's
-drift reaches both.
+Systems alternate in A B B A A B ... order, so the machine's drift reaches both and neither
+always runs first (right after the ceilings' 1 GiB of writes, in the first round).
 
 ``produce-acks1`` / ``produce-acksall``
     confluent-kafka producer, linger.ms=5, batch.size=1000000; acks=all is idempotent.
@@ -584,7 +584,8 @@ def render(results: Results, systems: list[str], selected: list[str], p: Params,
     if p.cpu_load:
         out += [f"- contended: {p.cpu_load} background process(es) spinning on the CPU throughout "
                 "every round of both systems"]
-    out += [f"- {rounds} round(s) per system in alternating order ({' '.join(systems * min(rounds, 2))} ...); "
+    order = [s for r in range(min(rounds, 2)) for s in round_order(systems, r)]
+    out += [f"- {rounds} round(s) per system in alternating order ({' '.join(order)} ...); "
             f"{p.records:,} records of {p.record_size} B per throughput workload; latency at "
             f"{p.latency_rate:g} records/s for {p.latency_seconds:g} s after an untimed warm-up of "
             f"{p.warmup_records:,} records produced and consumed; cold topic {p.cold_mib} MiB in "
@@ -761,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         results.ceilings.append(ceilings.measure(base, p.ceiling_mib))
         with CpuLoad(p.cpu_load):
             for r in range(args.rounds):
-                for system in systems:
+                for system in round_order(systems, r):
                     log(f"round {r + 1}/{args.rounds}: {system}")
                     run_round(system, r + 1, libs, p, selected, results, base, overrides, args.py_spy)
         results.ceilings.append(ceilings.measure(base, p.ceiling_mib))
@@ -783,6 +784,11 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         log(f"bad figures: {problem}")
     return 1 if problems else 0
+
+
+def round_order(systems: list[str], round_index: int) -> list[str]:
+    """A B, then B A, then A B ...: each system runs first in every other round."""
+    return list(systems) if round_index % 2 == 0 else list(reversed(systems))
 
 
 def check_figures(results: Results, systems: list[str], selected: list[str]) -> list[str]:

@@ -65,3 +65,10 @@ def test_table_and_charts_show_broker_cpu_per_gib_beside_throughput_lower_is_bet
         "| 1.50 (1.50–1.50) | 2.00 |"]
     paths = compare.draw_charts(r, ["strata", "kafka"], ["consume"], tmp_path)
     assert [p.name for p in paths] == ["throughput.png", "cpu.png"]
+
+
+def test_each_system_runs_first_in_every_other_round():
+    from strata.bench.compare import round_order
+    assert [round_order(["strata", "kafka"], r) for r in range(4)] == [
+        ["strata", "kafka"], ["kafka", "strata"], ["strata", "kafka"], ["kafka", "strata"]]
+    assert round_order(["strata"], 1) == ["strata"]
