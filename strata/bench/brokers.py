@@ -171,8 +171,21 @@ class StrataBroker(Broker):
             argv += ["--override", f"{k}={v}"]
         super().__init__(data_dir, argv, port, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
+    def launch(self) -> None:
+        compile_sources()
+        super().launch()
+
     def remote_dir(self) -> Path:
         return self.data_dir / "kafka-logs" / "remote-storage"
+
+
+def compile_sources() -> None:
+    """Write the bytecode of Strata's sources where it is missing or stale, as installing a
+    package does, before a broker starts from the working tree: else an environment with
+    PYTHONDONTWRITEBYTECODE set (this project's machines have it) compiles every module at
+    every start, 0.15-0.2 s of it. Checks file times only when nothing changed."""
+    import compileall
+    compileall.compile_dir(REPO_ROOT / "strata", quiet=2)
 
 
 def find_kafka_libs(explicit: str | None = None) -> tuple[Path | None, str]:
