@@ -254,7 +254,8 @@ class PartitionTiering:
 
 # How long a follower's rebuild from the remote tier waits for the partition's remote log
 # metadata to load before failing (to be retried after the fetcher's back-off, or as soon as
-# the metadata manager says it is loaded). It holds the fetcher thread that long.
+# the metadata manager says it is loaded). The fetcher thread, and its lock (which partition
+# state changes for that thread take), are held that long, as during the rebuild's requests.
 AUX_STATE_METADATA_WAIT_S = 0.2
 
 
