@@ -516,6 +516,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
+        # ISR-expansion retries run on the loop, as the fetches that propose expansions do
+        replica_manager.call_later = lambda delay_s, fn: loop.call_soon_threadsafe(
+            loop.call_later, delay_s, fn)
         follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop,
                                        ctx.group_coordinator, rlm, ctx.txn_coordinator)
         metadata.add_listener(follow)

@@ -130,6 +130,8 @@ class ReplicaManager:
         # In a cluster, the state of each partition hosted here; None: one broker leads all.
         self._states: dict[TopicPartition, PartitionState] | None = {} if clustered else None
         self._states_lock = threading.Lock()
+        # runs fn after a delay (from any thread); a broker sets its event loop's, so that
+        # delayed proposals are serialized with the fetches that propose; a timer thread else
         self.call_later: Callable[[float, Callable[[], None]], None] = self._call_later
         self._leaderships: dict[TopicPartition, _Leadership] = {}
         self.clock = SYSTEM_CLOCK
