@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -291,19 +290,6 @@ def _alter_partition_manager(node_id: int, metadata):
         lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
 
 
-def _notify_from_any_thread(loop: asyncio.AbstractEventLoop, notify):
-    """``notify`` for the event loop's purgatory, callable from the loop or any other thread
-    (the remote log metadata manager appends to its topic from the tiering threads)."""
-    loop_thread = threading.get_ident()
-
-    def call(tp: TopicPartition) -> None:
-        if threading.get_ident() == loop_thread:
-            notify(tp)
-        else:
-            loop.call_soon_threadsafe(notify, tp)
-    return call
-
-
 def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
     """``__remote_log_metadata`` through the Kafka protocol to each partition's leader, with
     ``min.insync.replicas`` 2 (Kafka 4.3's, KIP-1235) or the replication factor if lower."""
@@ -452,7 +438,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     watchers = PartitionWatchers()
     replica_manager = ReplicaManager(
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
-        on_append=_notify_from_any_thread(loop, watchers.notify),
+        on_append=watchers.notifier(loop),
         broker_id=node_id, clustered=zk is not None)
     replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", 30_000)
     if _rack_aware_selector(props) and zk is not None:
@@ -512,7 +498,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         replica_manager.leader_quota = leader_quota
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
-            on_append=_notify_from_any_thread(loop, watchers.notify), quota=follower_quota,
+            on_append=watchers.notifier(loop), quota=follower_quota,
             remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)

@@ -258,15 +258,16 @@ class KafkaConnection(asyncio.Protocol):
                 self._parse_frames()   # resumes reading
 
     def _write(self, parts: list) -> None:
-        """Queue a response; it leaves with the others of this loop turn (or at once if large)."""
+        """Queue a response. It leaves at once when no request waits behind it on this
+        connection (or it is large); otherwise with the rest of this loop turn's responses."""
         if self._closed:
             return
         if self._sock is None:
             parts = [_copied(p) if isinstance(p, FileRegion) else p for p in parts]
         self._out.extend(parts)
         self._out_bytes += sum(len(part) for part in parts)
-        if self._out_bytes >= _FLUSH_BYTES:
-            self._flush()
+        if self._out_bytes >= _FLUSH_BYTES or not self._frames:
+            self._flush()   # large, or the last of a burst: no later response joins this write
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)

@@ -3,13 +3,22 @@
 ``PartitionWatchers`` wakes every waiter watching a partition when that partition changes
 (an append, or its high watermark moving), so a long-polling Fetch answers as soon as data
 arrives instead of at its deadline, and an acks=all append as soon as it is replicated
-(``await_replication``, Kafka's DelayedProduce). Event-loop only.
+(``await_replication``, Kafka's DelayedProduce). Waiting is event-loop only.
+
+Changes made by other threads (a replica fetcher's appends, the tiering threads) reach the
+loop through ``notifier``, which crosses threads only when someone waits on the partition: a
+wake-up of the loop costs the appending thread the GIL at every append, and a follower
+appends once per Fetch. A waiter that registers just after such a change still sees it: a
+caller takes ``mark()`` before it checks its condition, and ``wait_any`` returns at once if a
+partition changed after the mark.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import defaultdict
+from typing import Callable
 
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
@@ -19,15 +28,27 @@ class PartitionWatchers:
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._closed = False
+        self._clock = 0   # counts changes made off the loop; _changed: each one's last
+        self._changed: dict[TopicPartition, int] = {}
+        self._clock_lock = threading.Lock()
 
-    async def wait_any(self, partitions: list[TopicPartition], timeout_s: float) -> bool:
-        """Wait until one of ``partitions`` changes or the timeout passes; True if woken."""
+    def mark(self) -> int:
+        """Taken before checking what to wait for; ``wait_any(..., since=mark)``."""
+        return self._clock
+
+    async def wait_any(self, partitions: list[TopicPartition], timeout_s: float,
+                       since: int | None = None) -> bool:
+        """Wait until one of ``partitions`` changes or the timeout passes; True if woken, or
+        at once if another thread changed one after ``since`` (a ``mark()``)."""
         if timeout_s <= 0 or self._closed:
             return False
         fut = asyncio.get_running_loop().create_future()
         for tp in partitions:
             self._waiters[tp].add(fut)
         try:
+            if since is not None and since != self._clock and any(
+                    self._changed.get(tp, 0) > since for tp in partitions):
+                return True
             await asyncio.wait_for(fut, timeout_s)
             return True
         except asyncio.TimeoutError:
@@ -44,6 +65,21 @@ class PartitionWatchers:
         for fut in self._waiters.get(tp, ()):
             if not fut.done():
                 fut.set_result(None)
+
+    def notifier(self, loop: asyncio.AbstractEventLoop) -> Callable[[TopicPartition], None]:
+        """``notify`` callable from ``loop``'s thread or any other."""
+        loop_thread = threading.get_ident()
+
+        def call(tp: TopicPartition) -> None:
+            if threading.get_ident() == loop_thread:
+                self.notify(tp)
+                return
+            with self._clock_lock:
+                self._clock += 1
+                self._changed[tp] = self._clock
+            if tp in self._waiters:   # registered before the change: woken by the loop
+                loop.call_soon_threadsafe(self.notify, tp)
+        return call
 
     def notify_topic(self, topic: str) -> None:
         """Wake waiters on every partition of ``topic`` (it was deleted: they answer now)."""
@@ -77,6 +113,7 @@ async def await_replication(replica_manager, watchers: PartitionWatchers, waits:
     waits = dict(waits)
     errors = {}
     while True:
+        since = watchers.mark()
         for key, (tp, required) in list(waits.items()):
             done, error = replica_manager.enough_replicas_reached(tp, required)
             if done:
@@ -85,6 +122,6 @@ async def await_replication(replica_manager, watchers: PartitionWatchers, waits:
         left = deadline - loop.time()
         if not waits or left <= 0 or watchers.closed:
             break
-        await watchers.wait_any([tp for tp, _ in waits.values()], left)
+        await watchers.wait_any([tp for tp, _ in waits.values()], left, since)
     errors.update({key: ErrorCode.REQUEST_TIMED_OUT for key in waits})
     return errors

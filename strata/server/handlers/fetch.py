@@ -195,6 +195,7 @@ async def handle(ctx, request):
     deadline = loop.time() + body.max_wait.total_seconds()
     partitions = [tp for tp, _ in context.partitions]
     while True:
+        since = ctx.fetch_watchers.mark()
         results, total, remote = _read_all(ctx, request, isolation, context.partitions)
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)
@@ -205,7 +206,7 @@ async def handle(ctx, request):
         if total >= body.min_bytes or errors or left <= 0 or not partitions:
             break
         _close_regions(results)   # read again after the wait: hold no descriptors while parked
-        if not await ctx.fetch_watchers.wait_any(partitions, left) and ctx.fetch_watchers.closed:
+        if not await ctx.fetch_watchers.wait_any(partitions, left, since) and ctx.fetch_watchers.closed:
             break
     error, session_id, answered = context.respond(results)
     if len(answered) != len(results):   # an incremental answer leaves out what did not change
