@@ -287,9 +287,14 @@ class ReplicaManager:
 
     def follower_fetch(self, tp: TopicPartition, replica_id: int, fetch_offset: int,
                        last_fetched_epoch: int, max_bytes: int, current_leader_epoch: int,
-                       *, as_region: bool = False) -> ReadResult:
+                       *, as_region: bool = False, record: bool = True) -> ReadResult:
         """A follower's Fetch: the diverging epoch if its log went another way (KIP-320), else
-        its position recorded (ISR, high watermark) and the records from ``fetch_offset``."""
+        its position recorded (ISR, high watermark) and the records from ``fetch_offset``.
+
+        ``record=False`` reads again for a Fetch that was parked: as Kafka's DelayedFetch, it
+        does not record the follower's position again, which would date a fetch that arrived
+        up to ``replica.fetch.wait.max.ms`` ago as now (and could take a follower that has
+        since gone back into the ISR)."""
         ulog, error, _ = self.leader_log(tp, current_leader_epoch)
         if ulog is None:
             return ReadResult(error)
@@ -310,7 +315,7 @@ class ReplicaManager:
                 return ReadResult(ErrorCode.NONE, ulog.high_watermark, ulog.last_stable_offset,
                                   ulog.log_start_offset,
                                   diverging_epoch=(found.leader_epoch, found.offset))
-        if leadership is not None:
+        if leadership is not None and record:
             self._record_follower_fetch(tp, st, ulog, leadership, replica_id, fetch_offset)
         quota = self.leader_quota
         throttled = quota is not None and quota.is_throttled(tp)

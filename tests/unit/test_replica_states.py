@@ -160,3 +160,27 @@ def test_an_append_at_an_epoch_older_than_the_logs_is_refused(rm):
     assert err.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert ulog.leader_epoch_cache.latest_epoch() == 5
     assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+
+
+def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
+    """Kafka's DelayedFetch: the follower's position is recorded when its Fetch arrives. A
+    re-read after the wait (record=False) must not take an out-of-sync follower back into the
+    ISR: the follower may be gone since."""
+    from concurrent.futures import Future
+
+    proposals = []
+
+    class Sender:
+        def submit(self, tp, leader_epoch, partition_epoch, isr):
+            proposals.append(isr)
+            return Future()   # left pending
+
+    rm.alter_partition = Sender()
+    rm.apply_states({TP: PartitionState(ME, 1, (ME, 3), (ME, 3, 4))})   # 4 is out of sync
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+    end = rm.get_log(TP).log_end_offset
+    assert rm.follower_fetch(TP, 3, end, -1, 1 << 20, 1).error == ErrorCode.NONE   # HW = end
+    rm.follower_fetch(TP, 4, end, -1, 1 << 20, 1, record=False)
+    assert proposals == []
+    rm.follower_fetch(TP, 4, end, -1, 1 << 20, 1)   # a Fetch that arrives: recorded
+    assert proposals == [(ME, 3, 4)]

@@ -72,9 +72,10 @@ def _new_context(ctx, request) -> FetchContext:
                              forgotten)
 
 
-def _read_all(ctx, request, isolation, partitions):
+def _read_all(ctx, request, isolation, partitions, first: bool = True):
     """Local reads for every partition; the partitions whose offsets live in the remote tier
-    are returned as remote reads to run, each with the byte budget it was given."""
+    are returned as remote reads to run, each with the byte budget it was given. A follower's
+    position is recorded at the ``first`` read only, not at reads after a wait."""
     body = request.body
     remaining = min(body.max_bytes, ctx.fetch_max_bytes)  # as Kafka: the broker's cap wins
     min_one = True
@@ -90,7 +91,7 @@ def _read_all(ctx, request, isolation, partitions):
         if body.replica_id >= 0:  # a follower
             r = ctx.replica_manager.follower_fetch(
                 tp, body.replica_id, p.fetch_offset, p.last_fetched_epoch, budget, epoch,
-                as_region=True)
+                as_region=True, record=first)
         else:
             r = ctx.replica_manager.read(tp, p.fetch_offset, budget, isolation, min_one,
                                          as_region=True, current_leader_epoch=epoch,
@@ -194,9 +195,11 @@ async def handle(ctx, request):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     partitions = [tp for tp, _ in context.partitions]
+    first = True
     while True:
         since = ctx.fetch_watchers.mark()
-        results, total, remote = _read_all(ctx, request, isolation, context.partitions)
+        results, total, remote = _read_all(ctx, request, isolation, context.partitions, first)
+        first = False
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)
             break
