@@ -83,7 +83,11 @@ def alter_partition(bootstrap: str, version: int, *, broker_id: int, broker_epoc
 
 def test_a_leader_shrinks_its_isr_through_the_controller(tmp_path):
     topic = "isr-shrink"
-    with StrataCluster(tmp_path, brokers=3, overrides=OVERRIDES) as cluster:
+    # the replica taken out of the ISR is paused until the end (a caught-up follower would be
+    # taken back in by the real leader at its next fetch, changing the state the checks below
+    # expect); its ZooKeeper session must outlast the pause
+    overrides = {**OVERRIDES, "zookeeper.session.timeout.ms": "30000"}
+    with StrataCluster(tmp_path, brokers=3, overrides=overrides) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(DEADLINE_S)
         controller_id, topic_id, leader, leader_epoch, isr = wait_for(
@@ -91,7 +95,8 @@ def test_a_leader_shrinks_its_isr_through_the_controller(tmp_path):
             lambda: (s := partition0(cluster.bootstrap.split(",")[0], topic))[0] > 0
             and s[2] >= 0 and len(s[4]) == 3 and s)
         controller = cluster.broker(controller_id)
-        other = next(b for b in cluster.brokers if b.node_id != controller_id)
+        removed = next(r for r in isr if r not in (leader, controller_id))
+        other = next(b for b in cluster.brokers if b.node_id not in (controller_id, removed))
 
         zk = KazooClient(hosts=cluster.zk_connect)
         zk.start(timeout=DEADLINE_S)
@@ -102,37 +107,46 @@ def test_a_leader_shrinks_its_isr_through_the_controller(tmp_path):
             zk.stop()
             zk.close()
 
-        smaller = tuple(b for b in isr if b != next(r for r in isr if r != leader))
+        smaller = tuple(b for b in isr if b != removed)
         proposal = dict(broker_id=leader, broker_epoch=broker_epoch, topic_id=topic_id,
                         leader_epoch=leader_epoch, partition_epoch=partition_epoch)
+        cluster.broker(removed).pause()
+        try:
+            _shrink_and_check(cluster, controller, other, topic, topic_id, leader, leader_epoch,
+                              partition_epoch, smaller, proposal)
+        finally:
+            cluster.broker(removed).resume()
 
-        resp = alter_partition(controller.bootstrap, 2, isr=smaller, **proposal)
-        assert resp.error_code == ErrorCode.NONE
-        [t] = resp.topics
-        [p] = t.partitions
-        assert t.topic_id == topic_id
-        assert (p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr)) == \
-            (ErrorCode.NONE, leader, leader_epoch, smaller)
-        assert p.partition_epoch == partition_epoch + 1
-        for b in cluster.brokers:
-            wait_for(f"broker {b.node_id} shows ISR {smaller}",
-                     lambda b=b: partition0(b.bootstrap, topic)[4] == tuple(sorted(smaller)))
 
-        # the same change again is answered with the state it made (Kafka's ZooKeeper controller)
-        again = alter_partition(controller.bootstrap, 3, isr=smaller, **proposal)
-        [p] = again.topics[0].partitions
-        assert (again.error_code, p.error_code, p.partition_epoch) == \
-            (ErrorCode.NONE, ErrorCode.NONE, partition_epoch + 1)
+def _shrink_and_check(cluster, controller, other, topic, topic_id, leader, leader_epoch,
+                      partition_epoch, smaller, proposal):
+    resp = alter_partition(controller.bootstrap, 2, isr=smaller, **proposal)
+    assert resp.error_code == ErrorCode.NONE
+    [t] = resp.topics
+    [p] = t.partitions
+    assert t.topic_id == topic_id
+    assert (p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr)) == \
+        (ErrorCode.NONE, leader, leader_epoch, smaller)
+    assert p.partition_epoch == partition_epoch + 1
+    for b in (b for b in cluster.brokers if b.node_id in smaller):   # not the paused one
+        wait_for(f"broker {b.node_id} shows ISR {smaller}",
+                 lambda b=b: partition0(b.bootstrap, topic)[4] == tuple(sorted(smaller)))
 
-        # another change on the partition epoch it replaced is refused
-        stale = alter_partition(controller.bootstrap, 3, isr=(leader,), **proposal)
-        [p] = stale.topics[0].partitions
-        assert (stale.error_code, p.error_code) == (ErrorCode.NONE, ErrorCode.INVALID_UPDATE_VERSION)
+    # the same change again is answered with the state it made (Kafka's ZooKeeper controller)
+    again = alter_partition(controller.bootstrap, 3, isr=smaller, **proposal)
+    [p] = again.topics[0].partitions
+    assert (again.error_code, p.error_code, p.partition_epoch) == \
+        (ErrorCode.NONE, ErrorCode.NONE, partition_epoch + 1)
 
-        # a broker that is not the controller refuses the whole request
-        for version in (2, 3):
-            elsewhere = alter_partition(other.bootstrap, version, isr=smaller, **proposal)
-            assert (elsewhere.error_code, elsewhere.topics) == (ErrorCode.NOT_CONTROLLER, ())
+    # another change on the partition epoch it replaced is refused
+    stale = alter_partition(controller.bootstrap, 3, isr=(leader,), **proposal)
+    [p] = stale.topics[0].partitions
+    assert (stale.error_code, p.error_code) == (ErrorCode.NONE, ErrorCode.INVALID_UPDATE_VERSION)
 
-        # and the ISR is still the accepted one
-        assert partition0(controller.bootstrap, topic)[4] == tuple(sorted(smaller))
+    # a broker that is not the controller refuses the whole request
+    for version in (2, 3):
+        elsewhere = alter_partition(other.bootstrap, version, isr=smaller, **proposal)
+        assert (elsewhere.error_code, elsewhere.topics) == (ErrorCode.NOT_CONTROLLER, ())
+
+    # and the ISR is still the accepted one
+    assert partition0(controller.bootstrap, topic)[4] == tuple(sorted(smaller))
