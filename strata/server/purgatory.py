@@ -37,16 +37,17 @@ class PartitionWatchers:
         return self._clock
 
     async def wait_any(self, partitions: list[TopicPartition], timeout_s: float,
-                       since: int | None = None) -> bool:
+                       since: int) -> bool:
         """Wait until one of ``partitions`` changes or the timeout passes; True if woken, or
-        at once if another thread changed one after ``since`` (a ``mark()``)."""
+        at once if another thread changed one after ``since`` (the ``mark()`` taken before
+        the caller checked its condition)."""
         if timeout_s <= 0 or self._closed:
             return False
         fut = asyncio.get_running_loop().create_future()
         for tp in partitions:
             self._waiters[tp].add(fut)
         try:
-            if since is not None and since != self._clock and any(
+            if since != self._clock and any(
                     self._changed.get(tp, 0) > since for tp in partitions):
                 return True
             await asyncio.wait_for(fut, timeout_s)

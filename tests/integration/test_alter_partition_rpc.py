@@ -110,43 +110,38 @@ def test_a_leader_shrinks_its_isr_through_the_controller(tmp_path):
         smaller = tuple(b for b in isr if b != removed)
         proposal = dict(broker_id=leader, broker_epoch=broker_epoch, topic_id=topic_id,
                         leader_epoch=leader_epoch, partition_epoch=partition_epoch)
-        cluster.broker(removed).pause()
+        paused = cluster.broker(removed)
+        paused.pause()
         try:
-            _shrink_and_check(cluster, controller, other, topic, topic_id, leader, leader_epoch,
-                              partition_epoch, smaller, proposal)
+            resp = alter_partition(controller.bootstrap, 2, isr=smaller, **proposal)
+            assert resp.error_code == ErrorCode.NONE
+            [t] = resp.topics
+            [p] = t.partitions
+            assert t.topic_id == topic_id
+            assert (p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr)) == \
+                (ErrorCode.NONE, leader, leader_epoch, smaller)
+            assert p.partition_epoch == partition_epoch + 1
+            for b in (b for b in cluster.brokers if b.node_id in smaller):   # not the paused one
+                wait_for(f"broker {b.node_id} shows ISR {smaller}",
+                         lambda b=b: partition0(b.bootstrap, topic)[4] == tuple(sorted(smaller)))
+
+            # the same change again is answered with the state it made (Kafka's ZooKeeper controller)
+            again = alter_partition(controller.bootstrap, 3, isr=smaller, **proposal)
+            [p] = again.topics[0].partitions
+            assert (again.error_code, p.error_code, p.partition_epoch) == \
+                (ErrorCode.NONE, ErrorCode.NONE, partition_epoch + 1)
+
+            # another change on the partition epoch it replaced is refused
+            stale = alter_partition(controller.bootstrap, 3, isr=(leader,), **proposal)
+            [p] = stale.topics[0].partitions
+            assert (stale.error_code, p.error_code) == (ErrorCode.NONE, ErrorCode.INVALID_UPDATE_VERSION)
+
+            # a broker that is not the controller refuses the whole request
+            for version in (2, 3):
+                elsewhere = alter_partition(other.bootstrap, version, isr=smaller, **proposal)
+                assert (elsewhere.error_code, elsewhere.topics) == (ErrorCode.NOT_CONTROLLER, ())
+
+            # and the ISR is still the accepted one
+            assert partition0(controller.bootstrap, topic)[4] == tuple(sorted(smaller))
         finally:
-            cluster.broker(removed).resume()
-
-
-def _shrink_and_check(cluster, controller, other, topic, topic_id, leader, leader_epoch,
-                      partition_epoch, smaller, proposal):
-    resp = alter_partition(controller.bootstrap, 2, isr=smaller, **proposal)
-    assert resp.error_code == ErrorCode.NONE
-    [t] = resp.topics
-    [p] = t.partitions
-    assert t.topic_id == topic_id
-    assert (p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr)) == \
-        (ErrorCode.NONE, leader, leader_epoch, smaller)
-    assert p.partition_epoch == partition_epoch + 1
-    for b in (b for b in cluster.brokers if b.node_id in smaller):   # not the paused one
-        wait_for(f"broker {b.node_id} shows ISR {smaller}",
-                 lambda b=b: partition0(b.bootstrap, topic)[4] == tuple(sorted(smaller)))
-
-    # the same change again is answered with the state it made (Kafka's ZooKeeper controller)
-    again = alter_partition(controller.bootstrap, 3, isr=smaller, **proposal)
-    [p] = again.topics[0].partitions
-    assert (again.error_code, p.error_code, p.partition_epoch) == \
-        (ErrorCode.NONE, ErrorCode.NONE, partition_epoch + 1)
-
-    # another change on the partition epoch it replaced is refused
-    stale = alter_partition(controller.bootstrap, 3, isr=(leader,), **proposal)
-    [p] = stale.topics[0].partitions
-    assert (stale.error_code, p.error_code) == (ErrorCode.NONE, ErrorCode.INVALID_UPDATE_VERSION)
-
-    # a broker that is not the controller refuses the whole request
-    for version in (2, 3):
-        elsewhere = alter_partition(other.bootstrap, version, isr=smaller, **proposal)
-        assert (elsewhere.error_code, elsewhere.topics) == (ErrorCode.NOT_CONTROLLER, ())
-
-    # and the ISR is still the accepted one
-    assert partition0(controller.bootstrap, topic)[4] == tuple(sorted(smaller))
+            paused.resume()

@@ -77,7 +77,7 @@ def test_a_change_on_the_loops_thread_wakes_waiters_directly():
         w = PartitionWatchers()
         counting = _CountingLoop(asyncio.get_running_loop())
         notify = w.notifier(counting)
-        waiter = asyncio.ensure_future(w.wait_any([TP, OTHER], 30))
+        waiter = asyncio.ensure_future(w.wait_any([TP, OTHER], 30, w.mark()))
         await asyncio.sleep(0)
         notify(OTHER)
         assert await asyncio.wait_for(waiter, 10) is True
