@@ -151,18 +151,29 @@ def keys(prefix: str, n: int) -> list[bytes]:
 
 
 def produce(bootstrap: str, topic: str, ks: list[bytes], partition: int = 0,
-            timestamp: int | None = None) -> list[bytes]:
+            timestamp: int | None = None, partial: bool = False) -> list[bytes]:
     """Idempotent acks=all, in small batches (so 16 KiB segments roll); the keys acknowledged,
-    in order."""
+    in order. Unless ``partial``, a record not acknowledged fails the test with the errors the
+    producer was given."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 1, "batch.num.messages": 20, "message.timeout.ms": 60000})
-    acked = []
+    acked: list[bytes] = []
+    errors: dict[str, int] = defaultdict(int)
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            acked.append(msg.key())
+        else:
+            errors[str(err)] += 1
     extra = {} if timestamp is None else {"timestamp": timestamp}
     for k in ks:
         producer.produce(topic, key=k, value=k * 8, partition=partition, **extra,
-                         on_delivery=lambda err, msg: err is None and acked.append(msg.key()))
+                         on_delivery=delivered)
         producer.poll(0)
-    producer.flush(90)
+    left = producer.flush(90)
+    assert partial or (not errors and not left), (
+        f"{topic}-{partition}: {len(ks) - len(acked)} of {len(ks)} not acknowledged "
+        f"({left} undelivered after 90 s); errors: {dict(errors)}")
     return acked
 
 
@@ -1113,7 +1124,7 @@ def test_leadership_moving_back_and_forth_while_producing_leaves_no_gap_in_the_r
         n = 0
         while not stop.is_set() and n < 20:
             batch = keys(f"w{n:02d}-", 250)
-            produced.extend(produce(cluster.bootstrap, topic, batch))
+            produced.extend(produce(cluster.bootstrap, topic, batch, partial=True))
             n += 1
     t = threading.Thread(target=writer, daemon=True)
     t.start()
