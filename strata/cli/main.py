@@ -498,7 +498,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         replica_manager.leader_quota = leader_quota
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
-            on_append=watchers.notifier(loop), quota=follower_quota,
+            on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
             remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
@@ -574,9 +574,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             log.info("controlled shutdown: %s", "leaderships moved" if drained
                      else f"not drained after {CONTROLLED_SHUTDOWN_WAIT_S} s; stopping anyway")
         # Leaving ZooKeeper hands whatever this broker still leads to the others at once.
-        for part in (replica_manager.fetchers, replica_manager.alter_partition):
-            if part is not None:
-                part.shutdown()
+        if replica_manager.fetchers is not None:   # its tasks run on this loop until they end
+            await asyncio.to_thread(replica_manager.fetchers.shutdown)
+        if replica_manager.alter_partition is not None:
+            replica_manager.alter_partition.shutdown()
         if controller is not None:
             controller.close()
         metadata.close()

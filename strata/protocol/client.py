@@ -1,16 +1,18 @@
-"""A minimal blocking Kafka client for requests the usual client libraries cannot spell
-(ListOffsets -4/-5 among them): frame a kio request, send it, read back its response."""
+"""A minimal Kafka client for requests the usual client libraries cannot spell (ListOffsets
+-4/-5 among them, a replica's Fetch): frame a kio request, send it, read back its response.
+``Connection`` blocks; ``AsyncConnection`` is the same on an asyncio event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import struct
 
 from kio.serial import entity_reader, entity_writer
 
-__all__ = ["EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP", "Connection",
-           "client_frame", "fetch_request", "framed", "list_offset", "recv_exact", "roundtrip"]
+__all__ = ["EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "MAX_TIMESTAMP",
+           "AsyncConnection", "Connection", "client_frame", "fetch_request", "framed", "list_offset", "recv_exact", "roundtrip"]
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
@@ -65,10 +67,47 @@ class Connection:
         self._correlation_id += 1
         self.sock.sendall(framed(client_frame(body, self._correlation_id, self.client_id)))
         size = struct.unpack(">i", recv_exact(self.sock, 4))[0]
-        payload = recv_exact(self.sock, size)
-        _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
-        resp, _ = entity_reader(response_cls)(payload, pos)
-        return resp
+        return decode_response(response_cls, recv_exact(self.sock, size))
+
+
+def decode_response(response_cls, payload: bytes):
+    """A response frame (without its length prefix) decoded: the header skipped."""
+    _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
+    resp, _ = entity_reader(response_cls)(payload, pos)
+    return resp
+
+
+class AsyncConnection:
+    """``Connection`` on the running event loop: requests in sequence, each bounded by
+    ``timeout`` seconds (connecting too); ``open`` connects."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 timeout: float, client_id: str) -> None:
+        self._reader, self._writer = reader, writer
+        self.timeout = timeout
+        self.client_id = client_id
+        self._correlation_id = 0
+
+    @classmethod
+    async def open(cls, address: str, timeout: float = 10,
+                   client_id: str = "test-client") -> "AsyncConnection":
+        host, port = address.rsplit(":", 1)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer, timeout, client_id)
+
+    async def request(self, body, response_cls):
+        """Send ``body``; its decoded response (TimeoutError after ``timeout``)."""
+        self._correlation_id += 1
+        self._writer.write(framed(client_frame(body, self._correlation_id, self.client_id)))
+        return await asyncio.wait_for(self._response(response_cls), self.timeout)
+
+    async def _response(self, response_cls):
+        size = struct.unpack(">i", await self._reader.readexactly(4))[0]
+        return decode_response(response_cls, await self._reader.readexactly(size))
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def roundtrip(bootstrap: str, body, response_cls, timeout: float = 10):

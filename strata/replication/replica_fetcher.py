@@ -1,9 +1,9 @@
 """The follower side of replication: Kafka's ReplicaFetcherManager and ReplicaFetcherThread.
 
 A follower copies its partitions from their leaders with Fetch v12 requests (``replica_id`` =
-this broker). Partitions are spread over fetcher threads keyed by (leader id, fetcher id), the
+this broker). Partitions are spread over fetchers keyed by (leader id, fetcher id), the
 fetcher id being a stable hash of the partition modulo ``num.replica.fetchers``, as in Kafka.
-Each thread sends one Fetch for all its ready partitions, in a fetch session (KIP-227) with its
+Each fetcher sends one Fetch for all its ready partitions, in a fetch session (KIP-227) with its
 leader as Kafka's ReplicaFetcherThread keeps one (``FetchSessionHandler``): a full fetch opens
 it, then each incremental fetch names only the partitions whose fetch state changed and
 forgets those no longer fetched, and the leader answers only partitions with something new.
@@ -27,11 +27,20 @@ Per partition answered:
   ...): that partition backs off ``replica.fetch.backoff.ms``; new metadata brings the leader.
 
 A failed request (connection refused or dropped, timeout, undecodable answer) closes the
-connection and backs off every partition of the request; the thread reconnects afterwards, and
+connection and backs off every partition of the request; the fetcher reconnects afterwards, and
 its next fetch is a full one opening a new session (as after any closed connection). A session
 the leader no longer knows (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: evicted,
 the leader restarted, a lost answer) is replaced by a new full fetch at once, without back-off.
 Records move as bytes: only batch headers are read.
+
+Where fetchers run: each is a task on the broker's event loop (the manager's ``loop``; without
+one, as in unit tests, the manager runs a loop of its own in a thread), so that a follower's
+appends and Fetches do not take turns with the loop's thread for the GIL: each hop of an
+acks=all record used to cross threads. The Fetch goes out on an ``AsyncConnection`` and its
+answer is handled on the loop; what may wait on the leader or the remote tier (an
+OFFSET_OUT_OF_RANGE's or an OFFSET_MOVED_TO_TIERED_STORAGE's ListOffsets, OffsetForLeaderEpoch
+and rebuild, KIP-1023's first start) runs in a worker thread on a blocking connection of its
+own while the fetcher waits for it, as Kafka's fetcher thread waits for its TierStateMachine.
 
 Locks: the manager's lock is taken before a fetcher's, never the other way round. A fetcher
 holds its lock while it handles an answer, so a partition removed or moved is never written by
@@ -40,6 +49,7 @@ its old fetcher afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import socket
@@ -55,7 +65,7 @@ from strata.log.unified_log import (
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP, UnifiedLog)
 
-__all__ = ["ReplicaFetcherManager", "ReplicaFetcherThread", "fetcher_id"]
+__all__ = ["ReplicaFetcher", "ReplicaFetcherManager", "fetcher_id"]
 
 log = logging.getLogger(__name__)
 
@@ -187,27 +197,33 @@ class _PartitionState:
     new: bool = True            # not fetched yet (KIP-1023 may start it at the tiered offset)
 
 
-class ReplicaFetcherThread(threading.Thread):
-    """Fetches the partitions one leader leads for this broker (one of ``num_fetchers``)."""
+class ReplicaFetcher:
+    """Fetches the partitions one leader leads for this broker (one of ``num_fetchers``): a
+    task on the manager's event loop (``start`` schedules it, ``join`` waits for its end)."""
 
     def __init__(self, manager: "ReplicaFetcherManager", leader_id: int, fetcher_index: int):
-        super().__init__(name=f"ReplicaFetcherThread-{fetcher_index}-{leader_id}", daemon=True)
+        self.name = f"ReplicaFetcherThread-{fetcher_index}-{leader_id}"   # Kafka's name
         self.manager = manager
         self.leader_id = leader_id
         self.fetcher_index = fetcher_index
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
         self._states: dict[TopicPartition, _PartitionState] = {}   # insertion order = fetch order
         self._stopping = threading.Event()
-        self._conn: Any = None
+        self._conn: Any = None          # blocking: the worker steps' (and fakes' Fetches)
         self._session = FetchSessionHandler()
+        self._loop: asyncio.AbstractEventLoop | None = None   # the manager's, once started
+        self._aconn: Any = None         # the Fetch connection on the loop
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._scheduled = False
+        self._done = threading.Event()
 
     # ---- membership (called by the manager) -------------------------------------------------
 
     def add(self, tp: TopicPartition, epoch: int) -> None:
         """Fetch ``tp`` at ``epoch``. The same epoch again changes nothing; another epoch
         updates it (clearing a failure and a back-off). Progress lives in the log itself."""
-        with self._cond:
+        with self._lock:
             st = self._states.get(tp)
             if st is not None and st.epoch == epoch:
                 return
@@ -215,20 +231,20 @@ class ReplicaFetcherThread(threading.Thread):
                 self._states[tp] = _PartitionState(epoch)
             else:
                 st.epoch, st.delay_until, st.failed = epoch, 0.0, False
-            self._cond.notify_all()
+            self._kick()
 
     def remove(self, tps: Iterable[TopicPartition]) -> None:
-        with self._cond:
+        with self._lock:
             for tp in tps:
                 self._states.pop(tp, None)
 
     def retry_now(self, tp: TopicPartition) -> None:
         """End ``tp``'s back-off: what it waited for (its remote log metadata) is there."""
-        with self._cond:
+        with self._lock:
             st = self._states.get(tp)
             if st is not None and not st.failed and st.delay_until > time.monotonic():
                 st.delay_until = 0.0
-                self._cond.notify_all()
+                self._kick()
 
     def is_idle(self) -> bool:
         with self._lock:
@@ -239,69 +255,77 @@ class ReplicaFetcherThread(threading.Thread):
         with self._lock:
             return {tp: (st.epoch, st.failed, st.lag) for tp, st in self._states.items()}
 
+    def _kick(self) -> None:
+        """Wake the fetcher from its wait for a ready partition."""
+        if self._wake is not None:
+            self._on_loop(self._wake.set)
+
+    def _on_loop(self, fn: Callable[[], Any]) -> None:
+        """``fn`` on the fetcher's loop: now from its thread, else soon (not once it closed)."""
+        if self._loop is None:   # not started
+            return
+        if self._in_loop_thread():
+            fn()
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:   # the loop is closed: nothing runs on it any more
+            pass
+
+    def _in_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    def start(self) -> None:
+        self._loop = self.manager.event_loop()
+        self._scheduled = True
+
+        def create() -> None:
+            self._wake = asyncio.Event()
+            self._task = self._loop.create_task(self._arun(), name=self.name)
+            # also when cancelled before it ran (its body, and finally, never entered)
+            self._task.add_done_callback(lambda _: self._done.set())
+        self._on_loop(create)
+
+    def is_alive(self) -> bool:
+        return self._scheduled and not self._done.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Until the fetcher stopped (after ``initiate_shutdown``): its task ended, and a
+        worker step under way, which holds the lock, is done too (a cancelled task does not
+        wait for it). On the loop's own thread the task cannot end while this waits; being
+        cancelled, it handles no answer any more."""
+        if self._scheduled and not self._in_loop_thread():
+            self._done.wait(timeout)
+        with self._lock:
+            self._close_connection()   # the worker steps' (none runs any more)
+
     def initiate_shutdown(self) -> None:
         self._stopping.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._on_loop(lambda: self._task is not None and self._task.cancel())
         sock = getattr(self._conn, "sock", None)
-        if sock is not None:   # wakes a recv blocked in the leader's long poll
+        if sock is not None:   # wakes a recv blocked in the leader's long poll or a worker step
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
-    # ---- the loop ---------------------------------------------------------------------------
+    # ---- the task -----------------------------------------------------------------------------
 
-    def run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                try:
-                    self._do_work()
-                except Exception:  # noqa: BLE001 - the thread must survive anything
-                    if self._stopping.is_set():
-                        break
-                    log.exception("%s: unexpected error; backing off all partitions", self.name)
-                    self._close_connection()
-                    with self._cond:
-                        self._delay(list(self._states), self.manager.backoff_ms)
-        finally:
-            self._close_connection()
-
-    def _do_work(self) -> None:
-        with self._cond:
-            ready = self._wait_for_ready()
-            if ready is None:
-                return
-            request, sent = self._build_request(ready)
-        if request is None:
-            return
-        try:
-            response = self._send_fetch(request)
-        except Exception as exc:  # noqa: BLE001 - any failure of the request
-            if self._stopping.is_set():
-                return
-            log.warning("%s: fetch from broker %d failed (%s: %s); backing off %d ms",
-                        self.name, self.leader_id, type(exc).__name__, exc,
-                        self.manager.backoff_ms)
-            self._close_connection()
-            with self._cond:
-                self._delay(sent, self.manager.backoff_ms)
-            return
+    def _fetch_failed(self, exc: Exception, sent, close: Callable[[], None]) -> None:
+        """A Fetch that got no answer: its connection closed, its partitions backed off."""
         if self._stopping.is_set():
             return
-        notify: list[TopicPartition] = []
-        with self._cond:
-            self._process_response(response, sent, notify)
-        on_append = self.manager.on_append
-        if on_append is not None:
-            for tp in notify:
-                try:
-                    on_append(tp)
-                except Exception:  # noqa: BLE001
-                    log.exception("%s: on_append(%s) failed", self.name, tp)
+        log.warning("%s: fetch from broker %d failed (%s: %s); backing off %d ms", self.name,
+                    self.leader_id, type(exc).__name__, exc, self.manager.backoff_ms)
+        close()
+        with self._lock:
+            self._delay(sent, self.manager.backoff_ms)
 
-    def _wait_for_ready(self) -> list[TopicPartition] | None:
-        """The partitions to fetch now, waiting (lock held) until some are; None to re-check."""
+    def _ready(self) -> tuple[list[TopicPartition], float | None]:
+        """(the partitions to fetch now, seconds until the next back-off ends, None: none)."""
         now = time.monotonic()
         ready, wake = [], None
         for tp, st in self._states.items():
@@ -311,10 +335,121 @@ class ReplicaFetcherThread(threading.Thread):
                 ready.append(tp)
             elif wake is None or st.delay_until < wake:
                 wake = st.delay_until
-        if ready:
-            return ready
-        self._cond.wait(None if wake is None else max(0.0, wake - now))
-        return None
+        return ready, None if wake is None else max(0.0, wake - now)
+
+    async def _arun(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self._round()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - the fetcher must survive anything
+                    if self._stopping.is_set():
+                        break
+                    log.exception("%s: unexpected error; backing off all partitions", self.name)
+                    self._close_fetch_connection()
+                    with self._lock:
+                        self._delay(list(self._states), self.manager.backoff_ms)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._close_fetch_connection()
+
+    async def _round(self) -> None:
+        """One Fetch and its answer (or a wait until a partition is ready); the steps that may
+        wait on the leader or the remote tier go to a worker thread."""
+        self._wake.clear()   # before the check: a kick after it ends the wait below
+        worker: list = []
+        with self._lock:
+            ready, wait_s = self._ready()
+            request, sent = self._build_request(ready, worker) if ready else (None, {})
+        if worker:
+            await self._in_worker(worker)
+            return
+        if request is None:
+            if ready:   # what was ready is backed off now: let the loop run, then look again
+                await asyncio.sleep(0)
+                return
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait_s)
+            except TimeoutError:
+                pass
+            return
+        try:
+            response = await self._send_fetch(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the request
+            self._fetch_failed(exc, sent, self._close_fetch_connection)
+            return
+        if self._stopping.is_set():
+            return
+        notify: list[TopicPartition] = []
+        with self._lock:
+            self._process_response(response, sent, notify, worker)
+        self._notify(notify)
+        if worker:
+            await self._in_worker(worker)
+
+    async def _in_worker(self, steps: list) -> None:
+        """Run ``steps`` (tp, handler, what was asked) in a worker thread and wait."""
+        await asyncio.get_running_loop().run_in_executor(None, self._run_steps, steps)
+
+    def _run_steps(self, steps: list) -> None:
+        """Each step's handler, under the lock, unless its partition changed meanwhile (moved,
+        another epoch, failed, or its log end moved from what was asked); a False answer
+        backs the partition off."""
+        with self._lock:
+            errors = []
+            for tp, handler, asked in steps:
+                if self._stopping.is_set():
+                    return
+                st = self._states.get(tp)
+                ulog = self.manager.get_log(tp)
+                if st is None or st.failed or ulog is None or (asked is not None and (
+                        st.epoch != asked[1] or ulog.log_end_offset != asked[0])):
+                    continue
+                if not handler(tp, st, ulog):
+                    errors.append(tp)
+            self._delay(errors, self.manager.backoff_ms)
+
+    async def _send_fetch(self, request):
+        """The Fetch's answer, on the fetch connection (opened if needed); with only a
+        blocking ``connect`` (unit tests' fakes), on the blocking one."""
+        from kio.schema.fetch.v12.response import FetchResponse
+        if self.manager.async_connect is None:
+            response = self._connection().request(request, FetchResponse)
+            await asyncio.sleep(0)   # the other fetchers' turn: this never waited on the loop
+            return response
+        if self._aconn is None:
+            address = self._address()
+            self._aconn = await self.manager.async_connect(address)
+        return await self._aconn.request(request, FetchResponse)
+
+    def _address(self) -> str:
+        endpoint = self.manager.endpoint_of(self.leader_id)
+        if endpoint is None:
+            raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
+        host, port = endpoint
+        return f"{host}:{port}"
+
+    def _close_fetch_connection(self) -> None:
+        self._session.handle_error()   # the next fetch opens a new session
+        conn, self._aconn = self._aconn, None
+        if conn is not None:
+            conn.close()
+        if self.manager.async_connect is None:
+            self._close_connection()
+
+    def _notify(self, notify: list[TopicPartition]) -> None:
+        on_append = self.manager.on_append
+        if on_append is not None:
+            for tp in notify:
+                try:
+                    on_append(tp)
+                except Exception:  # noqa: BLE001
+                    log.exception("%s: on_append(%s) failed", self.name, tp)
 
     def _throttled_now(self, tp: TopicPartition) -> bool:
         """Kafka's shouldFollowerThrottle: a replica that is not caught up, of a throttled
@@ -330,7 +465,7 @@ class ReplicaFetcherThread(threading.Thread):
             if st is not None and st.delay_until < until:
                 st.delay_until = until
 
-    def _build_request(self, ready: list[TopicPartition]):
+    def _build_request(self, ready: list[TopicPartition], worker: list):
         """The Fetch for ``ready`` and what was asked per partition: tp -> (offset, epoch);
         None for the Fetch when there is nothing to fetch and nothing to forget.
 
@@ -339,7 +474,10 @@ class ReplicaFetcherThread(threading.Thread):
         are not in the builder's next set, so an incremental fetch forgets them
         (forgotten_topics_data) and adds them again once they are ready. The session therefore
         holds exactly the partitions of ``sent``: the leader reads those and no others, and
-        a partition left out is not read (nor counted as fetching) while it waits."""
+        a partition left out is not read (nor counted as fetching) while it waits.
+
+        A new partition's KIP-1023 start is added to ``worker`` (steps for a worker thread),
+        and the partition is fetched once it is done."""
         from kio.schema.fetch.v12.request import (
             FetchPartition, FetchRequest, FetchTopic, ForgottenTopic)
         from kio.schema.types import BrokerId, TopicName
@@ -358,9 +496,8 @@ class ReplicaFetcherThread(threading.Thread):
                 continue
             st = self._states[tp]
             if st.new and m.fetch_last_tiered_offset and m.remote_aux_state is not None:
-                if not self._start_at_tiered_offset(tp, st, ulog):
-                    self._delay([tp], m.backoff_ms)
-                    continue
+                worker.append((tp, self._start_at_tiered_offset, None))
+                continue
             st.new = False
             epoch = st.epoch
             with ulog.lock:
@@ -403,11 +540,7 @@ class ReplicaFetcherThread(threading.Thread):
 
     def _connection(self):
         if self._conn is None:
-            endpoint = self.manager.endpoint_of(self.leader_id)
-            if endpoint is None:
-                raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
-            host, port = endpoint
-            self._conn = self.manager.connect(f"{host}:{port}")
+            self._conn = self.manager.connect(self._address())
             if self._stopping.is_set():   # shut down while connecting
                 self._close_connection()
                 raise ConnectionError("shutting down")
@@ -421,10 +554,6 @@ class ReplicaFetcherThread(threading.Thread):
                 conn.close()
             except Exception:  # noqa: BLE001
                 pass
-
-    def _send_fetch(self, request):
-        from kio.schema.fetch.v12.response import FetchResponse
-        return self._connection().request(request, FetchResponse)
 
     def _list_offset(self, tp: TopicPartition, epoch: int, timestamp: int) -> int | None:
         """The leader's offset for ``timestamp`` (latest or earliest), None on any failure."""
@@ -501,7 +630,9 @@ class ReplicaFetcherThread(threading.Thread):
     # ---- answers ----------------------------------------------------------------------------
 
     def _process_response(self, response, sent: dict[TopicPartition, tuple[int, int]],
-                          notify: list[TopicPartition]) -> None:
+                          notify: list[TopicPartition], worker: list) -> None:
+        """Handle a Fetch answer: the partitions appended to (or whose high watermark moved)
+        go to ``notify``; those that need the leader or the remote tier, to ``worker``."""
         top = code_of(response.error_code)
         usable = self._session.handle_response(response)
         if top in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
@@ -528,20 +659,22 @@ class ReplicaFetcherThread(threading.Thread):
                 ulog = self.manager.get_log(tp)
                 if ulog is None or ulog.log_end_offset != asked[0]:
                     continue
-                if not self._process_partition(tp, st, ulog, p, notify):
+                if not self._process_partition(tp, st, ulog, p, notify, worker):
                     errors.append(tp)
         self._delay(errors, self.manager.backoff_ms)
 
     def _process_partition(self, tp, st: _PartitionState, ulog: UnifiedLog, p,
-                           notify: list[TopicPartition]) -> bool:
+                           notify: list[TopicPartition], worker: list) -> bool:
         """Handle one partition's answer; False to back it off."""
         code = code_of(p.error_code)
         if code == ErrorCode.NONE:
             return self._process_data(tp, st, ulog, p, notify)
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            return self._handle_out_of_range(tp, st, ulog)
-        if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
-            return self._handle_moved_to_tiered_storage(tp, st, ulog)
+        handler = {ErrorCode.OFFSET_OUT_OF_RANGE: self._handle_out_of_range,
+                   ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+                       self._handle_moved_to_tiered_storage}.get(code)
+        if handler is not None:
+            worker.append((tp, handler, (ulog.log_end_offset, st.epoch)))
+            return True
         if code in _BACK_OFF:
             log.debug("%s: %s answered %s; backing off", self.name, tp, error_name(code))
         else:
@@ -633,12 +766,14 @@ class ReplicaFetcherThread(threading.Thread):
         """KIP-1023 (``follower.fetch.last.tiered.offset.enable``): an empty replica of a
         tiered partition starts at the leader's first offset not yet in the remote tier
         instead of copying what the remote tier already holds. True when it did (or there was
-        nothing to skip), False to back off."""
+        nothing to skip; the partition is no longer new), False to back off."""
         with ulog.lock:
             empty = ulog.log_end_offset == 0 and ulog.log_start_offset == 0
-        if not empty or not ulog.remote_log_enabled:
-            return True
-        return self._rebuild_from_remote(tp, st, ulog, EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+        if empty and ulog.remote_log_enabled and not self._rebuild_from_remote(
+                tp, st, ulog, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            return False
+        st.new = False
+        return True
 
     def _rebuild_from_remote(self, tp, st: _PartitionState, ulog: UnifiedLog, timestamp: int) -> bool:
         """Start the log after the remote segment below the leader's offset for ``timestamp``
@@ -709,7 +844,7 @@ class ReplicaFetcherThread(threading.Thread):
 
 
 class ReplicaFetcherManager:
-    """This broker's fetcher threads, one per (leader id, fetcher id). Thread-safe."""
+    """This broker's fetchers, one per (leader id, fetcher id). Thread-safe."""
 
     def __init__(self, broker_id: int, endpoint_of: Callable[[int], tuple[str, int] | None],
                  get_log: Callable[[TopicPartition], UnifiedLog | None], *,
@@ -722,12 +857,17 @@ class ReplicaFetcherManager:
                  socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS,
                  quota: Any = None,
                  remote_aux_state: Callable[[UnifiedLog, int, int, int], int] | None = None,
-                 fetch_last_tiered_offset: bool = False):
+                 fetch_last_tiered_offset: bool = False,
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 async_connect: Callable[[str], Any] | None = None):
         """``quota``: the follower replication throttle (strata.replication.quota), if any.
         ``remote_aux_state(log, target epoch, leader's local log start, leader's log start)``:
         KIP-405's rebuild from the remote tier (RemoteLogManager.build_remote_log_aux_state),
         None without tiered storage. ``fetch_last_tiered_offset``: KIP-1023's
-        ``follower.fetch.last.tiered.offset.enable``."""
+        ``follower.fetch.last.tiered.offset.enable``. ``loop``: the event loop the fetchers
+        run on (the broker's; without it, one of the manager's own). ``async_connect(address)``,
+        a coroutine, opens their Fetch connections; ``connect`` the blocking ones of the
+        worker steps (given alone, it serves the Fetches too)."""
         if num_fetchers < 1:
             raise ValueError(f"num.replica.fetchers must be >= 1, got {num_fetchers}")
         if socket_timeout_ms < max_wait_ms:   # as Kafka's config check: a long poll must fit
@@ -748,8 +888,13 @@ class ReplicaFetcherManager:
         self.quota = quota
         self.remote_aux_state = remote_aux_state
         self.fetch_last_tiered_offset = fetch_last_tiered_offset
+        self._loop = loop
+        self._own_loop: threading.Thread | None = None
+        # a blocking connect alone (unit tests' fakes) serves the Fetches too
+        self.async_connect = async_connect if async_connect is not None or connect is not None \
+            else self._default_async_connect
         self._lock = threading.Lock()
-        self._fetchers: dict[tuple[int, int], ReplicaFetcherThread] = {}
+        self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
         self._closed = False
 
@@ -779,14 +924,19 @@ class ReplicaFetcherManager:
         return Connection(address, timeout=self.socket_timeout_ms / 1000,
                           client_id=f"broker-{self.broker_id}-fetcher")
 
+    async def _default_async_connect(self, address: str):
+        from strata.protocol.client import AsyncConnection
+        return await AsyncConnection.open(address, timeout=self.socket_timeout_ms / 1000,
+                                          client_id=f"broker-{self.broker_id}-fetcher")
+
     # ---- membership -------------------------------------------------------------------------
 
     def add_partitions(self, states: Mapping[TopicPartition, tuple[int, int]]) -> None:
         """Follow each partition from (leader id, leader epoch). A partition whose leader
         changed leaves its old fetcher; an epoch below the one held is stale and ignored; a
         leader of -1 (none) stops fetching the partition."""
-        idle: list[ReplicaFetcherThread] = []
-        new: list[ReplicaFetcherThread] = []
+        idle: list[ReplicaFetcher] = []
+        new: list[ReplicaFetcher] = []
         with self._lock:
             if self._closed:
                 return
@@ -807,11 +957,11 @@ class ReplicaFetcherManager:
                     continue
                 fetcher = self._fetchers.get(key)
                 if fetcher is None:
-                    fetcher = self._fetchers[key] = ReplicaFetcherThread(self, *key)
+                    fetcher = self._fetchers[key] = ReplicaFetcher(self, *key)
                     new.append(fetcher)
                 fetcher.add(tp, epoch)
                 self._assigned[tp] = key
-            # a new thread starts with all its partitions: one started with the first alone
+            # a new fetcher starts with all its partitions: one started with the first alone
             # would send its first Fetch for that one, and the leader could hold it for
             # replica.fetch.wait.max.ms before the rest were asked for
             for fetcher in new:
@@ -844,25 +994,42 @@ class ReplicaFetcherManager:
         if fetcher is not None:
             fetcher.retry_now(tp)
 
-    def _take_idle_locked(self) -> list[ReplicaFetcherThread]:
+    def _take_idle_locked(self) -> list[ReplicaFetcher]:
         idle = [k for k, f in self._fetchers.items() if f.is_idle()]
         return [self._fetchers.pop(k) for k in idle]
 
     @staticmethod
-    def _stop(fetchers: list[ReplicaFetcherThread]) -> None:
+    def _stop(fetchers: list[ReplicaFetcher]) -> None:
         for f in fetchers:
             f.initiate_shutdown()
         for f in fetchers:
             f.join()
 
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the fetchers run on: the broker's, or one of the manager's own, started
+        in a thread the first time."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            self._own_loop = threading.Thread(target=loop.run_forever, daemon=True,
+                                              name=f"ReplicaFetchers-{self.broker_id}")
+            self._own_loop.start()
+            self._loop = loop
+        return self._loop
+
     def shutdown(self) -> None:
-        """Stop every fetcher thread, close their connections and join them."""
+        """Stop every fetcher and wait for them; not from the loop's own thread (its tasks
+        end on it). The manager's own loop stops too."""
         with self._lock:
             self._closed = True
             fetchers = list(self._fetchers.values())
             self._fetchers.clear()
             self._assigned.clear()
         self._stop(fetchers)
+        own, self._own_loop = self._own_loop, None
+        if own is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            own.join()
+            self._loop.close()
 
     # ---- introspection ----------------------------------------------------------------------
 
@@ -888,7 +1055,7 @@ class ReplicaFetcherManager:
                 return states[tp][2]
         return None
 
-    def threads(self) -> dict[tuple[int, int], ReplicaFetcherThread]:
-        """(leader id, fetcher id) -> thread."""
+    def threads(self) -> dict[tuple[int, int], ReplicaFetcher]:
+        """(leader id, fetcher id) -> fetcher."""
         with self._lock:
             return dict(self._fetchers)

@@ -5,10 +5,11 @@
 arrives instead of at its deadline, and an acks=all append as soon as it is replicated
 (``await_replication``, Kafka's DelayedProduce). Waiting is event-loop only.
 
-Changes made by other threads (a replica fetcher's appends, the tiering threads) reach the
-loop through ``notifier``, which crosses threads only when someone waits on the partition: a
-wake-up of the loop costs the appending thread the GIL at every append, and a follower
-appends once per Fetch. A waiter that registers just after such a change still sees it: a
+Changes made by other threads (a high watermark that an ISR shrink on the scheduler's thread
+moves, a replica manager used without the loop) reach the loop through ``notifier``, which
+crosses threads only when someone waits on the partition: a wake-up of the loop costs the
+changing thread a GIL hand-off. Replica fetchers append on the loop and wake waiters directly.
+A waiter that registers just after such a change still sees it: a
 caller takes ``mark()`` before it checks its condition, and ``wait_any`` returns at once if a
 partition changed after the mark.
 """

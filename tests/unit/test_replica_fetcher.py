@@ -6,6 +6,7 @@ real leader-side UnifiedLog (``FakeLeader``), or with scripted errors."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
 import threading
@@ -254,6 +255,31 @@ def cluster(tmp_path):
     c = Cluster(tmp_path)
     yield c
     c.close()
+
+
+@contextlib.contextmanager
+def broker_loop():
+    """An event loop running in a thread named ``broker-loop``, as a broker's."""
+    import asyncio
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="broker-loop", daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(DEADLINE)
+        loop.close()
+
+
+@pytest.fixture(params=["managers-own-loop", "brokers-loop"])
+def fetch_loop(request):
+    """The loop the fetchers run on: the manager's own (None), or one given, as a broker's."""
+    if request.param == "managers-own-loop":
+        yield None
+        return
+    with broker_loop() as loop:
+        yield loop
 
 
 @pytest.fixture
@@ -916,7 +942,8 @@ class WireLeader:
         self.logs.shutdown()
 
 
-def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, tmp_path):
+def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, tmp_path,
+                                                                     fetch_loop):
     wire = WireLeader(tmp_path / "wire-leader")
     m = None
     try:
@@ -927,7 +954,8 @@ def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, 
         for offset in range(5):
             follower.append_as_follower(batch(base_offset=offset))
         m = ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", wire.server.port),
-                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50)
+                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50,
+                                  loop=fetch_loop)
         m.add_partitions({TP: (LEADER, 0)})
         wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
                  "the truncation to the leader's end")
@@ -946,7 +974,8 @@ def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, 
         wire.close()
 
 
-def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, tmp_path):
+def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, tmp_path,
+                                                                      fetch_loop):
     """Against Strata's clustered ReplicaManager: the leader answers the diverging epoch, the
     follower truncates, copies, and the leader's HW (from the follower's fetch offsets) flows
     back to the follower."""
@@ -966,7 +995,8 @@ def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, t
         append(follower, 1, 3)
         append(follower, 2, 3, value=b"old")
         m = ReplicaFetcherManager(ME, lambda b: ("127.0.0.1", wire.server.port),
-                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50)
+                                  cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50,
+                                  loop=fetch_loop)
         m.add_partitions({TP: (LEADER, 3)})
         wait_for(lambda: follower.log_end_offset == 5
                  and follower.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 3)],
@@ -1211,7 +1241,8 @@ def test_a_failed_request_replaces_the_session_with_a_full_fetch(cluster, tmp_pa
         wire.close()
 
 
-def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, tmp_path):
+def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, tmp_path,
+                                                                      fetch_loop):
     """As Kafka's fetcher: a partition not fetched this round (its back-off) is forgotten by
     the session, and added again when it is fetched again; the others go on meanwhile."""
     from strata.replication.replica_manager import PartitionState
@@ -1227,7 +1258,7 @@ def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, t
         wire.append(2)
         wire.append(3, tp1)
         follower, follower1 = cluster.follower(), cluster.follower(tp1)
-        m = wire_manager(cluster, wire, backoff_ms=200)
+        m = wire_manager(cluster, wire, backoff_ms=200, loop=fetch_loop)
         # tp1 at an epoch the leader does not have yet: UNKNOWN_LEADER_EPOCH, backed off
         m.add_partitions({TP: (LEADER, 0), tp1: (LEADER, 3)})
         wait_for(lambda: follower.log_end_offset == 2, "the healthy partition")
@@ -1249,3 +1280,51 @@ def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, t
         if m is not None:
             m.shutdown()
         wire.close()
+
+
+def test_on_the_loop_the_leader_requests_of_a_truncation_run_in_a_worker_and_stop_ends_the_task(
+        cluster, tmp_path, monkeypatch):
+    """A fetcher on the broker's loop: the out-of-range answer's ListOffsets (a blocking
+    request to the leader) runs in a worker thread while the fetcher waits, never on the loop;
+    the fetch itself and the appends run on the loop; the manager's shutdown, from another
+    thread, returns once every fetcher task has ended."""
+    from strata.replication.replica_fetcher import ReplicaFetcher
+    where: dict[str, set[str]] = {"out_of_range": set(), "append": set()}
+    out_of_range = ReplicaFetcher._handle_out_of_range
+    process_data = ReplicaFetcher._process_data
+
+    def recorded(name, fn):
+        def call(*args, **kwargs):
+            where[name].add(threading.current_thread().name)
+            return fn(*args, **kwargs)
+        return call
+    monkeypatch.setattr(ReplicaFetcher, "_handle_out_of_range",
+                        recorded("out_of_range", out_of_range))
+    monkeypatch.setattr(ReplicaFetcher, "_process_data", recorded("append", process_data))
+    wire = WireLeader(tmp_path / "wire-leader")
+    m = None
+    with broker_loop() as loop:
+        try:
+            wire.append(2)
+            follower = cluster.follower()
+            for offset in range(4):       # ahead of the leader: OFFSET_OUT_OF_RANGE
+                follower.append_as_follower(batch(base_offset=offset))
+            m = wire_manager(cluster, wire, loop=loop)
+            m.add_partitions({TP: (LEADER, 0)})
+            wait_for(lambda: follower.log_end_offset == 2, "the truncation to the leader's end")
+            wire.append(1)
+            wait_for(lambda: follower.log_end_offset == 3, "one more offset")
+            assert where["append"] == {"broker-loop"}
+            assert where["out_of_range"] and "broker-loop" not in where["out_of_range"]
+            fetchers = list(m.threads().values())
+            assert fetchers and all(f.is_alive() for f in fetchers)
+            m.shutdown()
+            m = None
+            assert not any(f.is_alive() for f in fetchers)
+            wire.append(1)
+            time.sleep(0.2)   # a fetcher still running would copy it
+            assert follower.log_end_offset == 3
+        finally:
+            if m is not None:
+                m.shutdown()
+            wire.close()

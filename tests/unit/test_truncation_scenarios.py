@@ -8,7 +8,7 @@ EpochDrivenReplicationProtocolAcceptanceTest, ReplicaFetcherThreadTest and
 AbstractFetcherThreadTest, plus the back-to-back election of KAFKA-10706) between brokers that
 are real: one LogManager with UnifiedLogs per broker on its own directory, the leader a
 clustered ReplicaManager whose states come through ``apply_states``, and the follower Strata's
-ReplicaFetcherThread, stepped by hand. Requests go to the leader's real Fetch and ListOffsets
+ReplicaFetcher, stepped by hand. Requests go to the leader's real Fetch and ListOffsets
 handlers through the real codec, in process (no sockets).
 
 A broker restart closes its logs and reopens the directory; a crash writes no clean-shutdown
@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import pytest
 from kio.schema.fetch.v12.request import FetchRequest
+from kio.schema.fetch.v12.response import FetchResponse
 from kio.serial import entity_reader
 
 from strata.common.errors import ErrorCode
@@ -43,7 +44,7 @@ from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.protocol import records as rec
 from strata.protocol.client import client_frame
 from strata.protocol.codec import encode_response, parse_request
-from strata.replication.replica_fetcher import ReplicaFetcherManager, ReplicaFetcherThread
+from strata.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
 from strata.replication.replica_manager import PartitionState, ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import fetch as fetch_handler
@@ -101,7 +102,7 @@ class Broker:
         self.id = broker_id
         self.dir = cluster.tmp_path / f"broker-{broker_id}"
         self.alive = False
-        self.fetcher: ReplicaFetcherThread | None = None
+        self.fetcher: ReplicaFetcher | None = None
         self.start()
 
     def start(self) -> None:
@@ -149,27 +150,29 @@ class Broker:
     # ---- replication ------------------------------------------------------------------------
 
     def follow(self, leader_id: int, epoch: int) -> None:
-        """What the broker's fetcher manager does for a new (leader, epoch): a fetcher thread
+        """What the broker's fetcher manager does for a new (leader, epoch): a fetcher
         for that leader, with the partition at that epoch (not started: the test steps it)."""
         manager = ReplicaFetcherManager(
             self.id, self.cluster.endpoint_of, lambda tp: self.lm.get_log(tp),
             connect=self.cluster.connect, max_wait_ms=0, backoff_ms=0)
-        self.fetcher = ReplicaFetcherThread(manager, leader_id, 0)
+        self.fetcher = ReplicaFetcher(manager, leader_id, 0)
         self.fetcher.add(TP, epoch)
 
     def send_fetch(self):
         """One Fetch to the leader, as the fetcher builds it: (request sent, answer)."""
         t = self.fetcher
-        with t._cond:
-            request, sent = t._build_request([TP])
+        with t._lock:
+            request, sent = t._build_request([TP], [])
         assert sent, f"broker {self.id} has nothing to fetch"
-        return sent, t._send_fetch(request)
+        return sent, t._connection().request(request, FetchResponse)
 
     def fetch(self) -> int:
         """One round of the fetcher (request, answer handled); our log end offset after it."""
         sent, response = self.send_fetch()
-        with self.fetcher._cond:
-            self.fetcher._process_response(response, sent, [])
+        worker: list = []
+        with self.fetcher._lock:
+            self.fetcher._process_response(response, sent, [], worker)
+        self.fetcher._run_steps(worker)   # the leader requests of a truncation, as its worker
         return self.log.log_end_offset
 
     def catch_up(self) -> list[int]:
