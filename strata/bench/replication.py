@@ -36,7 +36,9 @@ latency
     falls behind sends late, and its latency no longer says what the brokers did). Several
     rates (``--latency-rate 2000,10000``) run one after another, each on its own topic. Each
     round records ``uptime`` (the load averages) before and after it: on a shared machine the
-    tails say as much about the load as about the brokers.
+    tails say as much about the load as about the brokers. ``brokers_cpu_cores`` is the three
+    broker processes' CPU (user + system, from /proc, the JVMs' included) over the round,
+    warm-up included, divided by its wall time.
 
 catch-up
     A topic with one partition, replication factor 3, ``min.insync.replicas=2``, its replicas
@@ -56,6 +58,7 @@ catch-up
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -69,6 +72,7 @@ import time
 import uuid
 
 from strata.bench.brokers import log
+from strata.bench.cpu import CpuMeter
 from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cluster_arguments,
                                    make_cluster, wait_for)
 from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
@@ -254,10 +258,18 @@ def latency_round(cluster: Cluster, admin, partitions: int, number: int, rate: f
                   args, values: list[bytes]) -> dict:
     topic = create_topic(admin, cluster, f"lat{partitions}", partitions)
     load_before = uptime()
+    meters = [CpuMeter(node.pid) for node in cluster.nodes.values()]
     try:
-        result = {"round": number, "partitions": partitions, "linger_ms": args.linger_ms,
-                  **paced_latency(cluster.bootstrap(), topic, rate, args.latency_seconds,
-                                  args.latency_warmup_s, values, args.linger_ms)}
+        with contextlib.ExitStack() as stack:
+            for meter in meters:
+                stack.enter_context(meter)
+            started = time.monotonic()
+            result = {"round": number, "partitions": partitions, "linger_ms": args.linger_ms,
+                      **paced_latency(cluster.bootstrap(), topic, rate, args.latency_seconds,
+                                      args.latency_warmup_s, values, args.linger_ms)}
+        # the three brokers' CPU over the round (warm-up included), in cores
+        result["brokers_cpu_cores"] = round(
+            sum(m.seconds for m in meters) / (time.monotonic() - started), 3)
     finally:
         delete_topic(admin, topic)
     result.update(uptime_before=load_before, uptime_after=uptime())
@@ -382,7 +394,8 @@ def latency_line(r: dict) -> str:
     return (f"latency {r['partitions']} partition(s) at {r['rate']:g} records/s round "
             f"{r['round']}: {r['records']} timed records, achieved {r['achieved_records/s']} "
             f"records/s; p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, p99.9 "
-            f"{r['p99.9_ms']:.2f} ms, max {r['max_ms']:.2f} ms; {r['uptime_after']}")
+            f"{r['p99.9_ms']:.2f} ms, max {r['max_ms']:.2f} ms; brokers' CPU "
+            f"{r['brokers_cpu_cores']:.2f} cores; {r['uptime_after']}")
 
 
 def catchup_line(r: dict) -> str:
@@ -483,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                     for p in partition_counts if "produce" in workloads},
         "latency": {f"{p}@{rate:g}": summarize(
             [r for r in latency_rounds if r["partitions"] == p and r["rate"] == rate],
-            ("p50_ms", "p99_ms", "p99.9_ms", "max_ms", "achieved_records/s"))
+            ("p50_ms", "p99_ms", "p99.9_ms", "max_ms", "achieved_records/s", "brokers_cpu_cores"))
             for rate in rates for p in partition_counts if "latency" in workloads},
         "catchup": summarize(catchup_rounds, ("catchup_s", "catchup_MB/s", "catchup_ready_MB/s")),
     }
