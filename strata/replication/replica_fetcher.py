@@ -314,16 +314,6 @@ class ReplicaFetcher:
 
     # ---- the task -----------------------------------------------------------------------------
 
-    def _fetch_failed(self, exc: Exception, sent, close: Callable[[], None]) -> None:
-        """A Fetch that got no answer: its connection closed, its partitions backed off."""
-        if self._stopping.is_set():
-            return
-        log.warning("%s: fetch from broker %d failed (%s: %s); backing off %d ms", self.name,
-                    self.leader_id, type(exc).__name__, exc, self.manager.backoff_ms)
-        close()
-        with self._lock:
-            self._delay(sent, self.manager.backoff_ms)
-
     def _ready(self) -> tuple[list[TopicPartition], float | None]:
         """(the partitions to fetch now, seconds until the next back-off ends, None: none)."""
         now = time.monotonic()
@@ -381,7 +371,14 @@ class ReplicaFetcher:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the request
-            self._fetch_failed(exc, sent, self._close_fetch_connection)
+            if self._stopping.is_set():
+                return
+            log.warning("%s: fetch from broker %d failed (%s: %s); backing off %d ms",
+                        self.name, self.leader_id, type(exc).__name__, exc,
+                        self.manager.backoff_ms)
+            self._close_fetch_connection()
+            with self._lock:
+                self._delay(sent, self.manager.backoff_ms)
             return
         if self._stopping.is_set():
             return
@@ -858,16 +855,15 @@ class ReplicaFetcherManager:
                  quota: Any = None,
                  remote_aux_state: Callable[[UnifiedLog, int, int, int], int] | None = None,
                  fetch_last_tiered_offset: bool = False,
-                 loop: asyncio.AbstractEventLoop | None = None,
-                 async_connect: Callable[[str], Any] | None = None):
+                 loop: asyncio.AbstractEventLoop | None = None):
         """``quota``: the follower replication throttle (strata.replication.quota), if any.
         ``remote_aux_state(log, target epoch, leader's local log start, leader's log start)``:
         KIP-405's rebuild from the remote tier (RemoteLogManager.build_remote_log_aux_state),
         None without tiered storage. ``fetch_last_tiered_offset``: KIP-1023's
         ``follower.fetch.last.tiered.offset.enable``. ``loop``: the event loop the fetchers
-        run on (the broker's; without it, one of the manager's own). ``async_connect(address)``,
-        a coroutine, opens their Fetch connections; ``connect`` the blocking ones of the
-        worker steps (given alone, it serves the Fetches too)."""
+        run on (the broker's; without it, one of the manager's own). ``connect(address)``: the
+        blocking connections of the worker steps; given (unit tests' fakes), it serves the
+        Fetches too, else they go out on an ``AsyncConnection``."""
         if num_fetchers < 1:
             raise ValueError(f"num.replica.fetchers must be >= 1, got {num_fetchers}")
         if socket_timeout_ms < max_wait_ms:   # as Kafka's config check: a long poll must fit
@@ -890,9 +886,8 @@ class ReplicaFetcherManager:
         self.fetch_last_tiered_offset = fetch_last_tiered_offset
         self._loop = loop
         self._own_loop: threading.Thread | None = None
-        # a blocking connect alone (unit tests' fakes) serves the Fetches too
-        self.async_connect = async_connect if async_connect is not None or connect is not None \
-            else self._default_async_connect
+        # None: the blocking ``connect`` given (unit tests' fakes) serves the Fetches too
+        self.async_connect = None if connect is not None else self._default_async_connect
         self._lock = threading.Lock()
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
