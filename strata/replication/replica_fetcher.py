@@ -290,17 +290,22 @@ class ReplicaFetcher:
         self._on_loop(create)
 
     def is_alive(self) -> bool:
-        return self._scheduled and not self._done.is_set()
+        """Started and not told to stop: it may still write its partitions' logs."""
+        return self._scheduled and not self._stopping.is_set() and not self._done.is_set()
 
-    def join(self, timeout: float | None = None) -> None:
-        """Until the fetcher stopped (after ``initiate_shutdown``): its task ended, and a
-        worker step under way, which holds the lock, is done too (a cancelled task does not
-        wait for it). On the loop's own thread the task cannot end while this waits; being
-        cancelled, it handles no answer any more."""
-        if self._scheduled and not self._in_loop_thread():
-            self._done.wait(timeout)
+    def join(self) -> None:
+        """After ``initiate_shutdown``: returns once the fetcher writes no log any more.
+        Answers and worker steps are handled under the lock and check the stop under it, so
+        taking the lock once is enough; this never waits for the loop, which may be waiting
+        for a lock that the caller holds (ReplicaManager.apply_states calls this under its
+        states lock, and the loop's AlterPartition callbacks take that lock)."""
         with self._lock:
             self._close_connection()   # the worker steps' (none runs any more)
+
+    def wait_ended(self, timeout: float) -> None:
+        """Until the task itself ended (its connection closed); not from the loop's thread."""
+        if self._scheduled and not self._in_loop_thread():
+            self._done.wait(timeout)
 
     def initiate_shutdown(self) -> None:
         self._stopping.set()
@@ -384,6 +389,8 @@ class ReplicaFetcher:
             return
         notify: list[TopicPartition] = []
         with self._lock:
+            if self._stopping.is_set():   # join() returned: no write any more
+                return
             self._process_response(response, sent, notify, worker)
         self._notify(notify)
         if worker:
@@ -1020,6 +1027,8 @@ class ReplicaFetcherManager:
             self._fetchers.clear()
             self._assigned.clear()
         self._stop(fetchers)
+        for f in fetchers:   # called off the loop with no lock held: the tasks can end
+            f.wait_ended(self.socket_timeout_ms / 1000)
         own, self._own_loop = self._own_loop, None
         if own is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
