@@ -44,7 +44,32 @@ def wait_for(what: str, check, timeout: float = DEADLINE_S, interval: float = 0.
         if last and not isinstance(last, Exception):
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})"
+                         + brokers_report())
+
+
+# The clusters running now (StrataCluster adds itself while it runs): a wait that times out
+# reports what their brokers logged, so that a failure on a CI machine explains itself.
+RUNNING_CLUSTERS: list = []
+
+
+def brokers_report(tail: int = 12, stack_chars: int = 6000) -> str:
+    """Per running broker: its stall reports' first lines and its last warnings and errors;
+    then the first stall report's stacks, cut at ``stack_chars``."""
+    parts, stacks = [], ""
+    for cluster in RUNNING_CLUSTERS:
+        for b in cluster.brokers:
+            if not b.running:
+                continue
+            lines = b.output().splitlines()
+            stalls = [i for i, line in enumerate(lines) if "stalled: " in line]
+            noted = [line for line in lines if " WARNING " in line or " ERROR " in line]
+            parts.append(f"--- broker {b.node_id}: {len(stalls)} stall reports ---\n"
+                         + "\n".join([lines[i] for i in stalls[:5]] + noted[-tail:]))
+            if stalls and not stacks:
+                stacks = f"--- broker {b.node_id}'s first stall ---\n" + "\n".join(
+                    lines[stalls[0]:stalls[0] + 400])[:stack_chars]
+    return "\n" + "\n".join(parts + ([stacks] if stacks else [])) if parts else ""
 
 
 def dump_threads(cluster) -> None:
@@ -57,6 +82,14 @@ def dump_threads(cluster) -> None:
 
 
 _ADMINS: dict[str, AdminClient] = {}
+
+
+def forget_admins(ports: set[int]) -> None:
+    """Drops the cached clients of a cluster that stopped: left alive, each would retry its
+    dead brokers for the rest of the session."""
+    for bootstrap in [b for b in _ADMINS
+                      if any(int(hp.rsplit(":", 1)[1]) in ports for hp in b.split(","))]:
+        del _ADMINS[bootstrap]
 
 
 def admin(bootstrap: str) -> AdminClient:

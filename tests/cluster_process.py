@@ -19,6 +19,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 
 from broker_process import BrokerProcess, free_port
+from cluster_clients import RUNNING_CLUSTERS, forget_admins
 from strata.protocol.client import roundtrip
 from zk_server import ZooKeeperServer
 
@@ -211,6 +212,7 @@ class StrataCluster:
         """ZooKeeper, then every broker (launched together), then waits until each lists all
         brokers in its Metadata response. Stops whatever it started when that fails."""
         deadline = time.monotonic() + timeout
+        RUNNING_CLUSTERS.append(self)
         try:
             self.zk.start(timeout=_left(deadline))
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -272,6 +274,9 @@ class StrataCluster:
         for b in self.brokers:
             b.process.stop()  # reaps the exited process and closes its log
         self.zk.stop()
+        if self in RUNNING_CLUSTERS:
+            RUNNING_CLUSTERS.remove(self)
+        forget_admins({int(b.bootstrap.rsplit(":", 1)[1]) for b in self.brokers})
 
     def output(self) -> str:
         """Every broker's output, headed by its node id (for assertion messages)."""

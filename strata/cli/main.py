@@ -417,6 +417,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
     raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
     loop = asyncio.get_running_loop()
+    from strata.common.watchdog import STALLS
+    STALLS.watch_loop(loop)   # a loop or ZooKeeper thread stuck for 5 s logs every stack
+    STALLS.start()
     zk = _join_cluster(props, node_id)
     if zk is not None:
         from strata.cluster.zk_metadata import ZkClusterMetadata
@@ -597,6 +600,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if cleaner is not None:
         cleaner.shutdown()
     manager.shutdown()
+    STALLS.close()
     log.info("clean shutdown complete")
 
 

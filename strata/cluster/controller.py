@@ -27,6 +27,7 @@ from strata.cluster.zk.client import (
     ControllerMovedError, StateChangeHandler, StrataZkClient, ZkNodeExistsError, ZooKeeperError)
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
+from strata.common.watchdog import STALLS
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,8 @@ class ControllerService:
                 self._resign("shutting down", delete_controller=True)
                 return
             try:
-                self._process(item)
+                with STALLS.section(f"controller event {type(item).__name__}"):
+                    self._process(item)
             except ControllerMovedError as e:
                 self._resign(f"a write was refused: {e}")
                 self._fail(item, _not_controller(self.broker_id))

@@ -91,6 +91,11 @@ def test_a_wiped_follower_copies_only_the_local_tail_then_leads_and_serves_every
         leader.bootstrap, topic, 0, EARLIEST_LOCAL)[1] >= 2000, timeout=60)
 
     follower.kill()
+    # until its ZooKeeper session expires the ISR still names the dead follower: waiting for
+    # the shrink first, the rejoin below cannot be the stale ISR (killing the leader between
+    # that shrink and the rejoin would leave no in-sync replica to elect)
+    wait_for("the killed follower out of the ISR", lambda: partitions(
+        leader.bootstrap, topic)[0].isr == [leader.node_id])
     shutil.rmtree(Path(follower.data_dir) / "kafka-logs")   # a replaced disk, the same broker id
     follower.start()
     wait_for("the wiped follower caught up", lambda: log_end(follower, topic) == 3000, timeout=90)

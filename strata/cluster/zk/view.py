@@ -22,6 +22,7 @@ from typing import Callable
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.client import StrataZkClient, ZkTree
+from strata.common.watchdog import STALLS
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ class ZkMetadataView:
             old, self.image = self.image, image
             if image != old:
                 try:
-                    self._on_image(old, image)
+                    with STALLS.section("applying a metadata image"):
+                        self._on_image(old, image)
                 except Exception:  # noqa: BLE001
                     log.exception("metadata image listener failed")
             with self._ready:
