@@ -1328,3 +1328,41 @@ def test_on_the_loop_the_leader_requests_of_a_truncation_run_in_a_worker_and_sto
             if m is not None:
                 m.shutdown()
             wire.close()
+
+
+def test_stopping_a_fetcher_under_a_lock_the_blocked_loop_waits_for_returns_and_nothing_more_is_copied(
+        cluster):
+    """ReplicaManager.apply_states stops fetchers while holding its states lock, and the loop's
+    AlterPartition callbacks take that lock: stopping must not wait for the loop (it would
+    wait for ever), and once it returned the fetcher copies nothing more."""
+    import asyncio
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 3)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    states_lock = threading.Lock()
+    with broker_loop() as loop:
+        m = cluster.manager(loop=loop)
+        try:
+            m.add_partitions({TP: (LEADER, 1)})
+            wait_for(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
+            loop_blocked = threading.Event()
+
+            def alter_partition_callback():   # as ReplicaManager._propose_isr's done callback
+                loop_blocked.set()
+                with states_lock:
+                    pass
+            with states_lock:                 # as apply_states, on the ZooKeeper thread
+                loop.call_soon_threadsafe(alter_partition_callback)
+                assert loop_blocked.wait(DEADLINE)
+                stopper = threading.Thread(target=m.remove_partitions, args=([TP],))
+                stopper.start()
+                stopper.join(DEADLINE)
+                assert not stopper.is_alive(), "stopping the fetcher waited for the blocked loop"
+                assert m.threads() == {}
+                append(leader_log, 1, 2)
+                leader.wake.set()
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), loop).result(DEADLINE)
+            assert follower.log_end_offset == 3
+        finally:
+            m.shutdown()
