@@ -310,6 +310,7 @@ class ChunkCache:
         self._staged_read: set[ChunkKey] = set()
         self._staged_bytes = 0
         self._flights: dict[ChunkKey, _Flight] = {}
+        self._detached_runs = 0             # loads invalidated while they ran, not yet ended
         self._queued = 0                    # prefetch flights waiting for a pool thread
         self._prefetching = 0               # prefetch flights running on a pool thread
         self._closed = False
@@ -427,8 +428,7 @@ class ChunkCache:
             with self._lock:
                 self._counts["loads"] += 1
                 self._counts["load_errors"] += 1
-                if self._flights.get(key) is flight:
-                    del self._flights[key]
+                self._end_run(key, flight)
             flight.error = exc
             flight.state = _DONE
             flight.done.set()
@@ -475,12 +475,18 @@ class ChunkCache:
                     else:                       # evicted or invalidated while written
                         doomed.append(disk_entry.path)
         finally:
-            with self._lock:
-                if self._flights.get(key) is flight:
-                    del self._flights[key]
-            for path in doomed:
+            for path in doomed:     # before the flight ends: in_flight 0 means files settled
                 _unlink(path)
+            with self._lock:
+                self._end_run(key, flight)
         return data
+
+    def _end_run(self, key: ChunkKey, flight: _Flight) -> None:
+        """A load's end: its flight leaves, unless invalidate took it already. Holds ``_lock``."""
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        else:
+            self._detached_runs -= 1
 
     def _stage(self, key: ChunkKey, data: bytes) -> None:
         """Hold a prefetched chunk until its reader has moved past it (a sequential reader
@@ -590,6 +596,7 @@ class ChunkCache:
                 else:
                     flight.detached = True
                     del self._flights[key]
+                    self._detached_runs += 1    # its _run still writes or deletes a file
         for path in files:
             _unlink(path)
 
@@ -638,7 +645,8 @@ class ChunkCache:
         joining it while it ran); ``prefetch_requested`` / ``prefetch_dropped``: chunks
         offered to ``prefetch`` and those refused for a full queue (or a closed cache);
         ``prefetch_queued`` / ``prefetch_running``: prefetches waiting for / on a thread;
-        ``in_flight``: loads under way (a finished load stays until its file is written);
+        ``in_flight``: loads under way, invalidated ones included (a finished load stays until
+        its file, and the files it evicted, are written or deleted);
         ``*_evictions``: chunks the tier's policy dropped or did not admit; ``disk_errors``:
         chunk files that failed to write or read back; ``*_bytes`` / ``*_entries``: contents
         (``prefetch_*``: the chunks held for their readers, prefetched or just loaded).
@@ -656,7 +664,7 @@ class ChunkCache:
                 prefetch_entries=len(self._staged),
                 prefetch_queued=self._queued,
                 prefetch_running=self._prefetching,
-                in_flight=len(self._flights),
+                in_flight=len(self._flights) + self._detached_runs,
             )
             return out
 
