@@ -278,7 +278,8 @@ class UnifiedLog:
                 if h.max_timestamp > max_ts:
                     max_ts, shallow = h.max_timestamp, h.last_offset
             used = headers[-1].position + headers[-1].size
-            return self._append(bytes(memoryview(data)[:used]), headers, headers[0].base_offset,
+            whole = type(data) is bytes and used == len(data)   # else copied: ours to keep
+            return self._append(data if whole else bytes(memoryview(data)[:used]), headers, headers[0].base_offset,
                                 headers[-1].last_offset, max_ts, shallow,
                                 AppendOrigin.REPLICATION, -1)
 

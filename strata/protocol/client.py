@@ -70,44 +70,109 @@ class Connection:
         return decode_response(response_cls, recv_exact(self.sock, size))
 
 
-def decode_response(response_cls, payload: bytes):
+def decode_response(response_cls, payload: bytes | memoryview):
     """A response frame (without its length prefix) decoded: the header skipped."""
     _, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
     resp, _ = entity_reader(response_cls)(payload, pos)
     return resp
 
 
-class AsyncConnection:
+class AsyncConnection(asyncio.BufferedProtocol):
     """``Connection`` on the running event loop: requests in sequence, each bounded by
-    ``timeout`` seconds (connecting too); ``open`` connects."""
+    ``timeout`` seconds (connecting too); ``open`` connects. Each response frame is received
+    straight into a buffer of its own (no stream buffer to copy out of), and a request's
+    deadline is a timer, not a task."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 timeout: float, client_id: str) -> None:
-        self._reader, self._writer = reader, writer
+    def __init__(self, timeout: float, client_id: str) -> None:
         self.timeout = timeout
         self.client_id = client_id
         self._correlation_id = 0
+        self._transport: asyncio.Transport | None = None
+        self._size = bytearray(4)
+        self._frame: bytearray | None = None   # the frame being received, once its size is read
+        self._got = 0
+        self._waiter: asyncio.Future | None = None
+        self._lost: BaseException | None = None
 
     @classmethod
     async def open(cls, address: str, timeout: float = 10,
                    client_id: str = "test-client") -> "AsyncConnection":
         host, port = address.rsplit(":", 1)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
-        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(reader, writer, timeout, client_id)
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(loop.create_connection(
+            lambda: cls(timeout, client_id), host, int(port)), timeout)
+        return conn
 
     async def request(self, body, response_cls):
         """Send ``body``; its decoded response (TimeoutError after ``timeout``)."""
+        if self._lost is not None or self._transport is None:
+            raise ConnectionError(f"connection closed: {self._lost}")
         self._correlation_id += 1
-        self._writer.write(framed(client_frame(body, self._correlation_id, self.client_id)))
-        return await asyncio.wait_for(self._response(response_cls), self.timeout)
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(self.timeout, self._time_out, waiter)
+        self._transport.write(framed(client_frame(body, self._correlation_id, self.client_id)))
+        try:
+            frame = await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        return decode_response(response_cls, memoryview(frame).toreadonly())
 
-    async def _response(self, response_cls):
-        size = struct.unpack(">i", await self._reader.readexactly(4))[0]
-        return decode_response(response_cls, await self._reader.readexactly(size))
+    def _time_out(self, waiter: asyncio.Future) -> None:
+        if not waiter.done():
+            waiter.set_exception(TimeoutError(f"no response within {self.timeout:g} s"))
+            self.close()   # the late answer must not be taken for the next request's
 
     def close(self) -> None:
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
+
+    # ---- asyncio.BufferedProtocol ---------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is None:
+            return memoryview(self._size)[self._got:]
+        return memoryview(self._frame)[self._got:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._got += nbytes
+        if self._frame is None:
+            if self._got < 4:
+                return
+            size = struct.unpack(">i", self._size)[0]
+            if size < 0:
+                self._fail(ConnectionError(f"a response frame of {size} bytes"))
+                return
+            self._frame, self._got = bytearray(size), 0
+        if self._got < len(self._frame):
+            return
+        frame, self._frame, self._got = self._frame, None, 0
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(frame)
+        elif waiter is None:   # nothing asked: the stream is out of step
+            self._fail(ConnectionError("a response nothing asked for"))
+
+    def eof_received(self) -> bool:
+        self._fail(ConnectionError("broker closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionError("connection closed"))
+        self._transport = None
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._lost is None:
+            self._lost = exc
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()
 
 
 def roundtrip(bootstrap: str, body, response_cls, timeout: float = 10):

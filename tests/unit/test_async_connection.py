@@ -1,0 +1,106 @@
+"""AsyncConnection, the replica fetchers' connection on the event loop, against a real socket:
+responses of any size and split in any way are decoded whole and in order; a response that
+does not come in time is a TimeoutError and the connection is not reused; a broker that closes
+the connection fails the request waiting on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import struct
+
+import pytest
+from kio.schema.fetch.v12 import response as fr
+
+from strata.common.errors import ErrorCode
+from strata.protocol.client import AsyncConnection, fetch_request
+from strata.protocol.codec import encode_response_parts, kio_error_code, parse_request
+
+
+def fetch_answer(records: bytes, hw: int) -> fr.FetchResponse:
+    return fr.FetchResponse(
+        throttle_time=datetime.timedelta(0), error_code=kio_error_code(ErrorCode.NONE),
+        responses=(fr.FetchableTopicResponse(topic="t", partitions=(fr.PartitionData(
+            partition_index=0, error_code=kio_error_code(ErrorCode.NONE), high_watermark=hw,
+            log_start_offset=0, aborted_transactions=None, records=records),)),))
+
+
+@contextlib.asynccontextmanager
+async def connected(handle, timeout: float):
+    """An AsyncConnection to a server whose connections ``handle(request frame, writer)``
+    answers."""
+    async def on_connection(reader, writer):
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await handle(await reader.readexactly(size), writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    conn = await AsyncConnection.open(f"{host}:{port}", timeout=timeout)
+    try:
+        yield conn
+    finally:
+        conn.close()
+        server.close()
+        await server.wait_closed()
+
+
+def answer_bytes(frame: bytes, records: bytes, hw: int) -> bytes:
+    return b"".join(bytes(p) for p in encode_response_parts(parse_request(frame),
+                                                            fetch_answer(records, hw)))
+
+
+def test_responses_of_any_size_split_anyhow_are_decoded_whole_and_in_order():
+    big = bytes(range(256)) * (3 * 4096)          # 3 MiB of records
+    answers = [(b"", 1), (big, 2), (b"x" * 7, 3)]
+
+    async def main():
+        turn = iter(answers)
+
+        async def handle(frame, writer):
+            records, hw = next(turn)
+            data = answer_bytes(frame, records, hw)
+            # the size prefix split, then the rest in uneven pieces
+            for piece in (data[:2], data[2:5], data[5:70_001], data[70_001:]):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        async with connected(handle, timeout=30) as conn:
+            got = []
+            for _ in answers:
+                resp = await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+                p = resp.responses[0].partitions[0]
+                got.append((p.records or b"", int(p.high_watermark)))
+            return got
+    assert asyncio.run(main()) == answers
+
+
+def test_a_response_late_past_the_timeout_fails_the_request_and_closes_the_connection():
+    async def main():
+        async def handle(frame, writer):
+            await asyncio.sleep(3)                  # past the request's 0.2 s
+            writer.write(answer_bytes(frame, b"late", 1))
+        async with connected(handle, timeout=0.2) as conn:
+            with pytest.raises(TimeoutError):
+                await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+            # the late answer can never be read as the next request's
+            with pytest.raises(ConnectionError):
+                await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+    asyncio.run(main())
+
+
+def test_a_broker_closing_the_connection_fails_the_waiting_request():
+    async def main():
+        async def handle(frame, writer):
+            writer.write(b"\x00\x00\x01\x00partial")   # a frame of 256 bytes cut short
+            await writer.drain()
+            writer.close()
+        async with connected(handle, timeout=30) as conn:
+            with pytest.raises(ConnectionError):
+                await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+    asyncio.run(main())
