@@ -43,6 +43,7 @@ class StallWatchdog:
         self._open: dict[int, tuple[str, str, float]] = {}
         self._reported: set[int] = set()
         self._loops: list[asyncio.AbstractEventLoop] = []
+        self._heartbeat: dict[int, int] = {}   # id(loop) -> its last heartbeat's entry
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -72,6 +73,11 @@ class StallWatchdog:
             self._thread = None
         self._stop = threading.Event()
         self._loops.clear()
+        with self._lock:   # a stopped loop never runs its last one: no report of it later
+            for key in self._heartbeat.values():
+                self._open.pop(key, None)
+                self._reported.discard(key)
+        self._heartbeat.clear()
 
     def _enter(self, what: str, thread: str) -> int:
         key = next(self._ids)
@@ -88,13 +94,13 @@ class StallWatchdog:
             log.warning("stall over: %s (%s) ended after %.1f s", what, thread,
                         self._clock() - start)
 
-    def _heartbeats(self, outstanding: dict[int, int]) -> None:
+    def _heartbeats(self) -> None:
         """Posts to each loop a callback that ends an open entry, unless the last one is open."""
         for loop in list(self._loops):
             with self._lock:
-                if outstanding.get(id(loop)) in self._open:
+                if self._heartbeat.get(id(loop)) in self._open:
                     continue
-            key = outstanding[id(loop)] = self._enter("the event loop", "event loop")
+            key = self._heartbeat[id(loop)] = self._enter("the event loop", "event loop")
             try:
                 loop.call_soon_threadsafe(self._exit, key)
             except RuntimeError:   # closed: nothing to watch any more
@@ -116,10 +122,9 @@ class StallWatchdog:
         return [what for _, what, _, _ in late]
 
     def _run(self) -> None:
-        outstanding: dict[int, int] = {}   # id(loop) -> its heartbeat's entry
         while not self._stop.wait(min(1.0, self.threshold_s / 4)):
             try:
-                self._heartbeats(outstanding)
+                self._heartbeats()
                 self.check()
             except Exception:  # noqa: BLE001 - the watchdog must not end
                 log.exception("stall check failed")

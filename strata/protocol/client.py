@@ -120,9 +120,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         return decode_response(response_cls, memoryview(frame).toreadonly())
 
     def _time_out(self, waiter: asyncio.Future) -> None:
-        if not waiter.done():
-            waiter.set_exception(TimeoutError(f"no response within {self.timeout:g} s"))
-            self.close()   # the late answer must not be taken for the next request's
+        if not waiter.done():   # closed: the late answer must not be taken for the next one's
+            self._fail(TimeoutError(f"no response within {self.timeout:g} s"))
 
     def close(self) -> None:
         if self._transport is not None:

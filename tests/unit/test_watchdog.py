@@ -87,16 +87,18 @@ def test_a_loop_that_ran_its_heartbeat_is_never_reported_however_late_it_is_chec
     dog = StallWatchdog(threshold_s=5, clock=clock)
     try:
         dog.watch_loop(loop)
-        outstanding: dict[int, int] = {}
-        dog._heartbeats(outstanding)
+        dog._heartbeats()
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(30)   # it ran since
         clock.now += 60
         assert dog.check() == []
         loop.call_soon_threadsafe(loop.stop)
         runner.join()
-        dog._heartbeats(outstanding)   # the next one, unanswered: the loop runs no more
+        dog._heartbeats()   # the next one, unanswered: the loop runs no more
         clock.now += 6
         assert dog.check() == ["the event loop"]
+        dog.close()   # the loop's last heartbeat is forgotten with it
+        clock.now += 60
+        assert dog.check() == []
     finally:
         if runner.is_alive():
             loop.call_soon_threadsafe(loop.stop)
