@@ -87,10 +87,11 @@ class StallWatchdog:
 
     def _exit(self, key: int) -> None:
         with self._lock:
-            what, thread, start = self._open.pop(key)
+            entry = self._open.pop(key, None)   # None: a heartbeat that close() forgot
             reported = key in self._reported
             self._reported.discard(key)
-        if reported:
+        if entry is not None and reported:
+            what, thread, start = entry
             log.warning("stall over: %s (%s) ended after %.1f s", what, thread,
                         self._clock() - start)
 
