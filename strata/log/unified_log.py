@@ -279,9 +279,9 @@ class UnifiedLog:
                     max_ts, shallow = h.max_timestamp, h.last_offset
             used = headers[-1].position + headers[-1].size
             whole = type(data) is bytes and used == len(data)   # else copied: ours to keep
-            return self._append(data if whole else bytes(memoryview(data)[:used]), headers, headers[0].base_offset,
-                                headers[-1].last_offset, max_ts, shallow,
-                                AppendOrigin.REPLICATION, -1)
+            buf = data if whole else bytes(memoryview(data)[:used])
+            return self._append(buf, headers, headers[0].base_offset, headers[-1].last_offset,
+                                max_ts, shallow, AppendOrigin.REPLICATION, -1)
 
     def _append(self, buf, headers, first_offset, last_offset, max_timestamp, shallow_offset,
                 origin, log_append_time) -> LogAppendInfo:

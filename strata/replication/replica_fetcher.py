@@ -385,8 +385,6 @@ class ReplicaFetcher:
             with self._lock:
                 self._delay(sent, self.manager.backoff_ms)
             return
-        if self._stopping.is_set():
-            return
         notify: list[TopicPartition] = []
         with self._lock:
             if self._stopping.is_set():   # join() returned: no write any more
