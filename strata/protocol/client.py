@@ -104,20 +104,26 @@ class AsyncConnection(asyncio.BufferedProtocol):
         return conn
 
     async def request(self, body, response_cls):
-        """Send ``body``; its decoded response (TimeoutError after ``timeout``)."""
+        """Send ``body`` (a kio request); its decoded response (TimeoutError after ``timeout``)."""
+        return await self.request_frame(
+            lambda cid, client_id: framed(client_frame(body, cid, client_id)), response_cls)
+
+    async def request_frame(self, frame, response_cls):
+        """``request`` for a request encoded by ``frame(correlation_id, client_id)``: the bytes
+        to send, length prefix included."""
         if self._lost is not None or self._transport is None:
             raise ConnectionError(f"connection closed: {self._lost}")
         self._correlation_id += 1
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         timer = loop.call_later(self.timeout, self._time_out, waiter)
-        self._transport.write(framed(client_frame(body, self._correlation_id, self.client_id)))
+        self._transport.write(frame(self._correlation_id, self.client_id))
         try:
-            frame = await waiter
+            answer = await waiter
         finally:
             timer.cancel()
             self._waiter = None
-        return decode_response(response_cls, memoryview(frame).toreadonly())
+        return decode_response(response_cls, memoryview(answer).toreadonly())
 
     def _time_out(self, waiter: asyncio.Future) -> None:
         if not waiter.done():   # closed: the late answer must not be taken for the next one's

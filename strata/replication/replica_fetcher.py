@@ -64,6 +64,7 @@ from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartitio
 from strata.log.unified_log import (
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP, UnifiedLog)
+from strata.protocol.replica_fetch import PartitionFetch, ReplicaFetch
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager", "fetcher_id"]
 
@@ -421,13 +422,13 @@ class ReplicaFetcher:
         blocking ``connect`` (unit tests' fakes), on the blocking one."""
         from kio.schema.fetch.v12.response import FetchResponse
         if self.manager.async_connect is None:
-            response = self._connection().request(request, FetchResponse)
+            response = self._connection().request(request.to_kio(), FetchResponse)
             await asyncio.sleep(0)   # the other fetchers' turn: this never waited on the loop
             return response
         if self._aconn is None:
             address = self._address()
             self._aconn = await self.manager.async_connect(address)
-        return await self._aconn.request(request, FetchResponse)
+        return await self._aconn.request_frame(request.frame, FetchResponse)
 
     def _address(self) -> str:
         endpoint = self.manager.endpoint_of(self.leader_id)
@@ -480,10 +481,6 @@ class ReplicaFetcher:
 
         A new partition's KIP-1023 start is added to ``worker`` (steps for a worker thread),
         and the partition is fetched once it is done."""
-        from kio.schema.fetch.v12.request import (
-            FetchPartition, FetchRequest, FetchTopic, ForgottenTopic)
-        from kio.schema.types import BrokerId, TopicName
-        from kio.static.primitive import i8, i32, i32Timedelta, i64
         m = self.manager
         fetch: dict[TopicPartition, FetchData] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
@@ -517,25 +514,18 @@ class ReplicaFetcher:
         to_send, to_forget, session_id, session_epoch = self._session.build(fetch)
         if not sent and not to_forget:
             return None, sent
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[PartitionFetch]] = {}
         for tp, d in to_send.items():
-            by_topic.setdefault(tp.topic, []).append(FetchPartition(
-                partition=i32(tp.partition), current_leader_epoch=i32(d.current_leader_epoch),
-                fetch_offset=i64(d.fetch_offset), last_fetched_epoch=i32(d.last_fetched_epoch),
-                log_start_offset=i64(d.log_start_offset), partition_max_bytes=i32(d.max_bytes)))
+            by_topic.setdefault(tp.topic, []).append(PartitionFetch(
+                tp.partition, d.current_leader_epoch, d.fetch_offset, d.last_fetched_epoch,
+                d.log_start_offset, d.max_bytes))
         forget: dict[str, list[int]] = {}
         for tp in to_forget:
             forget.setdefault(tp.topic, []).append(tp.partition)
-        request = FetchRequest(
-            replica_id=BrokerId(m.broker_id),
-            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=m.max_wait_ms)),
-            min_bytes=i32(m.min_bytes), max_bytes=i32(m.max_bytes), isolation_level=i8(0),
-            session_id=i32(session_id), session_epoch=i32(session_epoch),
-            topics=tuple(FetchTopic(topic=TopicName(t), partitions=tuple(ps))
-                         for t, ps in by_topic.items()),
-            forgotten_topics_data=tuple(
-                ForgottenTopic(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
-                for t, ps in forget.items()))
+        request = ReplicaFetch(
+            m.broker_id, m.max_wait_ms, m.min_bytes, m.max_bytes, session_id, session_epoch,
+            tuple((t, tuple(ps)) for t, ps in by_topic.items()),
+            tuple((t, tuple(ps)) for t, ps in forget.items()))
         return request, sent
 
     # ---- the connection ---------------------------------------------------------------------

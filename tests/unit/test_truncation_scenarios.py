@@ -44,6 +44,7 @@ from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.protocol import records as rec
 from strata.protocol.client import client_frame
 from strata.protocol.codec import encode_response, parse_request
+from strata.protocol.replica_fetch import ReplicaFetch
 from strata.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
 from strata.replication.replica_manager import PartitionState, ReplicaManager
 from strata.server.context import BrokerContext
@@ -83,7 +84,12 @@ class InProcessConnection:
         if not broker.alive:
             raise ConnectionError(f"broker {self.leader_id} is down")
         self.correlation_id += 1
-        request = parse_request(client_frame(body, self.correlation_id, "replica-fetcher"))
+        if isinstance(body, ReplicaFetch):   # the fetcher's own encoding, as on the wire
+            frame = body.frame(self.correlation_id, "replica-fetcher")[4:]
+            body = body.to_kio()
+        else:
+            frame = client_frame(body, self.correlation_id, "replica-fetcher")
+        request = parse_request(frame)
         answer = asyncio.run(HANDLERS[request.api_key](broker.ctx, request))
         frame = encode_response(request, answer)[4:]
         _, pos = entity_reader(response_cls.__header_schema__)(frame, 0)
