@@ -909,18 +909,27 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
+@lru_cache(maxsize=None)
+def _fill_plan(cls: type) -> tuple[frozenset[str], tuple[tuple[str, dataclasses.Field | None], ...]]:
+    """``cls``'s field names, and the fields ``_make`` fills when not given: (name, None) for
+    an error code, (name, field) for one without a schema default."""
+    fill = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("kafka_type") == "error_code":
+            fill.append((f.name, None))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            fill.append((f.name, f))
+    return _field_names(cls), tuple(fill)
+
+
 def _make(cls: type, code, **given) -> Any:
     """Instantiate ``cls``: ``given`` fields that exist in this version, every ``error_code``
     field set to ``code``, schema defaults, and zero values for the rest."""
-    names = _field_names(cls)
+    names, fill = _fill_plan(cls)
     kwargs = {k: v for k, v in given.items() if k in names}
-    for f in dataclasses.fields(cls):
-        if f.name in kwargs:
-            continue
-        if f.metadata.get("kafka_type") == "error_code":
-            kwargs[f.name] = code
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = _zero(f, code)
+    for name, f in fill:
+        if name not in kwargs:
+            kwargs[name] = code if f is None else _zero(f, code)
     return cls(**kwargs)
 
 
