@@ -88,6 +88,7 @@ from kio.static.constants import EntityType
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.file_region import FileRegion
+from strata.protocol.fetch_wire import fetch_response_writable, write_fetch_response
 
 __all__ = [
     "API_VERSIONS",
@@ -821,7 +822,10 @@ def _encode_parts(correlation_id: int, header_v1: bool, cls: type, body) -> list
     else:
         head = struct.pack(">ii", 0, correlation_id)
     sink = _Sink(head)
-    entity_writer(cls)(sink, body)
+    if fetch_response_writable(body):
+        write_fetch_response(sink, body)
+    else:
+        entity_writer(cls)(sink, body)
     parts = [p for p in sink.parts if len(p)]
     struct.pack_into(">i", parts[0], 0, sum(map(len, parts)) - 4)
     return parts

@@ -64,7 +64,7 @@ from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartitio
 from strata.log.unified_log import (
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP, UnifiedLog)
-from strata.protocol.replica_fetch import PartitionFetch, ReplicaFetch
+from strata.protocol.fetch_wire import PartitionFetch, ReplicaFetch
 
 __all__ = ["ReplicaFetcher", "ReplicaFetcherManager", "fetcher_id"]
 

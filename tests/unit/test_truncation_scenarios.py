@@ -44,7 +44,7 @@ from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.protocol import records as rec
 from strata.protocol.client import client_frame
 from strata.protocol.codec import encode_response, parse_request
-from strata.protocol.replica_fetch import ReplicaFetch
+from strata.protocol.fetch_wire import ReplicaFetch
 from strata.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
 from strata.replication.replica_manager import PartitionState, ReplicaManager
 from strata.server.context import BrokerContext
