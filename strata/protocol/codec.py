@@ -3,6 +3,7 @@
 The broker reads a 4-byte length-prefixed frame, hands the frame (without the prefix) to
 ``parse_request``, dispatches on ``(api_key, api_version)`` and turns the handler's kio response
 object back into bytes with ``encode_response`` (or ``encode_response_parts`` for ``writelines``).
+Fetch responses, the hot path, are written by ``fetch_wire`` instead of kio's writer.
 
 What we learned about kio (0.6.5; schemas generated from a recent Kafka 4.x's message JSON)
 -------------------------------------------------------------------------------------------
