@@ -89,7 +89,7 @@ from kio.static.constants import EntityType
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.file_region import FileRegion
-from strata.protocol.fetch_wire import fetch_response_writable, write_fetch_response
+from strata.protocol.fetch_wire import encode_uvarint, fetch_response_writable, write_fetch_response
 
 __all__ = [
     "API_VERSIONS",
@@ -398,15 +398,6 @@ def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
             raise _Malformed("varint too long")
 
 
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _apply_edits(buf, start: int, end: int, edits: list) -> bytes:
     out = bytearray()
     cur = start
@@ -635,12 +626,12 @@ def _skim_tags(buf, pos: int, end: int, edits: list, known: dict[int, Skim]) -> 
                 kept.append((tag, (tag_start, value_end)))
         pos = value_end
     if changed:
-        out = bytearray(_encode_uvarint(len(kept)))
+        out = bytearray(encode_uvarint(len(kept)))
         for tag, value in kept:
             if isinstance(value, tuple):
                 out += buf[value[0]:value[1]]
             else:
-                out += _encode_uvarint(tag) + _encode_uvarint(len(value)) + value
+                out += encode_uvarint(tag) + encode_uvarint(len(value)) + value
         edits.append((start, pos, bytes(out)))
     return pos
 

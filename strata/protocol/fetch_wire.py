@@ -19,8 +19,8 @@ import datetime
 import struct
 from typing import NamedTuple
 
-__all__ = ["FETCH_KEY", "FETCH_VERSION", "PartitionFetch", "ReplicaFetch", "fetch_response_writable",
-           "write_fetch_response"]
+__all__ = ["FETCH_KEY", "FETCH_VERSION", "PartitionFetch", "ReplicaFetch", "encode_uvarint",
+           "fetch_response_writable", "write_fetch_response"]
 
 FETCH_KEY, FETCH_VERSION = 1, 12
 
@@ -41,7 +41,8 @@ class PartitionFetch(NamedTuple):
     partition_max_bytes: int
 
 
-def _uvarint(n: int) -> bytes:
+def encode_uvarint(n: int) -> bytes:
+    """An unsigned varint (compact lengths, tag numbers and sizes)."""
     if n < 0x80:
         return bytes((n,))
     out = bytearray()
@@ -54,7 +55,7 @@ def _uvarint(n: int) -> bytes:
 
 def _compact_string(s: str) -> bytes:
     data = s.encode()
-    return _uvarint(len(data) + 1) + data
+    return encode_uvarint(len(data) + 1) + data
 
 
 class ReplicaFetch(NamedTuple):
@@ -75,17 +76,17 @@ class ReplicaFetch(NamedTuple):
         parts = [b"", cid, b"\x00",   # the header's tagged fields
                  _BODY.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes,
                             0, self.session_id, self.session_epoch),
-                 _uvarint(len(self.topics) + 1)]
+                 encode_uvarint(len(self.topics) + 1)]
         pack = _PARTITION.pack
         for topic, partitions in self.topics:
             parts.append(_compact_string(topic))
-            parts.append(_uvarint(len(partitions) + 1))
+            parts.append(encode_uvarint(len(partitions) + 1))
             parts.extend(pack(*p, 0) for p in partitions)
             parts.append(b"\x00")
-        parts.append(_uvarint(len(self.forgotten) + 1))
+        parts.append(encode_uvarint(len(self.forgotten) + 1))
         for topic, ids in self.forgotten:
             parts.append(_compact_string(topic))
-            parts.append(_uvarint(len(ids) + 1))
+            parts.append(encode_uvarint(len(ids) + 1))
             parts.extend(_I32.pack(i) for i in ids)
             parts.append(b"\x00")
         parts.append(b"\x01\x00")   # rack id "" and the body's tagged fields
@@ -169,14 +170,14 @@ def write_fetch_response(sink, body) -> None:
                      else _I32.pack(round(body.throttle_time.total_seconds() * 1000)))
     no_divergence = _tag_defaults(type(body))[0] if flexible else None
     responses = body.responses
-    head += _uvarint(len(responses) + 1) if flexible else _I32.pack(len(responses))
+    head += encode_uvarint(len(responses) + 1) if flexible else _I32.pack(len(responses))
     for t in responses:
         name = t.topic.encode()
         partitions = t.partitions
         if flexible:
-            head += _uvarint(len(name) + 1)
+            head += encode_uvarint(len(name) + 1)
             head += name
-            head += _uvarint(len(partitions) + 1)
+            head += encode_uvarint(len(partitions) + 1)
         else:
             head += _I16.pack(len(name))
             head += name
@@ -192,7 +193,7 @@ def write_fetch_response(sink, body) -> None:
             if aborted is None:
                 head += b"\x00" if flexible else _NULL32
             else:
-                head += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                head += encode_uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
                 for a in aborted:
                     head += _ABORTED.pack(a.producer_id, a.first_offset)
                     if flexible:
@@ -204,7 +205,7 @@ def write_fetch_response(sink, body) -> None:
                 head += b"\x00" if flexible else _NULL32
             else:
                 n = len(records)
-                head += _uvarint(n + 1) if flexible else _I32.pack(n)
+                head += encode_uvarint(n + 1) if flexible else _I32.pack(n)
                 if n:
                     write(head)
                     write(records)
