@@ -38,7 +38,9 @@ latency
     round records ``uptime`` (the load averages) before and after it: on a shared machine the
     tails say as much about the load as about the brokers. ``brokers_cpu_cores`` is the three
     broker processes' CPU (user + system, from /proc, the JVMs' included) over the round,
-    warm-up included, divided by its wall time.
+    warm-up included, divided by its wall time. After produce rounds, the latency rounds start
+    once the produce topics' files are gone: both systems delete them 60 s after the topic
+    (``file.delete.delay.ms``), and removing gigabytes stalls every writer on the disk.
 
 catch-up
     A topic with one partition, replication factor 3, ``min.insync.replicas=2``, its replicas
@@ -70,6 +72,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from strata.bench.brokers import log
 from strata.bench.cpu import CpuMeter
@@ -252,6 +255,18 @@ def paced_latency(bootstrap: str, topic: str, rate: float, seconds: float, warmu
             "p50_ms": round(percentile(xs, 50), 2), "p99_ms": round(percentile(xs, 99), 2),
             "p99.9_ms": round(percentile(xs, 99.9), 2), "max_ms": round(xs[-1], 2),
             "mean_ms": round(statistics.fmean(xs), 2)}
+
+
+def wait_for_deleted_logs(root: Path, timeout: float = 180) -> float:
+    """Seconds waited until no log directory under ``root`` awaits deletion. Both systems
+    delete a topic's files ``file.delete.delay.ms`` (60 s) after the topic, from a directory
+    renamed ``...-delete``; removing the gigabytes of a produce round stalls writers on the same
+    disk for up to ~100 ms (seen as one burst of 40-130 ms acknowledgements in a latency round
+    started right after), so the latency rounds wait for it, whichever system runs."""
+    started = time.monotonic()
+    wait_for("deleted topics' files removed",
+             lambda: not any(root.glob("*/kafka-logs/*-delete")), timeout, 0.5)
+    return time.monotonic() - started
 
 
 def latency_round(cluster: Cluster, admin, partitions: int, number: int, rate: float,
@@ -471,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         records, values))
                     print(produce_line(produce_rounds[-1]), flush=True)
         if "latency" in workloads:
+            if produce_rounds:
+                waited = wait_for_deleted_logs(root)
+                log(f"the produce topics' files deleted; waited {waited:.1f} s")
             for rate in rates:
                 for partitions in partition_counts:
                     for n in range(1, args.rounds + 1):
