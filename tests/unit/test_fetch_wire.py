@@ -1,12 +1,19 @@
-"""The follower's hand-written Fetch v12 frame is byte for byte kio's, and the broker parses it."""
+"""Fetch on the wire: the follower's hand-written request and the broker's hand-written
+responses are byte for byte kio's, and the broker parses the request."""
+
+import datetime
+import io
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.serial import entity_writer
 
+from strata.common.errors import ErrorCode
 from strata.protocol.client import client_frame, framed
-from strata.protocol.codec import parse_request
-from strata.protocol.fetch_wire import PartitionFetch, ReplicaFetch
+from strata.protocol.codec import _nested, make, parse_request, response_class
+from strata.protocol.fetch_wire import (
+    PartitionFetch, ReplicaFetch, fetch_response_writable, write_fetch_response)
 
 i32 = st.integers(-2**31, 2**31 - 1)
 i64 = st.integers(-2**63, 2**63 - 1)
@@ -43,15 +50,6 @@ def test_the_broker_parses_a_replica_fetch_frame_into_the_request_sent():
 
 
 # ---- responses: the hand-written writer against kio's ----------------------------------------
-
-import datetime
-import io
-
-from kio.serial import entity_writer
-
-from strata.common.errors import ErrorCode
-from strata.protocol.codec import _nested, make, response_class
-from strata.protocol.fetch_wire import fetch_response_writable, write_fetch_response
 
 codes = st.sampled_from([ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE,
                          ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH])
