@@ -27,6 +27,7 @@ from strata.protocol.codec import (
     UnsupportedVersion, api_versions_response, encode_api_versions_fallback, encode_response,
     encode_response_parts, error_response, kio_versions, parse_request, request_class,
     response_class)
+from strata.protocol.fetch_wire import encode_uvarint
 from strata.protocol.records import SimpleRecord, build_batch
 
 MB = 1 << 20
@@ -127,15 +128,6 @@ def sample(cls, *, nulls: bool = False, width: int = 2):
 
 def raw_header(api_key: int, version: int, correlation_id: int, client_id: bytes = b"c") -> bytes:
     return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
-
-
-def kio_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def split_response(frame: bytes, header_v1: bool) -> tuple[int, bytes]:
@@ -310,7 +302,7 @@ def test_unknown_tagged_fields_are_ignored_at_top_level():
     body = sample(request_class(ApiKey.API_VERSIONS, 3))
     frame = client_frame(body)
     assert frame[-1] == 0  # top-level tagged field count
-    extra = kio_varint(2) + kio_varint(7) + kio_varint(3) + b"abc" + kio_varint(300) + kio_varint(0)
+    extra = encode_uvarint(2) + encode_uvarint(7) + encode_uvarint(3) + b"abc" + encode_uvarint(300) + encode_uvarint(0)
     assert parse_request(frame[:-1] + extra).body == body
 
 
@@ -325,7 +317,7 @@ def test_unknown_tagged_fields_are_ignored_in_nested_entities_and_header():
     # name, partitions count, 12 bytes of partition, partition tags, topic tags, top tags.
     header_end = 11
     assert frame[header_end] == 0
-    unknown = kio_varint(1) + kio_varint(42) + kio_varint(2) + b"zz"
+    unknown = encode_uvarint(1) + encode_uvarint(42) + encode_uvarint(2) + b"zz"
     pos = header_end + 1 + 4 + 1 + 2 + 1 + 12
     assert frame[pos] == 0
     patched = (frame[:header_end] + unknown + frame[header_end + 1:pos] + unknown
@@ -341,9 +333,9 @@ def test_known_tagged_fields_round_trip_and_size_mismatch_is_malformed():
     frame = client_frame(body)
     assert parse_request(frame).body.cluster_id == "cluster-x"
     # The body's first tagged section is at the end: count 1, tag 0, size, compact string.
-    tail = kio_varint(1) + kio_varint(0) + kio_varint(len("cluster-x") + 1) + kio_varint(10) + b"cluster-x"
+    tail = encode_uvarint(1) + encode_uvarint(0) + encode_uvarint(len("cluster-x") + 1) + encode_uvarint(10) + b"cluster-x"
     assert frame.endswith(tail)
-    bad = frame[:-len(tail)] + kio_varint(1) + kio_varint(0) + kio_varint(3) + kio_varint(10) + b"cluster-x"
+    bad = frame[:-len(tail)] + encode_uvarint(1) + encode_uvarint(0) + encode_uvarint(3) + encode_uvarint(10) + b"cluster-x"
     with pytest.raises(MalformedRequest):
         parse_request(bad)
 
@@ -456,9 +448,9 @@ def test_every_truncation_of_a_valid_frame_is_malformed(kv):
 
 
 @pytest.mark.parametrize("count_bytes", [
-    kio_varint(2**35 - 1),  # the largest 5-byte varint: kio would pre-allocate 256 GiB and abort
-    kio_varint(2**31),
-    kio_varint(1_000_000),
+    encode_uvarint(2**35 - 1),  # the largest 5-byte varint: kio would pre-allocate 256 GiB and abort
+    encode_uvarint(2**31),
+    encode_uvarint(1_000_000),
 ])
 def test_huge_compact_array_counts_are_rejected_before_kio_allocates(count_bytes):
     frame = raw_header(ApiKey.METADATA, 12, 1) + b"\x00" + count_bytes + b"\x00" * 32
