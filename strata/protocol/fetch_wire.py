@@ -8,7 +8,7 @@ compare the two):
 
 * ``ReplicaFetch`` holds what a follower's Fetch v12 carries and writes its frame; ``to_kio``
   gives the same request as kio's object, for code that wants one (blocking connections, tests).
-* ``write_fetch_response(sink, body)`` writes a kio ``FetchResponse`` (v4-v12) to a sink with
+* ``write_fetch_response(sink, body)`` writes any kio ``FetchResponse`` (v4-v12) to a sink with
   ``write``; records (bytes, views or ``FileRegion``s) are passed to it whole, one ``write``
   each, so the sink can keep them by reference.
 """
@@ -123,11 +123,12 @@ class ReplicaFetch(NamedTuple):
 _FIXED = {v: struct.Struct(">ihqq" + ("q" if v >= 5 else "")) for v in range(4, 13)}
 _TOP_V7 = struct.Struct(">ihi")
 _ABORTED = struct.Struct(">qq")
-_TAG_EPOCH = struct.Struct(">BBiqB")     # tag 0, size 13: epoch, end offset, no tagged fields
+# v12's partition tags, each with its size and its own (empty) tagged fields
+_TAG_EPOCH = struct.Struct(">BBiqB")      # 0: diverging epoch (epoch, end offset)
+_TAG_LEADER = struct.Struct(">BBiiB")     # 1: current leader (leader id, leader epoch)
+_TAG_SNAPSHOT = struct.Struct(">BBqiB")   # 2: snapshot id (end offset, epoch)
 _I16 = struct.Struct(">h")
 _NULL32 = _I32.pack(-1)
-
-
 _TAG_DEFAULTS: dict[type, tuple] = {}
 
 
@@ -146,16 +147,24 @@ def _tag_defaults(body_cls) -> tuple:
 
 
 def fetch_response_writable(body) -> bool:
-    """Whether ``write_fetch_response`` writes ``body``: a Fetch v4-v12 response whose
-    partitions carry no current leader or snapshot id (Strata never sets them)."""
-    version = body.__version__
-    if body.__api_key__ != FETCH_KEY or not 4 <= version <= 12:
-        return False
-    if version < 12:
-        return True
-    _, leader, snapshot = _tag_defaults(type(body))
-    return all(p.current_leader == leader and p.snapshot_id == snapshot
-               for t in body.responses for p in t.partitions)
+    """Whether ``write_fetch_response`` writes ``body``: a Fetch response, v4-v12."""
+    return body.__api_key__ == FETCH_KEY and 4 <= body.__version__ <= 12
+
+
+def _partition_tags(p, defaults: tuple) -> bytes:
+    """A v12 partition's tagged fields: those that differ from their defaults, in tag order."""
+    no_divergence, no_leader, no_snapshot = defaults
+    d, leader, snapshot = p.diverging_epoch, p.current_leader, p.snapshot_id
+    if d == no_divergence and leader == no_leader and snapshot == no_snapshot:
+        return b"\x00"
+    tags = []
+    if d != no_divergence:
+        tags.append(_TAG_EPOCH.pack(0, 13, d.epoch, d.end_offset, 0))
+    if leader != no_leader:
+        tags.append(_TAG_LEADER.pack(1, 9, leader.leader_id, leader.leader_epoch, 0))
+    if snapshot != no_snapshot:
+        tags.append(_TAG_SNAPSHOT.pack(2, 13, snapshot.end_offset, snapshot.epoch, 0))
+    return bytes((len(tags),)) + b"".join(tags)
 
 
 def write_fetch_response(sink, body) -> None:
@@ -168,7 +177,7 @@ def write_fetch_response(sink, body) -> None:
     head = bytearray(_TOP_V7.pack(round(body.throttle_time.total_seconds() * 1000),
                                   body.error_code.value, body.session_id) if version >= 7
                      else _I32.pack(round(body.throttle_time.total_seconds() * 1000)))
-    no_divergence = _tag_defaults(type(body))[0] if flexible else None
+    defaults = _tag_defaults(type(body)) if flexible else None
     responses = body.responses
     head += encode_uvarint(len(responses) + 1) if flexible else _I32.pack(len(responses))
     for t in responses:
@@ -183,12 +192,8 @@ def write_fetch_response(sink, body) -> None:
             head += name
             head += _I32.pack(len(partitions))
         for p in partitions:
-            if version >= 5:
-                head += fixed(p.partition_index, p.error_code.value, p.high_watermark,
-                              p.last_stable_offset, p.log_start_offset)
-            else:
-                head += fixed(p.partition_index, p.error_code.value, p.high_watermark,
-                              p.last_stable_offset)
+            fields = (p.partition_index, p.error_code.value, p.high_watermark, p.last_stable_offset)
+            head += fixed(*fields, p.log_start_offset) if version >= 5 else fixed(*fields)
             aborted = p.aborted_transactions
             if aborted is None:
                 head += b"\x00" if flexible else _NULL32
@@ -211,12 +216,7 @@ def write_fetch_response(sink, body) -> None:
                     write(records)
                     head = bytearray()
             if flexible:
-                d = p.diverging_epoch
-                if d == no_divergence:
-                    head += b"\x00"
-                else:
-                    head += b"\x01"
-                    head += _TAG_EPOCH.pack(0, 13, d.epoch, d.end_offset, 0)
+                head += _partition_tags(p, defaults)
         if flexible:
             head += b"\x00"
     if flexible:

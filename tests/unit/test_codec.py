@@ -302,7 +302,8 @@ def test_unknown_tagged_fields_are_ignored_at_top_level():
     body = sample(request_class(ApiKey.API_VERSIONS, 3))
     frame = client_frame(body)
     assert frame[-1] == 0  # top-level tagged field count
-    extra = encode_uvarint(2) + encode_uvarint(7) + encode_uvarint(3) + b"abc" + encode_uvarint(300) + encode_uvarint(0)
+    v = encode_uvarint
+    extra = v(2) + v(7) + v(3) + b"abc" + v(300) + v(0)
     assert parse_request(frame[:-1] + extra).body == body
 
 
@@ -317,7 +318,8 @@ def test_unknown_tagged_fields_are_ignored_in_nested_entities_and_header():
     # name, partitions count, 12 bytes of partition, partition tags, topic tags, top tags.
     header_end = 11
     assert frame[header_end] == 0
-    unknown = encode_uvarint(1) + encode_uvarint(42) + encode_uvarint(2) + b"zz"
+    v = encode_uvarint
+    unknown = v(1) + v(42) + v(2) + b"zz"
     pos = header_end + 1 + 4 + 1 + 2 + 1 + 12
     assert frame[pos] == 0
     patched = (frame[:header_end] + unknown + frame[header_end + 1:pos] + unknown
@@ -333,9 +335,10 @@ def test_known_tagged_fields_round_trip_and_size_mismatch_is_malformed():
     frame = client_frame(body)
     assert parse_request(frame).body.cluster_id == "cluster-x"
     # The body's first tagged section is at the end: count 1, tag 0, size, compact string.
-    tail = encode_uvarint(1) + encode_uvarint(0) + encode_uvarint(len("cluster-x") + 1) + encode_uvarint(10) + b"cluster-x"
+    v = encode_uvarint
+    tail = v(1) + v(0) + v(len("cluster-x") + 1) + v(10) + b"cluster-x"
     assert frame.endswith(tail)
-    bad = frame[:-len(tail)] + encode_uvarint(1) + encode_uvarint(0) + encode_uvarint(3) + encode_uvarint(10) + b"cluster-x"
+    bad = frame[:-len(tail)] + v(1) + v(0) + v(3) + v(10) + b"cluster-x"
     with pytest.raises(MalformedRequest):
         parse_request(bad)
 
@@ -448,7 +451,7 @@ def test_every_truncation_of_a_valid_frame_is_malformed(kv):
 
 
 @pytest.mark.parametrize("count_bytes", [
-    encode_uvarint(2**35 - 1),  # the largest 5-byte varint: kio would pre-allocate 256 GiB and abort
+    encode_uvarint(2**35 - 1),  # the largest 5-byte varint: kio would allocate 256 GiB, abort
     encode_uvarint(2**31),
     encode_uvarint(1_000_000),
 ])

@@ -45,7 +45,8 @@ def test_the_broker_parses_a_replica_fetch_frame_into_the_request_sent():
     body = decoded.body
     assert body.replica_id == 2 and body.session_id == 77 and body.session_epoch == 5
     assert [(t.topic, [(p.partition, p.fetch_offset, p.last_fetched_epoch) for p in t.partitions])
-            for t in body.topics] == [("orders", [(0, 1234, 3), (3, 99, -1)]), ("é" * 90, [(1, 0, -1)])]
+            for t in body.topics] == [("orders", [(0, 1234, 3), (3, 99, -1)]),
+                                      ("é" * 90, [(1, 0, -1)])]
     assert [(f.topic, list(f.partitions)) for f in body.forgotten_topics_data] == [("gone", [5, 6])]
 
 
@@ -65,7 +66,14 @@ def fetch_responses(draw, version: int):
     def partition():
         aborted = draw(st.one_of(st.none(), st.lists(st.tuples(i64, i64), max_size=3)))
         epoch, end = draw(epochs)
-        return make(rc, "responses.partitions", partition_index=draw(i32),
+        tags = {}
+        if version >= 12:
+            leader, snapshot = draw(st.one_of(st.just((-1, -1)), st.tuples(i32, i32))), draw(epochs)
+            tags = {"current_leader": _nested(rc, "responses.partitions.current_leader")(
+                        leader_id=leader[0], leader_epoch=leader[1]),
+                    "snapshot_id": _nested(rc, "responses.partitions.snapshot_id")(
+                        end_offset=snapshot[1], epoch=snapshot[0])}
+        return make(rc, "responses.partitions", partition_index=draw(i32), **tags,
                     error_code=draw(codes), high_watermark=draw(i64),
                     last_stable_offset=draw(i64), log_start_offset=draw(i64),
                     preferred_read_replica=draw(i32), records=draw(records),
@@ -105,14 +113,3 @@ def test_every_fetch_response_version_is_written_byte_for_byte_as_kio_writes_it(
         for p in t.partitions:
             if p.records:
                 assert p.records in ours.parts
-
-
-def test_a_fetch_response_with_a_current_leader_is_left_to_kio():
-    rc = response_class(1, 12)
-    leader = _nested(rc, "responses.partitions.current_leader")(leader_id=2, leader_epoch=7)
-    body = make(rc, throttle_time=datetime.timedelta(0), session_id=0, responses=(
-        make(rc, "responses", topic="t", partitions=(
-            make(rc, "responses.partitions", partition_index=0, high_watermark=0,
-                 records=b"", current_leader=leader),)),))
-    assert not fetch_response_writable(body)
-    assert fetch_response_writable(make(rc, throttle_time=datetime.timedelta(0), responses=()))
