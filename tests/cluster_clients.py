@@ -21,8 +21,8 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
 from strata.common.errors import ErrorCode
+from strata.net.connection import roundtrip
 from strata.protocol import records as rec
-from strata.protocol.client import roundtrip
 
 # Cluster tests that are not about tiering run without it (fewer threads and topics).
 NO_TIERING = {"remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}

@@ -20,7 +20,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 
 from broker_process import BrokerProcess, free_port
 from cluster_clients import RUNNING_CLUSTERS, forget_admins
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 from zk_server import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from strata.net.connection import list_offset  # noqa: F401
 from strata.protocol.client import (  # noqa: F401
-    EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP, list_offset)
+    EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP)
 
 TIERED_BROKER = {
     "remote.log.storage.system.enable": "true",

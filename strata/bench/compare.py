@@ -85,7 +85,8 @@ from strata.bench.cpu import CpuMeter
 from strata.bench.workloads import (
     MIB, Topics, consume_throughput, java_consume, java_produce, log, produce_latency,
     produce_throughput, random_values)
-from strata.protocol.client import EARLIEST_LOCAL, LATEST, LATEST_TIERED, list_offset
+from strata.net.connection import list_offset
+from strata.protocol.client import EARLIEST_LOCAL, LATEST, LATEST_TIERED
 
 SYSTEMS = ("strata", "kafka")
 WORKLOADS = ("produce-acks1", "produce-acksall", "consume", "latency", "java-produce-acks1",

@@ -55,7 +55,7 @@ from typing import Callable
 from strata.bench.brokers import (REPO_ROOT, Broker, KafkaBroker, StrataBroker, find_kafka_libs,
                                   free_port, kafka_version, log)
 from strata.common.types import uuid_to_kafka_str
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 TOPIC = "failover"
 NODE_IDS = (1, 2, 3)

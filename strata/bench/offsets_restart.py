@@ -15,7 +15,7 @@ groups re-commit can stop short of its live records) and the metrics listener
 Fill (once, ``log.cleaner.enable=false``): the topic ``offsets-bench`` with ``--partitions`` P
 partitions is created; ``--groups`` G groups ``bench-group-<i>`` then each commit offsets for
 all P partitions ``--commits`` C times: raw OffsetCommit v8 requests (``strata.protocol.codec``
-classes over ``strata.protocol.client.Connection``), one request per group and commit carrying
+classes over ``strata.net.connection.Connection``), one request per group and commit carrying
 all P partitions (one record batch of P records in the group's ``__consumer_offsets`` partition),
 simple commits (generation -1, empty member id: groups without members, so no group metadata
 records). Commit c of partition p of group g has offset ``committed_offset(g, p, c)``; the
@@ -81,7 +81,7 @@ from strata.bench.brokers import StrataBroker, free_port, log
 from strata.bench.cpu import tree_cpu_seconds
 from strata.bench.replication import source_tree, uptime
 from strata.common.errors import code_of
-from strata.protocol.client import Connection
+from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 
 MIB = 1024 * 1024

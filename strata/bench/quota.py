@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 MIB = 1024 * 1024
 

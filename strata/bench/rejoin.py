@@ -67,7 +67,7 @@ from strata.bench.replication import broker_ids, source_tree, uptime
 from strata.bench.workloads import MIB, produce_throughput, random_values
 from strata.common.errors import code_of
 from strata.common.types import uuid_to_kafka_str
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 TOPIC = "rejoin"
 RECORD_SIZE = 1024

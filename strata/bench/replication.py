@@ -81,7 +81,7 @@ from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cl
 from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
                                     random_values, send_flat_out)
 from strata.common.errors import code_of
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 RECORD_SIZE = 1024
 CATCHUP_TIMEOUT_S = 600

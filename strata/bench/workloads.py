@@ -189,7 +189,8 @@ def fetch_latency(bootstrap: str, topic: str, partition: int, start: int, end: i
     connection, each for ``partition_max_bytes`` (a consumer's ``max.partition.fetch.bytes``):
     the first request's latency apart, percentiles of the rest, and MB/s of record bytes."""
     from kio.schema.fetch.v12.response import FetchResponse
-    from strata.protocol.client import Connection, fetch_request
+    from strata.net.connection import Connection
+    from strata.protocol.client import fetch_request
     from strata.protocol.records import iter_headers
     offset, nbytes, times = start, 0, []
     with Connection(bootstrap, timeout=60, client_id="bench-fetch") as conn:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from strata.common.errors import ErrorCode, KafkaError, error_code_of
 from strata.common.types import TopicPartition
-from strata.protocol.client import Connection
+from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 from strata.replication.replica_manager import PartitionState
 
@@ -66,7 +66,7 @@ class AlterPartitionManager:
     ``controller()`` gives (controller id, host, port) or None when none is known;
     ``topic_id(topic)`` the topic's id or None (the change then fails with UNKNOWN_TOPIC_ID);
     ``connect(host, port)`` opens a blocking connection with ``request(body, response_cls)`` and
-    ``close()`` (default: ``strata.protocol.client.Connection``).
+    ``close()`` (default: ``strata.net.connection.Connection``).
     """
 
     def __init__(self, broker_id: int, broker_epoch: Callable[[], int],

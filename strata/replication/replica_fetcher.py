@@ -910,12 +910,12 @@ class ReplicaFetcherManager:
                    **kwargs)
 
     def _default_connect(self, address: str):
-        from strata.protocol.client import Connection
+        from strata.net.connection import Connection
         return Connection(address, timeout=self.socket_timeout_ms / 1000,
                           client_id=f"broker-{self.broker_id}-fetcher")
 
     async def _default_async_connect(self, address: str):
-        from strata.protocol.client import AsyncConnection
+        from strata.net.connection import AsyncConnection
         return await AsyncConnection.open(address, timeout=self.socket_timeout_ms / 1000,
                                           client_id=f"broker-{self.broker_id}-fetcher")
 

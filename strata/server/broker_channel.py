@@ -8,7 +8,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from strata.protocol.client import Connection
+from strata.net.connection import Connection
 
 log = logging.getLogger(__name__)
 

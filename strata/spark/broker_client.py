@@ -1,7 +1,7 @@
 """A small blocking Kafka client for Spark executors and drivers: Metadata, ListOffsets, Fetch
 and DescribeConfigs, no event loop, no background threads.
 
-Requests are kio messages framed by ``strata.protocol.client``; each broker gets one
+Requests are kio messages sent on ``strata.net.connection.Connection``s; each broker gets one
 persistent connection, opened on first use and reused for every later request (correlation
 ids are checked). Partition requests go to the partition's leader as the last Metadata
 response named it; a leadership error refreshes the metadata and retries. Versions are the
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import socket
-import struct
 import threading
 import time
 import uuid
@@ -26,10 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kio.serial import entity_reader
-
 from strata.common.errors import RETRIABLE, ErrorCode, KafkaError
-from strata.protocol.client import client_frame, framed
+from strata.net.connection import Connection
 from strata.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD
 
 __all__ = [
@@ -54,7 +50,6 @@ _LEADERSHIP_ERRORS = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
     ErrorCode.UNKNOWN_TOPIC_ID})
-_SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -120,53 +115,6 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Connection:
-    """One socket to one broker; requests strictly one after another."""
-
-    def __init__(self, address: tuple[str, int], client_id: str, timeout_s: float) -> None:
-        self.address = address
-        self.client_id = client_id
-        self.sock = socket.create_connection(address, timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation_id = 0
-        self.api_versions: dict[int, tuple[int, int]] = {}
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def request(self, body: Any, response_cls: type) -> Any:
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        correlation_id = self._correlation_id
-        self.sock.sendall(framed(client_frame(body, correlation_id, self.client_id)))
-        payload = memoryview(self._receive()).toreadonly()   # kio reads read-only buffers
-        header, pos = entity_reader(response_cls.__header_schema__)(payload, 0)
-        if int(header.correlation_id) != correlation_id:
-            raise ConnectionError(f"broker {self.address[0]}:{self.address[1]} answered correlation "
-                                  f"id {int(header.correlation_id)} to request {correlation_id}")
-        response, _ = entity_reader(response_cls)(payload, pos)
-        return response
-
-    def _receive(self) -> bytearray:
-        (size,) = _SIZE.unpack(self._read_exact(bytearray(4)))
-        if size < 0:
-            raise ConnectionError(f"negative response size {size}")
-        return self._read_exact(bytearray(size))
-
-    def _read_exact(self, buf: bytearray) -> bytearray:
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise ConnectionError(f"broker {self.address[0]}:{self.address[1]} closed the "
-                                      "connection")
-            got += n
-        return buf
-
-
 class BrokerClient:
     """A blocking client of a Kafka-protocol cluster (see the module doc).
 
@@ -181,7 +129,8 @@ class BrokerClient:
             raise ValueError("no bootstrap server given")
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], Connection] = {}
+        self._versions: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}  # per connection
         self._lock = threading.RLock()      # one request at a time per client
         self._brokers: dict[int, tuple[str, int]] = {}
         self._leaders: dict[tuple[str, int], int] = {}
@@ -204,37 +153,36 @@ class BrokerClient:
     def __getstate__(self) -> dict[str, Any]:
         # Sockets and locks do not travel: a client pickled into a Spark task reconnects there.
         state = self.__dict__.copy()
-        del state["_connections"], state["_lock"]
+        del state["_connections"], state["_versions"], state["_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._connections = {}
+        self._connections, self._versions = {}, {}
         self._lock = threading.RLock()
 
     # ---- connections ------------------------------------------------------------------------
 
-    def _connection(self, address: tuple[str, int]) -> _Connection:
+    def _connection(self, address: tuple[str, int]) -> Connection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = _Connection(address, self.client_id, self.timeout_s)
+            conn = Connection(address, self.timeout_s, self.client_id)
             try:
-                self._check_versions(conn)
+                self._versions[address] = self._api_versions(conn)
             except BaseException:
                 conn.close()
                 raise
             self._connections[address] = conn
         return conn
 
-    def _check_versions(self, conn: _Connection) -> None:
+    def _api_versions(self, conn: Connection) -> dict[int, tuple[int, int]]:
         from kio.schema.api_versions.v3.request import ApiVersionsRequest
         from kio.schema.api_versions.v3.response import ApiVersionsResponse
         resp = conn.request(ApiVersionsRequest(client_software_name="strata-spark",
                                                client_software_version="1"), ApiVersionsResponse)
         if _code(resp.error_code):
             raise BrokerRequestError(f"ApiVersions to {conn.address}", _code(resp.error_code))
-        conn.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
-                             for k in resp.api_keys}
+        return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
     def _send(self, address: tuple[str, int], body: Any, response_cls: type) -> Any:
         """One request. Every request this client sends only reads, so a broken connection
@@ -243,7 +191,7 @@ class BrokerClient:
             with self._lock:
                 conn = self._connection(address)
                 api_key = int(body.__api_key__)
-                low, high = conn.api_versions.get(api_key, (0, -1))
+                low, high = self._versions[address].get(api_key, (0, -1))
                 if not low <= int(body.__version__) <= high:
                     raise BrokerRequestError(
                         f"broker {address[0]}:{address[1]} does not serve "

@@ -20,7 +20,7 @@ from zk_server import zookeeper_available
 
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 
 _ok, _why = zookeeper_available()

@@ -28,7 +28,7 @@ from zk_server import zookeeper_available
 from cluster_clients import NO_TIERING, admin, partitions, produce_raw, wait_for
 from cluster_process import StrataCluster, metadata_node_ids
 from strata.common.errors import ErrorCode
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 _ok, _why = zookeeper_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=_why)

@@ -20,8 +20,8 @@ from zk_server import zookeeper_available
 from cluster_clients import NO_TIERING
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
+from strata.net.connection import roundtrip
 from strata.protocol import records as rec
-from strata.protocol.client import roundtrip
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]

@@ -26,7 +26,7 @@ from cluster_clients import NO_TIERING, admin, consume_all, log_end, partitions,
 from cluster_process import StrataCluster, metadata_node_ids
 from kafka_tools import REASSIGN_PARTITIONS, kafka_dist_available, run_kafka_class
 from strata.common.errors import ErrorCode
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 _ok, _why = zookeeper_available()
 _kafka, _kafka_why = kafka_dist_available()

@@ -24,7 +24,7 @@ from cluster_clients import NO_TIERING, admin, partitions, wait_for
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 from strata.tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -29,7 +29,7 @@ from cluster_clients import (
     wait_for)
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]

@@ -11,7 +11,8 @@ import select
 import pytest
 
 from broker_process import BrokerProcess
-from strata.protocol.client import Connection, client_frame, framed
+from strata.net.connection import Connection
+from strata.protocol.client import client_frame, framed
 from strata.protocol.codec import ApiKey, request_class, response_class
 
 POLICY_VIOLATION = 44

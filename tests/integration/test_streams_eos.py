@@ -225,7 +225,8 @@ def offsets(bootstrap: str, topic: str, committed: bool) -> list[int]:
     from kio.schema.list_offsets.v9.response import ListOffsetsResponse
     from kio.schema.types import BrokerId, TopicName
     from kio.static.primitive import i8, i32, i64
-    from strata.protocol.client import LATEST, roundtrip
+    from strata.net.connection import roundtrip
+    from strata.protocol.client import LATEST
     req = ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(1 if committed else 0),
                              topics=(ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
                                  ListOffsetsPartition(partition_index=i32(p), timestamp=i64(LATEST))

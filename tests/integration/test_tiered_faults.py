@@ -35,8 +35,9 @@ from broker_process import BrokerProcess, free_port
 from s3_server import S3Server
 from tiered_support import TIERED_BROKER, local_segments, offsets, remote_files, wait_for
 
+from strata.net.connection import Connection
 from strata.protocol import records as rec
-from strata.protocol.client import Connection, fetch_request
+from strata.protocol.client import fetch_request
 from strata.tiered.api import (
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState)
 from strata.tiered.metadata.serde import deserialize

@@ -19,7 +19,8 @@ from confluent_kafka import Producer
 
 from cluster_clients import admin, consume_all, dump_threads, log_end, partitions, wait_for
 from cluster_process import StrataCluster
-from strata.protocol.client import EARLIEST_LOCAL, LATEST_TIERED, list_offset
+from strata.net.connection import list_offset
+from strata.protocol.client import EARLIEST_LOCAL, LATEST_TIERED
 from tiered_support import TIERED_BROKER
 
 _ok, _why = zookeeper_available()

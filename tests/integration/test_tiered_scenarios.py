@@ -73,8 +73,8 @@ from zk_server import zookeeper_available
 from cluster_clients import admin, partitions, wait_for
 from cluster_process import StrataCluster, metadata_node_ids
 from strata.common.errors import ErrorCode
+from strata.net.connection import roundtrip
 from strata.protocol import records as rec
-from strata.protocol.client import roundtrip
 from strata.tiered.api import (
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState,
     RemotePartitionDeleteMetadata, RemotePartitionDeleteState)

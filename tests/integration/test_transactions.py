@@ -34,8 +34,8 @@ from kafka_tools import KAFKA_TRANSACTIONS, PRODUCER_PERF, require_kafka_dist, r
 from tiered_support import TIERED_BROKER, LATEST, list_offset, offsets, remote_files, wait_for
 
 from strata.common.errors import ErrorCode
+from strata.net.connection import Connection, roundtrip
 from strata.protocol import records as rec
-from strata.protocol.client import Connection, roundtrip
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 
 pytestmark = pytest.mark.slow

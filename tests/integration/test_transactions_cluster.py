@@ -58,7 +58,7 @@ from cluster_clients import NO_TIERING, dump_threads, partitions, wait_for
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC, partition_for
-from strata.protocol.client import roundtrip
+from strata.net.connection import roundtrip
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]

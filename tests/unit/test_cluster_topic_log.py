@@ -467,7 +467,7 @@ def produce_raw(bootstrap: str, partition: int, batch: bytes) -> int:
     from kio.schema.produce.v9.response import ProduceResponse
     from kio.schema.types import TopicName
     from kio.static.primitive import i32
-    from strata.protocol.client import roundtrip
+    from strata.net.connection import roundtrip
     resp = roundtrip(bootstrap, ProduceRequest(
         transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
         topic_data=(TopicProduceData(name=TopicName(TOPIC), partition_data=(

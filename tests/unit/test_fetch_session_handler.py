@@ -19,7 +19,7 @@ from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import LogManager
 from strata.log.unified_log import FetchIsolation
-from strata.protocol.client import Connection
+from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 from strata.protocol.records import SimpleRecord, build_batch, iter_headers
 from strata.replication.replica_manager import ReplicaManager

@@ -1207,7 +1207,7 @@ def test_a_session_the_leader_lost_is_replaced_by_a_full_fetch_without_back_off(
 
 
 def test_a_failed_request_replaces_the_session_with_a_full_fetch(cluster, tmp_path):
-    from strata.protocol.client import Connection
+    from strata.net.connection import Connection
     wire = WireLeader(tmp_path / "wire-leader")
     fail = threading.Event()
 

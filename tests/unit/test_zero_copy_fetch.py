@@ -24,6 +24,7 @@ from kio.serial import entity_reader
 from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import LogManager
+from strata.net.connection import recv_exact
 from strata.protocol.codec import API_VERSIONS, ApiKey, make, request_class, response_class
 from strata.protocol.file_region import FileRegion, whole_batches_length
 from strata.protocol.records import Compression, SimpleRecord, build_batch, iter_headers
@@ -31,7 +32,7 @@ from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
-from strata.protocol.client import client_frame, framed, recv_exact
+from strata.protocol.client import client_frame, framed
 
 TOPIC = "t"
 SEGMENT_BYTES = 64 * 1024
@@ -138,7 +139,7 @@ def exchange(port: int, request, correlation_id: int = 7) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as sock:
         sock.sendall(framed(client_frame(request, correlation_id)))
         head = recv_exact(sock, 4)
-        return head + recv_exact(sock, struct.unpack(">i", head)[0])
+        return bytes(head + recv_exact(sock, struct.unpack(">i", head)[0]))
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def describe_log_dirs(bootstrap: str, topics: Mapping[str, Sequence[int]] | None
     from kio.schema.types import TopicName
     from kio.static.primitive import i32
 
-    from strata.protocol.client import roundtrip
+    from strata.net.connection import roundtrip
 
     request = DescribeLogDirsRequest(topics=None if topics is None else tuple(
         DescribableLogDirTopic(topic=TopicName(t), partitions=tuple(i32(p) for p in parts))

@@ -22,7 +22,7 @@ error codes raise at once. A retried append whose earlier attempt did land store
 twice (Kafka's idempotent producer would not): the RLMM applies a repeated state as a
 no-op or skips it as a bad record.
 
-Connections: one blocking ``strata.protocol.client.Connection`` per leader address, reused,
+Connections: one blocking ``strata.net.connection.Connection`` per leader address, reused,
 closed on any error; a lock per connection makes requests on it sequential, so any thread
 may call any method. ``close`` shuts every connection down, which also interrupts a call
 blocked on one, and makes every later call raise.
@@ -362,7 +362,7 @@ class ClusterMetadataTopicLog:
                 pass
 
     def _default_connect(self, host: str, port: int) -> Any:
-        from strata.protocol.client import Connection
+        from strata.net.connection import Connection
         return Connection(f"{host}:{port}", timeout=self.request_timeout_ms / 1000 + 5,
                           client_id=self.client_id)
 

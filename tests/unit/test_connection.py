@@ -1,20 +1,25 @@
-"""AsyncConnection, the replica fetchers' connection on the event loop, against a real socket:
-responses of any size and split in any way are decoded whole and in order; a response that
-does not come in time is a TimeoutError and the connection is not reused; a broker that closes
-the connection fails the request waiting on it."""
+"""``strata.net.connection`` against a real socket. AsyncConnection (the replica fetchers'
+connection on the event loop): responses of any size and split in any way are decoded whole and
+in order; a response that does not come in time is a TimeoutError and the connection is not
+reused; a broker that closes the connection fails the request waiting on it. Both connections:
+an answer carrying another request's correlation id fails the request and closes the
+connection."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime
+import socket
 import struct
+import threading
 
 import pytest
 from kio.schema.fetch.v12 import response as fr
 
 from strata.common.errors import ErrorCode
-from strata.protocol.client import AsyncConnection, fetch_request
+from strata.net.connection import AsyncConnection, Connection
+from strata.protocol.client import fetch_request
 from strata.protocol.codec import encode_response_parts, kio_error_code, parse_request
 
 
@@ -104,3 +109,72 @@ def test_a_broker_closing_the_connection_fails_the_waiting_request():
             with pytest.raises(ConnectionError):
                 await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
     asyncio.run(main())
+
+
+def out_of_step(frame: bytes) -> bytes:
+    """An answer to ``frame`` whose header carries the correlation id after the request's."""
+    data = answer_bytes(frame, b"", 1)
+    (cid,) = struct.unpack_from(">i", data, 4)
+    return data[:4] + struct.pack(">i", cid + 1) + data[8:]
+
+
+def test_an_answer_to_another_request_fails_the_async_request_and_closes_the_connection():
+    async def main():
+        async def handle(frame, writer):
+            writer.write(out_of_step(frame))
+        async with connected(handle, timeout=30) as conn:
+            with pytest.raises(ConnectionError, match="correlation id"):
+                await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+            with pytest.raises(ConnectionError):
+                await conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+    asyncio.run(main())
+
+
+def test_an_answer_to_another_request_fails_the_blocking_request_and_closes_the_connection():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        peer, _ = server.accept()
+        with peer, peer.makefile("rb") as reader:
+            size = struct.unpack(">i", reader.read(4))[0]
+            peer.sendall(out_of_step(reader.read(size)))
+            reader.read(1)   # until the client closes
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    host, port = server.getsockname()[:2]
+    try:
+        with Connection((host, port), timeout=10) as conn:
+            with pytest.raises(ConnectionError, match="correlation id"):
+                conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+            with pytest.raises(OSError):   # closed: never read as the next request's answer
+                conn.request(fetch_request("t", 0, 0), fr.FetchResponse)
+    finally:
+        t.join(10)
+        server.close()
+    assert not t.is_alive()
+
+
+def test_the_blocking_connection_reads_each_answer_in_order():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        peer, _ = server.accept()
+        with peer, peer.makefile("rb") as reader:
+            for hw in (1, 2, 3):
+                size = struct.unpack(">i", reader.read(4))[0]
+                data = answer_bytes(reader.read(size), b"r" * hw * 1000, hw)
+                for i in range(0, len(data), 997):   # in uneven pieces
+                    peer.sendall(data[i:i + 997])
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    host, port = server.getsockname()[:2]
+    try:
+        with Connection(f"{host}:{port}", timeout=10) as conn:
+            got = []
+            for _ in range(3):
+                p = conn.request(fetch_request("t", 0, 0), fr.FetchResponse).responses[0].partitions[0]
+                got.append((p.records, int(p.high_watermark)))
+    finally:
+        t.join(10)
+        server.close()
+    assert got == [(b"r" * hw * 1000, hw) for hw in (1, 2, 3)]

@@ -1,0 +1,1 @@
+"""Client connections to Kafka brokers over sockets (blocking and asyncio)."""

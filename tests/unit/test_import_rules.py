@@ -1,0 +1,84 @@
+"""The import direction of ARCHITECTURE.md, read from the source with ``ast`` (imports inside
+functions included): ``protocol`` imports no asyncio, sockets or Strata package but ``common``;
+``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
+``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
+imports ``server``, so ``spark`` never does."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import strata
+
+ROOT = Path(strata.__file__).parent
+
+
+def _imports() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        names = found.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+            elif isinstance(node, ast.ImportFrom):
+                raise AssertionError(f"{module}: relative import (the project writes absolute ones)")
+    return found
+
+
+IMPORTS = _imports()
+
+
+def _package(name: str) -> str:
+    """``strata.x`` of ``strata.x.y``; the top-level name of anything else."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "strata" else parts[0]
+
+
+def _breaking(prefix: str, allowed) -> list[str]:
+    return sorted(f"{module} imports {name}" for module, names in IMPORTS.items()
+                  if module == prefix or module.startswith(prefix + ".")
+                  for name in names if not allowed(name))
+
+
+def _strata_only(*packages: str):
+    return lambda name: not name.startswith("strata") or _package(name) in packages
+
+
+def test_the_rules_see_every_package():
+    assert {_package(m) for m in IMPORTS} >= {
+        "strata.protocol", "strata.log", "strata.tiered", "strata.net", "strata.server",
+        "strata.spark", "strata.cli"}
+    assert "asyncio" in IMPORTS["strata.net.connection"]   # imports inside modules are read
+
+
+def test_protocol_is_sans_io():
+    strata_ok = _strata_only("strata.common", "strata.protocol")
+    assert _breaking("strata.protocol", lambda n: n.split(".")[0] not in (
+        "asyncio", "socket", "selectors", "uvloop") and strata_ok(n)) == []
+
+
+def test_the_local_log_imports_no_asyncio_and_nothing_built_on_it():
+    assert _breaking("strata.log", lambda n: n.split(".")[0] not in ("asyncio", "uvloop") and
+                     _strata_only("strata.common", "strata.protocol", "strata.log")(n)) == []
+
+
+def test_the_tiered_storage_api_imports_only_common():
+    assert _breaking("strata.tiered.api", _strata_only("strata.common")) == []
+
+
+def test_client_connections_import_only_common_and_protocol():
+    assert _breaking("strata.net", _strata_only("strata.common", "strata.protocol",
+                                                "strata.net")) == []
+
+
+@pytest.mark.parametrize("package", sorted({_package(m) for m in IMPORTS}
+                                           - {"strata", "strata.server", "strata.cli"}))
+def test_nothing_but_the_entry_points_imports_the_server(package):
+    assert _breaking(package, lambda n: _package(n) != "strata.server") == []
