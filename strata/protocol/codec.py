@@ -345,6 +345,7 @@ def response_class(api_key: int, api_version: int) -> type:
         raise LookupError(f"no response schema for api key {api_key} v{api_version}") from e
 
 
+@lru_cache(maxsize=256)
 def kio_error_code(code: int) -> Any:
     """``code`` as kio's ErrorCode member (what kio's reader produces); Strata's if kio lacks it."""
     try:
@@ -852,7 +853,7 @@ def api_versions_response(api_version: int, code: int = ErrorCode.NONE,
                           apis: Mapping[int, tuple[int, int]] | None = None):
     """The ApiVersions response body advertising ``apis`` (default: ``API_VERSIONS``)."""
     cls = response_class(ApiKey.API_VERSIONS, api_version)
-    entry = _nested(cls, "api_keys")
+    entry = nested_class(cls, "api_keys")
     keys = tuple(entry(api_key=int(k), min_version=lo, max_version=hi)
                  for k, (lo, hi) in sorted((API_VERSIONS if apis is None else apis).items()))
     return _make(cls, kio_error_code(code), api_keys=keys)
@@ -930,7 +931,7 @@ def _make(cls: type, code, **given) -> Any:
 
 
 @lru_cache(maxsize=None)
-def _nested(cls: type, path: str) -> type:
+def nested_class(cls: type, path: str) -> type:
     """The entity class at dotted field ``path`` under ``cls`` (element type for arrays)."""
     for name in path.split("."):
         f = next(f for f in dataclasses.fields(cls) if f.name == name)
@@ -943,14 +944,14 @@ def _nested(cls: type, path: str) -> type:
 
 def _has(cls: type, path: str) -> bool:
     try:
-        _nested(cls, path)
+        nested_class(cls, path)
     except StopIteration:
         return False
     return True
 
 
 def _mk(root: type, path: str, code, **given) -> Any:
-    return _make(_nested(root, path) if path else root, code, **given)
+    return _make(nested_class(root, path) if path else root, code, **given)
 
 
 def _topic_key(topic) -> dict:

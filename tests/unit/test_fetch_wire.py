@@ -11,7 +11,7 @@ from kio.serial import entity_writer
 
 from strata.common.errors import ErrorCode
 from strata.protocol.client import client_frame, framed
-from strata.protocol.codec import _nested, make, parse_request, response_class
+from strata.protocol.codec import nested_class, make, parse_request, response_class
 from strata.protocol.fetch_wire import (
     PartitionFetch, ReplicaFetch, fetch_response_writable, write_fetch_response)
 
@@ -69,9 +69,9 @@ def fetch_responses(draw, version: int):
         tags = {}
         if version >= 12:
             leader, snapshot = draw(st.one_of(st.just((-1, -1)), st.tuples(i32, i32))), draw(epochs)
-            tags = {"current_leader": _nested(rc, "responses.partitions.current_leader")(
+            tags = {"current_leader": nested_class(rc, "responses.partitions.current_leader")(
                         leader_id=leader[0], leader_epoch=leader[1]),
-                    "snapshot_id": _nested(rc, "responses.partitions.snapshot_id")(
+                    "snapshot_id": nested_class(rc, "responses.partitions.snapshot_id")(
                         end_offset=snapshot[1], epoch=snapshot[0])}
         return make(rc, "responses.partitions", partition_index=draw(i32), **tags,
                     error_code=draw(codes), high_watermark=draw(i64),
