@@ -524,7 +524,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
                          max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
                          idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000),
-                         sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false")
+                         sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false",
+                         send_buffer_bytes=_int(props, "socket.send.buffer.bytes", -1),
+                         receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes", -1))
     await server.start()
     adv_host, adv_port = parse_listener(props.get("advertised.listeners") or
                                         props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))

@@ -354,6 +354,12 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                     "The largest record batch size allowed by Kafka."),
     "socket.request.max.bytes": _BrokerKey(_T.INT, "104857600",
                                            "The maximum number of bytes in a socket request."),
+    "socket.send.buffer.bytes": _BrokerKey(_T.INT, "-1", "The SO_SNDBUF buffer of the "
+                                           "socket server sockets. If the value is -1, the OS "
+                                           "default will be used."),
+    "socket.receive.buffer.bytes": _BrokerKey(_T.INT, "-1", "The SO_RCVBUF buffer of the "
+                                              "socket server sockets. If the value is -1, the OS "
+                                              "default will be used."),
     "log.segment.bytes": _BrokerKey(_T.INT, "1073741824",
                                     "The maximum size of a single log file."),
     "log.roll.ms": _BrokerKey(_T.LONG, None, "The maximum time before a new segment is rolled "

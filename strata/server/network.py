@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import struct
 from collections import deque
 from typing import Awaitable, Callable
@@ -104,6 +105,8 @@ class KafkaConnection(asyncio.Protocol):
         self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id)
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         sock = transport.get_extra_info("socket")
+        if sock is not None and self._server.send_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._server.send_buffer_bytes)
         if self._server.sendfile and sock is not None and transport.get_extra_info("sslcontext") is None:
             self._sock = sock
         self._server._connections.add(self)
@@ -382,16 +385,25 @@ def _copied(region: FileRegion) -> bytes:
         region.close()
 
 
+USE_DEFAULT_BUFFER_SIZE = -1   # Kafka's Selectable.USE_DEFAULT_BUFFER_SIZE: the OS's own sizing
+
+
 class KafkaServer:
     """Accepts connections on one listener and feeds their requests to ``handler``.
 
-    ``sendfile=False`` sends file regions as copies (the copying path, for comparison)."""
+    ``sendfile=False`` sends file regions as copies (the copying path, for comparison).
+    ``send_buffer_bytes`` and ``receive_buffer_bytes`` are Kafka's ``socket.send.buffer.bytes``
+    and ``socket.receive.buffer.bytes`` (SO_SNDBUF of each connection, SO_RCVBUF of the listener,
+    which accepted connections inherit); -1, Strata's default, leaves the OS to size them."""
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 9092, *,
                  max_request_size: int = 104_857_600, max_queued_requests: int = 64,
-                 idle_timeout_ms: int = 600_000, sendfile: bool = True):
+                 idle_timeout_ms: int = 600_000, sendfile: bool = True,
+                 send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1):
         self.handler = handler
         self.sendfile = sendfile
+        self.send_buffer_bytes = send_buffer_bytes        # SO_SNDBUF of each connection
+        self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF, set on the listener
         self.host = host
         self.port = port
         self.max_request_size = max_request_size
@@ -410,7 +422,11 @@ class KafkaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
-                                                reuse_address=True, backlog=512)
+                                                reuse_address=True, backlog=512, start_serving=False)
+        if self.receive_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
+            for listener in self._server.sockets:   # accepted sockets inherit it
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        await self._server.start_serving()
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         log.info("listening on %s:%d", self.host, self.port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import struct
 
 import pytest
@@ -227,3 +228,28 @@ def test_large_and_small_frames_arrive_whole_however_the_bytes_are_split(loop_ki
         uvloop.run(asyncio.wait_for(main(), 30))
     else:
         run(main())
+
+
+def _locked_size(option: int, size: int) -> int:
+    """What the kernel reports for a socket whose ``option`` was set to ``size`` (Linux doubles it)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, option, size)
+        return probe.getsockopt(socket.SOL_SOCKET, option)
+
+
+@pytest.mark.parametrize("size", [102_400, 65_536])
+def test_accepted_connections_get_kafkas_socket_buffer_sizes(size):
+    """socket.send.buffer.bytes and socket.receive.buffer.bytes, when set (default -1: the OS's)."""
+    async def main():
+        server = await serve(answer_api_versions, send_buffer_bytes=size, receive_buffer_bytes=size)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(api_versions_request(3, 1))
+        await read_response(r)
+        (conn,) = server._connections
+        sock = conn._transport.get_extra_info("socket")
+        got = (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+               sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+        w.close()
+        await server.stop()
+        return got
+    assert run(main()) == (_locked_size(socket.SO_SNDBUF, size), _locked_size(socket.SO_RCVBUF, size))
