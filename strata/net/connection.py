@@ -9,6 +9,7 @@ import asyncio
 import socket
 import struct
 
+from strata.common.errors import code_of
 from strata.protocol.client import client_frame, decode_response, framed, list_offsets_request
 
 __all__ = ["AsyncConnection", "Connection", "list_offset", "recv_exact", "roundtrip"]
@@ -187,5 +188,4 @@ def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> t
     from kio.schema.list_offsets.v9.response import ListOffsetsResponse
     p = roundtrip(bootstrap, list_offsets_request(topic, partition, timestamp),
                   ListOffsetsResponse).topics[0].partitions[0]
-    code = p.error_code.value if hasattr(p.error_code, "value") else p.error_code
-    return int(code), int(p.offset), int(p.leader_epoch)
+    return code_of(p.error_code), int(p.offset), int(p.leader_epoch)
