@@ -812,6 +812,8 @@ class TransactionIndex:
         later segment can hold an aborted transaction that overlaps the range.
         """
         found: list[AbortedTxn] = []
+        if self._last_offset is None:   # no entries: nothing to read (a read-committed Fetch asks every time)
+            return TxnIndexSearchResult(found, False)
         for txn in self._read_entries():
             if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
                 found.append(txn)

@@ -21,7 +21,6 @@ from strata.common.types import TopicPartition
 from strata.log.indexes import AbortedTxn
 from strata.log.log_config import LogConfig
 from strata.log.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
-from strata.protocol import records as rec
 from strata.protocol.file_region import FileRegion
 
 log = logging.getLogger(__name__)
@@ -191,15 +190,24 @@ class LocalLog:
             if got is not None:
                 meta = LogOffsetMetadata(start_offset, seg.base_offset, got.position)
                 aborted = None
-                if include_aborted_txns:
-                    headers = list(got.data.headers() if isinstance(got.data, FileRegion)
-                                   else rec.iter_headers(got.data))
-                    upper = headers[-1].next_offset if headers else start_offset
-                    aborted = self.collect_aborted_transactions(start_offset, upper)
+                if include_aborted_txns:   # none can concern an empty read
+                    aborted = self.collect_aborted_transactions(
+                        start_offset, self._fetch_upper_bound(seg, got.position, len(got.data))
+                    ) if len(got.data) else []
                 return FetchDataInfo(meta, got.data, False, aborted)
             seg = self.next_segment(seg)
         return FetchDataInfo(LogOffsetMetadata(start_offset), EMPTY, False,
                              [] if include_aborted_txns else None)
+
+    def _fetch_upper_bound(self, seg: LogSegment, position: int, size: int) -> int:
+        """An offset past the ``size`` bytes read at ``position`` of ``seg``, found without
+        reading them (Kafka's ``fetchUpperBoundOffset``): the first offset index entry at or past
+        their end, else the next segment's base offset, else the log end offset."""
+        entry = seg.offset_index.fetch_upper_bound_offset(position, size)
+        if entry is not None:
+            return entry.offset
+        following = self.next_segment(seg)
+        return following.base_offset if following is not None else self._end.offset
 
     def collect_aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper_offset), from the txn indexes.

@@ -717,3 +717,16 @@ def test_transaction_index_rename_delete_and_reuse_after_close(tmp_path):
     assert idx.delete() is True
     assert not new.exists()
     assert idx.delete() is False
+
+
+def test_empty_transaction_index_is_searched_without_touching_its_file(tmp_path, monkeypatch):
+    """A read-committed Fetch searches every segment's index; an empty one costs no syscall."""
+    idx = TransactionIndex(tmp_path / "00000000000000000000.txnindex", 0)
+
+    def touched(*args, **kw):
+        raise AssertionError("the file system was asked")
+    with monkeypatch.context() as m:
+        m.setattr(os, "fstat", touched)
+        m.setattr(os, "stat", touched)
+        result = idx.collect_aborted_txns(0, 100)
+    assert result.aborted_transactions == [] and not result.is_complete

@@ -594,3 +594,53 @@ def test_read_committed_reports_aborted_transactions_whose_marker_is_in_a_later_
     assert got.records and got.aborted_transactions is not None
     assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions] == [(5, 1)]
     assert ulog.read(0, 150, FetchIsolation.HIGH_WATERMARK).aborted_transactions is None
+
+
+def _log_with_an_aborted_transaction(tmp_path, **config):
+    """Offsets 0-1 plain, 2-4 an aborted transaction of producer 5, 5 its marker, 6 plain."""
+    from strata.log.producer_state import AppendOrigin
+    from strata.protocol.records import CONTROL_ABORT, build_control_batch
+    ulog = open_log(tmp_path, cfg(**config))
+    ulog.append_as_leader(batch(1), 0)
+    ulog.append_as_leader(batch(1), 0)
+    for seq in range(3):
+        ulog.append_as_leader(batch(1, producer_id=5, producer_epoch=0, base_sequence=seq,
+                                    transactional=True), 0)
+    ulog.append_as_leader(build_control_batch(CONTROL_ABORT, producer_id=5, producer_epoch=0,
+                                              timestamp=T0), 0, origin=AppendOrigin.COORDINATOR)
+    ulog.append_as_leader(batch(1), 0)
+    ulog.update_high_watermark(ulog.log_end_offset)
+    return ulog
+
+
+def test_read_committed_region_finds_aborted_transactions_without_reading_its_batches(tmp_path, monkeypatch):
+    from strata.protocol.file_region import FileRegion
+    ulog = _log_with_an_aborted_transaction(tmp_path)
+
+    def walked(self):
+        raise AssertionError("the region's batches were read")
+    monkeypatch.setattr(FileRegion, "headers", walked)
+    got = ulog.read(0, 1 << 20, FetchIsolation.TXN_COMMITTED, as_region=True)
+    try:
+        assert isinstance(got.records, FileRegion)
+        assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions] == [(5, 2)]
+    finally:
+        got.records.close()
+
+
+def test_read_committed_bounds_aborted_transactions_by_the_offset_index(tmp_path):
+    """Kafka's upper bound: the first index entry at or past the read's end. With every batch
+    indexed, a read of the first batch ends before the transaction and reports none of it."""
+    ulog = _log_with_an_aborted_transaction(tmp_path, index_interval_bytes=1)
+    first = ulog.read(0, 1, FetchIsolation.TXN_COMMITTED)
+    assert offsets(first.records) == [0]
+    assert first.aborted_transactions == []
+    into = ulog.read(1, 1 << 20, FetchIsolation.TXN_COMMITTED)
+    assert [(a.producer_id, a.first_offset) for a in into.aborted_transactions] == [(5, 2)]
+
+
+def test_read_committed_read_with_no_records_reports_no_aborted_transactions(tmp_path):
+    ulog = _log_with_an_aborted_transaction(tmp_path)
+    tail = ulog.read(ulog.log_end_offset, 1 << 20, FetchIsolation.TXN_COMMITTED)
+    assert len(tail.records) == 0
+    assert tail.aborted_transactions == []
