@@ -189,6 +189,7 @@ def fetch_latency(bootstrap: str, topic: str, partition: int, start: int, end: i
     connection, each for ``partition_max_bytes`` (a consumer's ``max.partition.fetch.bytes``):
     the first request's latency apart, percentiles of the rest, and MB/s of record bytes."""
     from kio.schema.fetch.v12.response import FetchResponse
+    from strata.common.errors import code_of
     from strata.net.connection import Connection
     from strata.protocol.client import fetch_request
     from strata.protocol.records import iter_headers
@@ -201,7 +202,7 @@ def fetch_latency(bootstrap: str, topic: str, partition: int, start: int, end: i
                                               partition_max_bytes=partition_max_bytes), FetchResponse)
             times.append(time.perf_counter() - t0)
             p = resp.responses[0].partitions[0]
-            code = int(getattr(p.error_code, "value", p.error_code))
+            code = code_of(p.error_code)
             if code:
                 raise RuntimeError(f"fetch {topic}-{partition} at {offset}: error {code}")
             records = p.records or b""

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from strata.common.errors import RETRIABLE, ErrorCode, KafkaError
+from strata.common.errors import RETRIABLE, ErrorCode, KafkaError, code_of
 from strata.net.connection import Connection
 from strata.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD
 
@@ -103,11 +103,6 @@ class BrokerRequestError(KafkaError):
         return self.error_code in RETRIABLE
 
 
-def _code(value: Any) -> int:
-    """An error code from kio (an enum member) or a plain int, as an int."""
-    return int(getattr(value, "value", value))
-
-
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -180,8 +175,8 @@ class BrokerClient:
         from kio.schema.api_versions.v3.response import ApiVersionsResponse
         resp = conn.request(ApiVersionsRequest(client_software_name="strata-spark",
                                                client_software_version="1"), ApiVersionsResponse)
-        if _code(resp.error_code):
-            raise BrokerRequestError(f"ApiVersions to {conn.address}", _code(resp.error_code))
+        if code_of(resp.error_code):
+            raise BrokerRequestError(f"ApiVersions to {conn.address}", code_of(resp.error_code))
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
     def _send(self, address: tuple[str, int], body: Any, response_cls: type) -> Any:
@@ -244,7 +239,7 @@ class BrokerClient:
             self._brokers[int(b.node_id)] = (str(b.host), int(b.port))
         found: dict[str, TopicInfo] = {}
         for t in resp.topics:
-            code = _code(t.error_code)
+            code = code_of(t.error_code)
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or t.name is None:
                 continue
             if code:
@@ -297,7 +292,7 @@ class BrokerClient:
                 resp = self._send(address, req, ListOffsetsResponse)
                 for t in resp.topics:
                     for r in t.partitions:
-                        code = _code(r.error_code)
+                        code = code_of(r.error_code)
                         if code:
                             failed.append((int(r.partition_index), code))
                         else:
@@ -341,12 +336,12 @@ class BrokerClient:
                 partition_max_bytes=i32(max_bytes)),)),),
             forgotten_topics_data=())
         resp = self._send(self._leader_address(topic, partition), req, FetchResponse)
-        if _code(resp.error_code):
-            raise BrokerRequestError(f"Fetch of {topic}-{partition}", _code(resp.error_code))
+        if code_of(resp.error_code):
+            raise BrokerRequestError(f"Fetch of {topic}-{partition}", code_of(resp.error_code))
         for t in resp.responses:
             for p in t.partitions:
                 if int(p.partition_index) == partition:
-                    return FetchResult(_code(p.error_code), int(p.high_watermark),
+                    return FetchResult(code_of(p.error_code), int(p.high_watermark),
                                        int(p.last_stable_offset), int(p.log_start_offset),
                                        bytes(p.records) if p.records else b"")
         raise BrokerRequestError(f"Fetch of {topic}-{partition}: not in the response",
@@ -440,7 +435,7 @@ class BrokerClient:
         else:
             resp = self._any_broker(req, DescribeConfigsResponse)
         for r in resp.results:
-            code = _code(r.error_code)
+            code = code_of(r.error_code)
             if code:
                 raise BrokerRequestError(f"DescribeConfigs of {name}"
                                          f"{': ' + r.error_message if r.error_message else ''}",

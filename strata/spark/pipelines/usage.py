@@ -35,6 +35,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from strata.common.errors import code_of
 from strata.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 __all__ = ["LogDirUsage", "PartitionUsage", "UsageReport", "describe_log_dirs", "usage"]
@@ -149,7 +150,7 @@ def describe_log_dirs(bootstrap: str, topics: Mapping[str, Sequence[int]] | None
         DescribableLogDirTopic(topic=TopicName(t), partitions=tuple(i32(p) for p in parts))
         for t, parts in topics.items()))
     response = roundtrip(bootstrap, request, DescribeLogDirsResponse, timeout=timeout)
-    code = int(getattr(response.error_code, "value", response.error_code))
+    code = code_of(response.error_code)
     if code != 0:
         raise RuntimeError(f"DescribeLogDirs failed with error code {code}")
     dirs, sizes = [], {}
@@ -162,7 +163,7 @@ def describe_log_dirs(bootstrap: str, topics: Mapping[str, Sequence[int]] | None
                         sizes.get((str(t.name), int(p.partition_index)), 0) + int(p.partition_size)
                     total += int(p.partition_size)
         dirs.append(LogDirUsage(result.log_dir,
-                                int(getattr(result.error_code, "value", result.error_code)),
+                                code_of(result.error_code),
                                 int(result.total_bytes), int(result.usable_bytes), total))
     return dirs, sizes
 
