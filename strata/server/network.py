@@ -94,6 +94,7 @@ class KafkaConnection(asyncio.Protocol):
         self._close_when_sent = False
         self._task: asyncio.Task | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
+        self._active_at = 0.0         # loop time of the last bytes received
         self._handling = False
         self.info: ConnectionInfo | None = None
 
@@ -112,6 +113,7 @@ class KafkaConnection(asyncio.Protocol):
         self._server._connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._process())
         self._touch()
+        self._arm_idle(self._server.idle_timeout_ms / 1000)
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -345,16 +347,20 @@ class KafkaConnection(asyncio.Protocol):
             self._poll_fd = -1
 
     def _touch(self) -> None:
-        idle_ms = self._server.idle_timeout_ms
-        if idle_ms <= 0:
-            return
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-        self._idle_handle = asyncio.get_running_loop().call_later(idle_ms / 1000, self._idle)
+        self._active_at = asyncio.get_running_loop().time()
+
+    def _arm_idle(self, delay: float) -> None:
+        """One timer per connection, moved on only when it fires (not at every request)."""
+        if self._server.idle_timeout_ms > 0 and not self._closed:
+            self._idle_handle = asyncio.get_running_loop().call_later(delay, self._idle)
 
     def _idle(self) -> None:
+        idle_s = self._server.idle_timeout_ms / 1000
         if self._frames or self._handling:
             self._touch()
+        left = self._active_at + idle_s - asyncio.get_running_loop().time()
+        if left > 0:
+            self._arm_idle(left)
             return
         log.debug("closing idle connection %s", self.info.peer)
         self.close()

@@ -163,6 +163,25 @@ def test_idle_connections_are_closed():
     run(main())
 
 
+def test_a_connection_in_use_outlives_the_idle_timeout():
+    async def main():
+        server = await serve(answer_api_versions, idle_timeout_ms=400)
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 1.5   # almost four idle timeouts, a request every 50 ms
+        correlation_id = 0
+        while loop.time() < end:
+            correlation_id += 1
+            w.write(api_versions_request(3, correlation_id))
+            await read_response(r)
+            await asyncio.sleep(0.05)
+        w.write(api_versions_request(3, correlation_id + 1))
+        await read_response(r)   # still open
+        assert await asyncio.wait_for(r.read(), 3) == b""   # and closed once left idle
+        await server.stop()
+    run(main())
+
+
 def test_stop_lets_the_running_request_finish_and_starts_no_new_ones():
     started = []
 
