@@ -37,8 +37,21 @@ def read_server_properties(path: str | None, overrides: list[str]) -> dict[str, 
     return props
 
 
-def _int(props: dict[str, str], key: str, default: int) -> int:
-    return int(props.get(key, default))
+def _int(props: dict[str, str], key: str, default: int | None = None) -> int:
+    """``key`` as an int; unset, ``default`` or else the key's default as DescribeConfigs
+    reports it (``BROKER_CONFIG_KEYS``), so the two cannot differ."""
+    if key in props:
+        return int(props[key])
+    if default is None:
+        from strata.cluster.metadata import BROKER_CONFIG_KEYS
+        default = BROKER_CONFIG_KEYS[key].default
+    return int(default)
+
+
+def _flag(props: dict[str, str], key: str) -> bool:
+    """A boolean ``key``, unset meaning its ``BROKER_CONFIG_KEYS`` default."""
+    from strata.cluster.metadata import BROKER_CONFIG_KEYS
+    return props.get(key, BROKER_CONFIG_KEYS[key].default).strip().lower() == "true"
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -166,7 +179,7 @@ def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids
     from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
     from strata.server.txn_marker_sender import MarkerSender
     ctx.txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
-    ctx.txn_marker_timeout_s = _int(props, "request.timeout.ms", 30_000) / 1000
+    ctx.txn_marker_timeout_s = _int(props, "request.timeout.ms") / 1000
     existing = metadata.topic(TRANSACTION_STATE_TOPIC)
     config = dataclasses.replace(
         TxnCoordinatorConfig.from_properties(props),
@@ -174,7 +187,7 @@ def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids
     coordinator = TransactionCoordinator(
         ctx.txn_log, producer_ids.generate, MarkerSender(ctx), config,
         topic_exists=lambda topic: metadata.topic(topic) is not None)
-    if props.get("transaction.partition.verification.enable", "true").strip().lower() == "true":
+    if _flag(props, "transaction.partition.verification.enable"):
         from strata.server.txn_verification import TxnVerifier
         ctx.txn_verifier = TxnVerifier(ctx)
     if not clustered:
@@ -443,7 +456,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
         on_append=watchers.notifier(loop),
         broker_id=node_id, clustered=zk is not None)
-    replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", 30_000)
+    replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
     if _rack_aware_selector(props) and zk is not None:
         replica_manager.broker_racks = lambda: {b.node_id: b.rack for b in metadata.live_brokers()}
     replica_manager.min_insync_replicas = lambda topic: int(metadata.log_config(topic).get("min.insync.replicas"))
@@ -458,9 +471,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         replica_manager=replica_manager, fetch_watchers=watchers,
-                        auto_create_topics=props.get("auto.create.topics.enable", "true") == "true",
+                        auto_create_topics=_flag(props, "auto.create.topics.enable"),
                         producer_ids=producer_ids,
-                        fetch_max_bytes=_int(props, "fetch.max.bytes", 57_671_680))
+                        fetch_max_bytes=_int(props, "fetch.max.bytes"))
     ctx.fetch_sessions = FetchSessionCache.from_properties(props)   # KIP-227
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)
@@ -522,11 +535,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         if cleaner is not None:
             metrics_server.registry.register(LogCleanerCollector(cleaner))
     server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
-                         max_request_size=_int(props, "socket.request.max.bytes", 104_857_600),
-                         idle_timeout_ms=_int(props, "connections.max.idle.ms", 600_000),
+                         max_request_size=_int(props, "socket.request.max.bytes"),
+                         idle_timeout_ms=_int(props, "connections.max.idle.ms"),
                          sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false",
-                         send_buffer_bytes=_int(props, "socket.send.buffer.bytes", -1),
-                         receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes", -1))
+                         send_buffer_bytes=_int(props, "socket.send.buffer.bytes"),
+                         receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes"))
     await server.start()
     adv_host, adv_port = parse_listener(props.get("advertised.listeners") or
                                         props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
@@ -538,32 +551,32 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         from strata.cluster.controller import ControllerService, LoggingNoticeSink
         await asyncio.to_thread(_register, zk, metadata, node_id, props, ctx.advertised_host,
                                 ctx.advertised_port, metadata.rack)
-        rebalance = props.get("auto.leader.rebalance.enable", "true").strip().lower() == "true"
+        rebalance = _flag(props, "auto.leader.rebalance.enable")
         controller = ControllerService(
             zk, node_id, LoggingNoticeSink(),
-            unclean_leader_election_enable=props.get(
-                "unclean.leader.election.enable", "false").strip().lower() == "true",
+            unclean_leader_election_enable=_flag(
+                props, "unclean.leader.election.enable"),
             leader_imbalance_per_broker_percentage=_int(
-                props, "leader.imbalance.per.broker.percentage", 10),
+                props, "leader.imbalance.per.broker.percentage"),
             auto_leader_rebalance_interval_s=_int(
-                props, "leader.imbalance.check.interval.seconds", 300) if rebalance else None).start()
+                props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
         metadata.controller = controller
         replica_manager.alter_partition = _alter_partition_manager(node_id, metadata)
     if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
         scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                     replica_manager.replica_lag_time_max_ms // 2)
         scheduler.schedule_periodic("highwatermark-checkpoint", manager.checkpoint_high_watermarks,
-                                    _int(props, "replica.high.watermark.checkpoint.interval.ms", 5000))
+                                    _int(props, "replica.high.watermark.checkpoint.interval.ms"))
     scheduler.schedule_periodic("log-retention", manager.cleanup_logs,
-                                _int(props, "log.retention.check.interval.ms", 300_000))
+                                _int(props, "log.retention.check.interval.ms"))
     scheduler.schedule_periodic("recovery-point-checkpoint", manager.checkpoint,
-                                _int(props, "log.flush.offset.checkpoint.interval.ms", 60_000))
-    flush_interval = _int(props, "log.flush.scheduler.interval.ms", 2**63 - 1)
+                                _int(props, "log.flush.offset.checkpoint.interval.ms"))
+    flush_interval = _int(props, "log.flush.scheduler.interval.ms")
     if flush_interval < 2**62:
         scheduler.schedule_periodic("log-flusher", manager.flush_dirty_logs, flush_interval)
     scheduler.schedule_periodic("producer-expiration",
                                 lambda: [ul.remove_expired_producers() for ul in manager.all_logs()],
-                                _int(props, "producer.id.expiration.check.interval.ms", 600_000))
+                                _int(props, "producer.id.expiration.check.interval.ms"))
     log.info("broker %d up: cluster %s, listening on %s:%d, advertised %s:%d, %d partition logs",
              node_id, metadata.cluster_id, host or "0.0.0.0", server.port, ctx.advertised_host,
              ctx.advertised_port, len(manager.partitions()))
@@ -574,7 +587,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     # first, so that parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) at once
     # instead of holding the server's grace period
     if zk is not None:
-        if props.get("controlled.shutdown.enable", "true").strip().lower() == "true":
+        if _flag(props, "controlled.shutdown.enable"):
             drained = await asyncio.to_thread(metadata.controlled_shutdown, CONTROLLED_SHUTDOWN_WAIT_S)
             log.info("controlled shutdown: %s", "leaderships moved" if drained
                      else f"not drained after {CONTROLLED_SHUTDOWN_WAIT_S} s; stopping anyway")

@@ -447,6 +447,34 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                    "The final compression type for a given topic."),
     "unclean.leader.election.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether replicas not in "
                                                  "the ISR may be elected leader."),
+    "auto.leader.rebalance.enable": _BrokerKey(_T.BOOLEAN, "true", "Enables auto leader "
+                                               "balancing."),
+    "leader.imbalance.per.broker.percentage": _BrokerKey(_T.INT, "10", "The ratio of leader "
+                                                         "imbalance allowed per broker."),
+    "leader.imbalance.check.interval.seconds": _BrokerKey(_T.LONG, "300", "The frequency with "
+                                                          "which the partition rebalance check "
+                                                          "is triggered by the controller."),
+    "controlled.shutdown.enable": _BrokerKey(_T.BOOLEAN, "true", "Enable controlled shutdown "
+                                             "of the server."),
+    "replica.lag.time.max.ms": _BrokerKey(_T.LONG, "30000", "How long a follower may go without "
+                                          "fetching up to the leader's log end before it is "
+                                          "removed from the ISR."),
+    "replica.high.watermark.checkpoint.interval.ms": _BrokerKey(
+        _T.LONG, "5000", "The frequency with which the high watermark is saved out to disk."),
+    "request.timeout.ms": _BrokerKey(_T.INT, "30000", "The longest the client waits for a "
+                                     "request's response."),
+    "connections.max.idle.ms": _BrokerKey(_T.LONG, "600000", "Idle connections timeout: the "
+                                          "server socket processor threads close the "
+                                          "connections that idle more than this."),
+    "producer.id.expiration.check.interval.ms": _BrokerKey(_T.INT, "600000", "The interval at "
+                                                           "which to remove producer IDs that "
+                                                           "have expired."),
+    "transaction.partition.verification.enable": _BrokerKey(_T.BOOLEAN, "true", "Enable "
+                                                            "verification that checks that the "
+                                                            "partition has been added to the "
+                                                            "transaction before writing "
+                                                            "transactional records to the "
+                                                            "partition."),
 }
 # Every key of Kafka's RemoteLogManagerConfig (log.local.retention.* included) and of its
 # replication quotas, with their docs.
