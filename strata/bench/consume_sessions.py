@@ -7,7 +7,8 @@ One broker, one topic of ``--records`` 1 KiB records (produced and read once unt
 ``--sessions`` consumer sessions in a row (``workloads.consume_throughput``), under
 ``--cpu-load`` spinning processes as ``compare --cpu-load``. Each session prints its MiB/s,
 the broker's CPU-seconds per GiB split into user and system time (``/proc/<pid>/stat``, the
-main process; the JVM for Kafka), and, when ``perf`` can trace it, the broker's ``sendfile``
+main process; the JVM for Kafka), the consumer's (this process: the Python loop and
+librdkafka's threads), and, when ``perf`` can trace it, the broker's ``sendfile``
 calls, context switches and CPU migrations (``perf stat -p``). It separates what varies
 between sessions (the kernel's share, the syscall pattern) from what ``compare`` reports as
 one figure per round.
@@ -16,6 +17,7 @@ one figure per round.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import tempfile
@@ -75,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                     if perf else None
                 time.sleep(0.2)   # perf attached before the session starts
                 u0, s0 = user_system_seconds(broker.pid)
+                c0 = os.times()
                 res = consume_throughput(broker.bootstrap, topic, [0], args.records)
+                c1 = os.times()
                 u1, s1 = user_system_seconds(broker.pid)
                 counts = {}
                 if tracer is not None:
@@ -83,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                     counts = perf_counts(tracer.communicate()[1])
                 shown = "".join(f", {k} {v}" for k, v in counts.items())
                 print(f"{args.system} session {i + 1}: {res['MiB/s']:.0f} MiB/s, user "
-                      f"{(u1 - u0) / gib:.2f} + system {(s1 - s0) / gib:.2f} CPU-s/GiB{shown}",
-                      flush=True)
+                      f"{(u1 - u0) / gib:.2f} + system {(s1 - s0) / gib:.2f} CPU-s/GiB; consumer "
+                      f"{(c1.user - c0.user) / gib:.2f} + {(c1.system - c0.system) / gib:.2f}"
+                      f"{shown}", flush=True)
     finally:
         broker.stop()
         shutil.rmtree(data, ignore_errors=True)
