@@ -812,7 +812,7 @@ class TransactionIndex:
         later segment can hold an aborted transaction that overlaps the range.
         """
         found: list[AbortedTxn] = []
-        if self._last_offset is None:   # no entries: nothing to read (a read-committed Fetch asks every time)
+        if self._last_offset is None:   # empty: every read_committed Fetch asks, so no syscall
             return TxnIndexSearchResult(found, False)
         for txn in self._read_entries():
             if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:

@@ -35,4 +35,5 @@ def test_unset_keys_take_the_described_default():
     assert cli._int({}, "connections.max.idle.ms") == 600_000
     assert cli._int({"connections.max.idle.ms": "5"}, "connections.max.idle.ms") == 5
     assert cli._flag({}, "auto.leader.rebalance.enable") is True
-    assert cli._flag({"auto.leader.rebalance.enable": "False"}, "auto.leader.rebalance.enable") is False
+    off = {"auto.leader.rebalance.enable": "False"}
+    assert cli._flag(off, "auto.leader.rebalance.enable") is False

@@ -613,7 +613,8 @@ def _log_with_an_aborted_transaction(tmp_path, **config):
     return ulog
 
 
-def test_read_committed_region_finds_aborted_transactions_without_reading_its_batches(tmp_path, monkeypatch):
+def test_read_committed_region_finds_aborted_transactions_without_reading_its_batches(
+        tmp_path, monkeypatch):
     from strata.protocol.file_region import FileRegion
     ulog = _log_with_an_aborted_transaction(tmp_path)
 
