@@ -26,14 +26,10 @@ from pathlib import Path
 
 from strata.bench.brokers import KafkaBroker, StrataBroker, find_kafka_libs
 from strata.bench.compare import CpuLoad
+from strata.bench.cpu import user_system_seconds
 from strata.bench.workloads import MIB, Topics, consume_throughput, produce_throughput, random_values
 
 PERF_EVENTS = "syscalls:sys_enter_sendfile64,context-switches,cpu-migrations"
-
-
-def user_system_seconds(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) / 100, int(fields[12]) / 100   # utime, stime in clock ticks
 
 
 def perf_counts(err: str) -> dict[str, int]:

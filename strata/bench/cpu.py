@@ -47,6 +47,12 @@ def tree_cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
     return ticks / CLOCK_TICKS
 
 
+def user_system_seconds(pid: int, proc: Path = Path("/proc")) -> tuple[float, float]:
+    """``pid``'s own user and system CPU-seconds so far (its threads, not its children)."""
+    fields = _stat_fields((proc / str(pid) / "stat").read_text())
+    return int(fields[_UTIME]) / CLOCK_TICKS, int(fields[_UTIME + 1]) / CLOCK_TICKS
+
+
 def cpu_per_gib(cpu_seconds: float, nbytes: int) -> float:
     """CPU-seconds per GiB moved."""
     return cpu_seconds * GIB / nbytes

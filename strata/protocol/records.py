@@ -409,9 +409,9 @@ def _records_fill(data, count: int, keyless: list[int] | None = None, lo: int = 
 def _run_length(data, start: int, width: int, stride: int, fit: int) -> int:
     """How many of the ``fit`` records from ``start`` (all within the data if they are
     ``stride`` bytes long) begin with the first one's ``width``-byte length prefix, so are
-    ``stride`` bytes long; 0 when fewer than ``_RUN_PROBE`` do. Each column of prefix bytes is
-    one strided slice; the first record that differs is found from the highest set bit of the
-    column XOR its expected value."""
+    ``stride`` bytes long; 0 when the first ``_RUN_PROBE`` do not (so a run is never shorter).
+    Each column of prefix bytes is one strided slice; the first record that differs is found
+    from the highest set bit of the column XOR its expected value."""
     probe = stride * (_RUN_PROBE - 1) + 1
     span = stride * (fit - 1) + 1
     run = fit
@@ -423,7 +423,7 @@ def _run_length(data, start: int, width: int, stride: int, fit: int) -> int:
         if column != want:
             diff = int.from_bytes(column, "big") ^ int.from_bytes(want, "big")
             run = min(run, fit - 1 - (diff.bit_length() - 1) // 8)
-    return run if run >= _RUN_PROBE else 0
+    return run
 
 
 class AssignResult(NamedTuple):

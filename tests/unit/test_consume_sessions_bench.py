@@ -1,10 +1,12 @@
-"""The consume-sessions bench reads perf stat's CSV lines and /proc's user and system ticks."""
+"""The consume-sessions bench reads perf stat's CSV lines, and a process's user and system
+seconds from /proc (``bench.cpu``)."""
 
 from __future__ import annotations
 
 import os
 
-from strata.bench.consume_sessions import perf_counts, user_system_seconds
+from strata.bench.consume_sessions import perf_counts
+from strata.bench.cpu import user_system_seconds
 
 
 def test_perf_stat_csv_lines_become_counts_by_event_name():
