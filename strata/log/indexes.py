@@ -576,12 +576,17 @@ class OffsetIndex(AbstractIndex):
                 return None
             return self._parse(self._mmap, slot)
 
-    def batch_position_at_or_below(self, position: int) -> int:
-        """The greatest indexed batch start at or below ``position`` (0 when none is)."""
+    def bracket(self, position: int) -> tuple[OffsetPosition | None, OffsetPosition | None]:
+        """The last entry whose position is <= ``position`` and the entry after it (None where
+        there is none). One search gives a read both the last batch start it need not walk to
+        and the first indexed offset past its end."""
         with self._lock:
             self._check_open()
             slot = self._largest_lower_bound_slot(position, by_value=True)
-            return 0 if slot < 0 else self._value(self._mmap, slot)
+            buf = self._mmap
+            below = self._parse(buf, slot) if slot >= 0 else None
+            above = self._parse(buf, slot + 1) if slot + 1 < self._entries else None
+            return below, above
 
     def truncate_to(self, offset: int) -> None:
         """Remove all entries with offset >= ``offset``."""

@@ -192,20 +192,19 @@ class LocalLog:
                 aborted = None
                 if include_aborted_txns:   # none can concern an empty read
                     aborted = self.collect_aborted_transactions(
-                        start_offset, self._fetch_upper_bound(seg, got.position, len(got.data))
+                        start_offset, self._fetch_upper_bound(seg, got.upper_offset)
                     ) if len(got.data) else []
                 return FetchDataInfo(meta, got.data, False, aborted)
             seg = self.next_segment(seg)
         return FetchDataInfo(LogOffsetMetadata(start_offset), EMPTY, False,
                              [] if include_aborted_txns else None)
 
-    def _fetch_upper_bound(self, seg: LogSegment, position: int, size: int) -> int:
-        """An offset past the ``size`` bytes read at ``position`` of ``seg``, found without
-        reading them (Kafka's ``fetchUpperBoundOffset``): the first offset index entry at or past
-        their end, else the next segment's base offset, else the log end offset."""
-        entry = seg.offset_index.fetch_upper_bound_offset(position, size)
-        if entry is not None:
-            return entry.offset
+    def _fetch_upper_bound(self, seg: LogSegment, indexed: int | None) -> int:
+        """An offset past a read of ``seg``, found without reading it (Kafka's
+        ``fetchUpperBoundOffset``): the first offset index entry at or past its end
+        (``indexed``), else the next segment's base offset, else the log end offset."""
+        if indexed is not None:
+            return indexed
         following = self.next_segment(seg)
         return following.base_offset if following is not None else self._end.offset
 

@@ -22,7 +22,7 @@ from strata.common.errors import CorruptRecordError
 from strata.log.indexes import (
     AbortedTxn, IndexOffsetOverflowError, OffsetIndex, TimeIndex, TransactionIndex)
 from strata.protocol import records as rec
-from strata.protocol.file_region import FileRegion, whole_batches_length
+from strata.protocol.file_region import FileRegion, whole_batches_cut
 from strata.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ INT32_MAX = 2**31 - 1
 _SCAN_BLOCK = 16 * 1024
 RECOVERY_READ_BLOCK = 8 * 1024 * 1024
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_READ_HINTS = 16   # where recent reads ended, per segment: one for each sequential reader
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -64,10 +65,13 @@ class TimestampAndOffset(NamedTuple):
 
 
 class SegmentRead(NamedTuple):
-    """Whole batches read from one segment, starting at ``position``."""
+    """Whole batches read from one segment, starting at ``position``; ``upper_offset`` is the
+    first indexed offset at or past their end (None when no index entry lies there): an offset
+    past them all, found without reading them (Kafka's ``fetchUpperBoundOffset``)."""
 
     data: bytes | FileRegion
     position: int
+    upper_offset: int | None = None
 
 
 class LogSegment:
@@ -84,6 +88,7 @@ class LogSegment:
         path = self.directory / file_name(base_offset, LOG_SUFFIX + file_suffix)
         flags = os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT
         self._fd = os.open(path, flags, 0o644)
+        self._readonly = readonly
         self.log_path = path
         self._size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(self._path(INDEX_SUFFIX), base_offset,
@@ -103,6 +108,9 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self.created_ms = clock.milliseconds()
         self._dirty = False
+        # Base offset -> (position, size) of the batch where a recent read stopped: the next
+        # Fetch of a sequential reader starts there, and needs no index search or header read.
+        self._read_hints: dict[int, tuple[int, int]] = {}
 
     def _path(self, suffix: str) -> Path:
         return self.directory / file_name(self.base_offset, suffix + self._suffix)
@@ -242,22 +250,33 @@ class LogSegment:
         ``as_region`` gives the same bytes as a ``FileRegion`` of this file (for sendfile).
         None when the offset is beyond this segment.
         """
-        found = self.translate_offset(start_offset)
+        hint = self._read_hints.get(start_offset)
+        found = LogOffsetPosition(start_offset, *hint) if hint else self.translate_offset(start_offset)
         if found is None:
             return None
+        position = found.position
         limit = self._size if max_position is None else min(max_position, self._size)
-        if found.position >= limit:
-            return SegmentRead(b"", found.position)
-        budget = min(limit - found.position, max(max_size, found.size if min_one_message else 0))
+        if position >= limit:
+            return SegmentRead(b"", position)
+        budget = min(limit - position, max(max_size, found.size if min_one_message else 0))
         if budget <= 0:
-            return SegmentRead(b"", found.position)
+            return SegmentRead(b"", position)
+        below, above = self.offset_index.bracket(position + budget)
         if as_region:
-            boundary = self.offset_index.batch_position_at_or_below(found.position + budget)
-            return SegmentRead(FileRegion.of_whole_batches(
-                self._fd, found.position, budget, max(boundary - found.position, 0)),
-                found.position)
-        data = os.pread(self._fd, budget, found.position)
-        return SegmentRead(_whole_batches(data), found.position)
+            start = below.position - position if below is not None and below.position > position else 0
+            data, cut = FileRegion.of_whole_batches(self._fd, position, budget, start)
+        else:
+            raw = os.pread(self._fd, budget, position)
+            cut = whole_batches_cut(lambda pos, size: raw, len(raw), len(raw))
+            data = raw if cut.length == len(raw) else raw[:cut.length]
+        end = position + cut.length
+        if cut.next_offset >= 0:
+            hints = self._read_hints
+            if len(hints) >= _READ_HINTS:
+                hints.clear()   # atomic, unlike evicting one: readers on other threads share it
+            hints[cut.next_offset] = (end, cut.next_size)
+        upper = below if below is not None and below.position == end else above
+        return SegmentRead(data, position, upper.offset if upper is not None else None)
 
     def read_bytes(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
@@ -408,6 +427,7 @@ class LogSegment:
         return truncated
 
     def _truncate_file(self, size: int) -> None:
+        self._read_hints.clear()
         os.ftruncate(self._fd, size)
         self._size = size
         self._dirty = True
@@ -474,7 +494,7 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        if self.max_timestamp_so_far >= 0 and self._fd >= 0:
+        if self.max_timestamp_so_far >= 0 and self._fd >= 0 and not self._readonly:
             try:
                 self.time_index.reserve(1)
                 self.time_index.maybe_append(self.max_timestamp_so_far,
@@ -535,10 +555,3 @@ def find_offset_in_batch(buf, header: BatchHeader, timestamp: int,
         if r.timestamp >= timestamp and r.offset >= starting_offset:
             return TimestampAndOffset(r.timestamp, r.offset, header.partition_leader_epoch)
     return None
-
-
-def _whole_batches(data: bytes) -> bytes:
-    """``data`` cut after its last complete batch (reads never hand out a torn batch)."""
-    n = len(data)
-    end = whole_batches_length(lambda pos, size: data, n, n)
-    return data if end == n else data[:end]

@@ -9,21 +9,30 @@ wire.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from strata.protocol.records import BASE_OFFSET_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 
 _WALK_BLOCK = 16 * 1024   # bytes read per pread while walking batch lengths in a file
 
 
-def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: int,
-                         start: int = 0) -> int:
-    """Bytes of the complete batches at the start of a ``length``-byte range.
+class BatchCut(NamedTuple):
+    """Where a range's complete batches end, and what follows them when that was read."""
+
+    length: int         # bytes of the complete batches
+    next_offset: int    # base offset of the batch after them; -1 when its header was not read
+    next_size: int      # that batch's size in bytes (0 when not read)
+
+
+def whole_batches_cut(read: Callable[[int, int], bytes], length: int, block: int,
+                      start: int = 0) -> BatchCut:
+    """The complete batches at the start of a ``length``-byte range.
 
     ``start`` is a batch boundary known to lie in the range (everything before it is whole
     batches), where the walk begins. ``read(pos, n)`` returns the range's bytes
     ``[pos, pos + n)``; it is called once per ``block`` of small batches, or once per batch when
-    batches are larger than ``block``.
+    batches are larger than ``block``. When the range ends inside a batch whose header it
+    holds, that batch's base offset and size come back too (where a sequential reader goes next).
     """
     unpack = BASE_OFFSET_LENGTH.unpack_from
     end = start
@@ -34,11 +43,21 @@ def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: 
             buf = read(end, min(block, length - end))
             if len(buf) < LOG_OVERHEAD:
                 break
-        size = unpack(buf, end - buf_start)[1] + LOG_OVERHEAD
-        if size <= LOG_OVERHEAD or end + size > length:
+        base_offset, size = unpack(buf, end - buf_start)
+        size += LOG_OVERHEAD
+        if size <= LOG_OVERHEAD:
             break
+        if end + size > length:
+            return BatchCut(end, base_offset, size)
         end += size
-    return end
+    return BatchCut(end, -1, 0)
+
+
+def whole_batches_length(read: Callable[[int, int], bytes], length: int, block: int,
+                         start: int = 0) -> int:
+    """Bytes of the complete batches at the start of a ``length``-byte range
+    (``whole_batches_cut``'s length)."""
+    return whole_batches_cut(read, length, block, start).length
 
 
 class FileRegion:
@@ -62,14 +81,14 @@ class FileRegion:
 
     @classmethod
     def of_whole_batches(cls, fd: int, position: int, budget: int,
-                         boundary: int = 0) -> "FileRegion | bytes":
+                         boundary: int = 0) -> "tuple[FileRegion | bytes, BatchCut]":
         """The complete batches among the ``budget`` bytes at ``position`` of ``fd`` (the same
-        cut as reading them and trimming a torn tail); ``b""`` when there are none.
+        cut as reading them and trimming a torn tail; ``b""`` when there are none), and the cut.
         ``boundary`` (relative to ``position``) is a batch start known from the offset index:
         only the batches after it are walked, so the records are not read into memory."""
-        length = whole_batches_length(lambda pos, n: os.pread(fd, n, position + pos),
-                                      budget, _WALK_BLOCK, boundary)
-        return cls(fd, position, length) if length else b""
+        cut = whole_batches_cut(lambda pos, n: os.pread(fd, n, position + pos),
+                                budget, _WALK_BLOCK, boundary)
+        return (cls(fd, position, cut.length) if cut.length else b""), cut
 
     def __len__(self) -> int:
         return self.length

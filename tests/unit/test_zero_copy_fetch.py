@@ -222,7 +222,7 @@ def test_region_length_is_the_cut_of_whole_batches(tmp_path):
     try:
         for budget in range(0, len(data) + 1, 97):
             expected = whole_batches_length(lambda pos, n: data[pos:pos + n], budget, budget)
-            region = FileRegion.of_whole_batches(fd, 0, budget)
+            region, _ = FileRegion.of_whole_batches(fd, 0, budget)
             assert len(region) == expected
             if expected:
                 assert region.read() == data[:expected]
@@ -237,7 +237,7 @@ def test_a_region_stays_readable_after_its_segment_is_deleted(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(batch(0, 3, 1000))
     fd = os.open(path, os.O_RDONLY)
-    region = FileRegion.of_whole_batches(fd, 0, 1 << 20)
+    region, _ = FileRegion.of_whole_batches(fd, 0, 1 << 20)
     os.close(fd)
     path.unlink()
     assert region.read() == batch(0, 3, 1000)
