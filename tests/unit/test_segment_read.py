@@ -51,6 +51,12 @@ def as_bytes(got) -> tuple[bytes, int, int | None]:
     return bytes(data), got.position, got.upper_offset
 
 
+def where_a_read_stops(seg: LogSegment, budget: int) -> int:
+    """The offset after the whole batches of a ``budget``-byte read from offset 0."""
+    data, _, _ = as_bytes(seg.read(0, budget, as_region=True))
+    return list(iter_headers(data))[-1].next_offset
+
+
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.integers(1, 900), min_size=1, max_size=30),
        interval=st.sampled_from([1, 300, 700, 4096]),
@@ -103,8 +109,7 @@ def test_the_next_read_of_a_sequential_reader_needs_no_index_search_or_header_re
     seg = new_segment(tmp_path)
     try:
         append(seg, 0, [500] * 20)
-        data, _, _ = as_bytes(seg.read(0, 2000, as_region=True))
-        following = list(iter_headers(data))[-1].next_offset
+        following = where_a_read_stops(seg, 2000)
         fresh = reopened(seg)
         expected = [as_bytes(fresh.read(following, budget, as_region=True)) for budget in (1, 2000)]
         fresh.close()
@@ -125,8 +130,7 @@ def test_a_truncated_segment_forgets_where_reads_stopped(tmp_path):
     seg = new_segment(tmp_path)
     try:
         append(seg, 0, [400] * 10)
-        data, _, _ = as_bytes(seg.read(0, 3000, as_region=True))
-        following = list(iter_headers(data))[-1].next_offset
+        following = where_a_read_stops(seg, 3000)
         assert following > 4
         seg.truncate_to(4)
         append(seg, 4, [90] * 30)
