@@ -275,6 +275,16 @@ class KafkaBroker(Broker):
         return self.data_dir / "remote-storage"
 
 
+def kafka_libs_for(system: str, explicit: str | None = None) -> Path | None:
+    """Kafka's jars when ``system`` is Kafka (exits, saying why, when they are missing)."""
+    if system != "kafka":
+        return None
+    libs, why = find_kafka_libs(explicit)
+    if libs is None:
+        raise SystemExit(why)
+    return libs
+
+
 def make_broker(system: str, data_dir: Path, libs: Path | None,
                 overrides: dict[str, str] | None = None, log4j: Path | None = None) -> Broker:
     """``log4j``: a log4j2 config for Kafka in place of the quiet default (WARN to stderr)."""
@@ -294,11 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", required=True, help="data directory (created)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
-    libs, why = find_kafka_libs() if args.system == "kafka" else (None, "")
-    if args.system == "kafka" and libs is None:
-        raise SystemExit(why)
     overrides = dict(item.split("=", 1) for item in args.override)
-    broker = make_broker(args.system, Path(args.dir), libs, overrides)
+    broker = make_broker(args.system, Path(args.dir), kafka_libs_for(args.system), overrides)
     took = broker.start()
     log(f"{broker.system} is up at {broker.bootstrap} after {took:.1f} s (log: {broker.log_path}); "
         f"Ctrl-C stops it")

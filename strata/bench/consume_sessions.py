@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata.bench.brokers import find_kafka_libs, make_broker
+from strata.bench.brokers import kafka_libs_for, make_broker
 from strata.bench.compare import CpuLoad
 from strata.bench.cpu import user_system_seconds
 from strata.bench.workloads import MIB, Topics, consume_throughput, produce_throughput, random_values
@@ -52,10 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     overrides = dict(o.split("=", 1) for o in args.override)
     data = Path(tempfile.mkdtemp(prefix="consume-sessions-", dir="/var/tmp"))
-    libs, why = find_kafka_libs(args.kafka_libs) if args.system == "kafka" else (None, "")
-    if args.system == "kafka" and libs is None:
-        raise SystemExit(why)
-    broker = make_broker(args.system, data, libs, overrides)
+    broker = make_broker(args.system, data, kafka_libs_for(args.system, args.kafka_libs), overrides)
     perf = shutil.which("perf")
     broker.start()
     try:

@@ -17,7 +17,6 @@ few syscalls per Fetch, and what is left is the broker's.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import multiprocessing
 import shutil
@@ -27,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata.bench.brokers import find_kafka_libs, make_broker
+from strata.bench.brokers import kafka_libs_for, make_broker
 from strata.bench.cpu import user_system_seconds
 from strata.bench.workloads import MIB, Topics, produce_throughput, random_values
-from strata.net.connection import Connection
+from strata.net.connection import Connection, recv_into_exact
 from strata.protocol.client import client_frame, fetch_request, framed
 from strata.protocol.records import iter_headers
 
@@ -52,15 +51,6 @@ def batch_starts(bootstrap: str, topic: str, end: int) -> list[int]:
     return offsets
 
 
-def _fill(sock: socket.socket, view: memoryview, n: int) -> None:
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:n])
-        if not k:
-            raise ConnectionError("the broker closed the connection")
-        got += k
-
-
 def read_frames(port: int, frames: list[bytes], passes: int, out) -> None:
     """Send each frame and receive its answer into one buffer; put (seconds, answer bytes)."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -72,20 +62,20 @@ def read_frames(port: int, frames: list[bytes], passes: int, out) -> None:
     for _ in range(passes):
         for frame in frames:
             sock.sendall(frame)
-            _fill(sock, view, 4)
+            recv_into_exact(sock, view[:4])
             size = _SIZE.unpack_from(buf)[0]
-            _fill(sock, view, size)
+            recv_into_exact(sock, view[:size])
             nbytes += size
     out.put((time.perf_counter() - start, nbytes))
     sock.close()
 
 
-def measure(broker, topic: str, frames: list[bytes], passes: int) -> dict:
+def measure(broker, frames: list[bytes], passes: int) -> dict:
     """One round: the reader in its own process, the broker's CPU around it."""
     port = int(broker.bootstrap.rsplit(":", 1)[1])
-    results = multiprocessing.get_context("fork").Queue()
-    reader = multiprocessing.get_context("fork").Process(
-        target=read_frames, args=(port, frames, passes, results))
+    fork = multiprocessing.get_context("fork")
+    results = fork.Queue()
+    reader = fork.Process(target=read_frames, args=(port, frames, passes, results))
     u0, s0 = user_system_seconds(broker.pid)
     reader.start()
     seconds, nbytes = results.get(timeout=600)
@@ -108,26 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kafka-libs", default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    from kio.static.primitive import i8
     data = Path(tempfile.mkdtemp(prefix="fetch-cost-", dir="/var/tmp"))
-    libs, why = find_kafka_libs(args.kafka_libs) if args.system == "kafka" else (None, "")
-    if args.system == "kafka" and libs is None:
-        raise SystemExit(why)
-    broker = make_broker(args.system, data, libs)
+    broker = make_broker(args.system, data, kafka_libs_for(args.system, args.kafka_libs))
     broker.start()
     rounds = []
     try:
         topic = Topics(broker.bootstrap).new("fetch-cost")
         produce_throughput(broker.bootstrap, topic, args.records, random_values(1024), "1")
-        frames = []
-        for offset in batch_starts(broker.bootstrap, topic, args.records):
-            request = fetch_request(topic, 0, offset)
-            if args.read_committed:
-                request = dataclasses.replace(request, isolation_level=i8(1))
-            frames.append(framed(client_frame(request, 1, "fetch-cost")))
-        measure(broker, topic, frames, 1)   # pages in, JIT warm
+        isolation = 1 if args.read_committed else 0
+        frames = [framed(client_frame(fetch_request(topic, 0, offset, isolation_level=isolation),
+                                      1, "fetch-cost"))
+                  for offset in batch_starts(broker.bootstrap, topic, args.records)]
+        measure(broker, frames, 1)   # pages in, JIT warm
         for i in range(args.rounds):
-            res = measure(broker, topic, frames, args.passes)
+            res = measure(broker, frames, args.passes)
             rounds.append(res)
             print(f"{args.system} round {i + 1}: {res['fetches']} Fetches, {res['MiB/s']:.0f} MiB/s, "
                   f"broker user {res['user us/Fetch']:.0f} + system {res['system us/Fetch']:.0f} "

@@ -12,20 +12,26 @@ import struct
 from strata.common.errors import code_of
 from strata.protocol.client import client_frame, decode_response, framed, list_offsets_request
 
-__all__ = ["AsyncConnection", "Connection", "list_offset", "recv_exact", "roundtrip"]
+__all__ = ["AsyncConnection", "Connection", "list_offset", "recv_exact", "recv_into_exact",
+           "roundtrip"]
 
 _SIZE = struct.Struct(">i")
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytearray:
-    """The next ``n`` bytes of ``sock``, received straight into one buffer."""
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
+def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` with the next bytes of ``sock``."""
+    got, n = 0, len(view)
     while got < n:
         k = sock.recv_into(view[got:])
         if k == 0:
             raise ConnectionError("broker closed the connection")
         got += k
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    """The next ``n`` bytes of ``sock``, received straight into one buffer."""
+    buf = bytearray(n)
+    recv_into_exact(sock, memoryview(buf))
     return buf
 
 

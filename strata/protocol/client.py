@@ -43,16 +43,17 @@ def decode_response(response_cls, payload: bytes | memoryview, correlation_id: i
 
 
 def fetch_request(topic: str, partition: int, offset: int, *, partition_max_bytes: int = 1 << 20,
-                  max_wait_ms: int = 500, min_bytes: int = 1):
+                  max_wait_ms: int = 500, min_bytes: int = 1, isolation_level: int = 0):
     """A consumer's Fetch v12 of one partition (names, not topic ids); send it with
-    ``Connection.request(req, FetchResponse)`` (``kio.schema.fetch.v12.response``)."""
+    ``Connection.request(req, FetchResponse)`` (``kio.schema.fetch.v12.response``).
+    ``isolation_level`` 1 is read_committed."""
     import datetime
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     from kio.schema.types import TopicName
-    from kio.static.primitive import i32, i32Timedelta, i64
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
     return FetchRequest(
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-        min_bytes=i32(min_bytes), topics=(FetchTopic(topic=TopicName(topic), partitions=(
+        min_bytes=i32(min_bytes), isolation_level=i8(isolation_level), topics=(FetchTopic(topic=TopicName(topic), partitions=(
             FetchPartition(partition=i32(partition), fetch_offset=i64(offset),
                            partition_max_bytes=i32(partition_max_bytes)),)),),
         forgotten_topics_data=())
