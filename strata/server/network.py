@@ -8,6 +8,11 @@ the event loop leave in one write (one send syscall for a pipelined burst, not o
 the next request waits while the transport is above its high-water mark, so a slow reader
 cannot make the broker buffer without bound.
 
+Receiving (``asyncio.BufferedProtocol``): small frames are read into a 16 KiB buffer per
+connection and copied out whole; a frame of 4 KiB or more that is not yet whole gets a buffer of
+its own, sized from its length prefix, which the socket then fills directly (as Kafka's
+``NetworkReceive``), so a produce request's records are not copied on their way in.
+
 Zero-copy Fetch: a response part that is a ``FileRegion`` (records in a segment file) is sent
 with ``os.sendfile`` on the connection's socket once the transport's buffer is empty; the parts
 after it wait in ``_pending`` behind it, so responses stay in order, and the next request waits
@@ -40,6 +45,8 @@ from strata.protocol.file_region import FileRegion
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">i")
+_STREAM_BUFFER = 16 * 1024   # receive buffer of a connection's small frames
+_DIRECT_MIN = 4 * 1024       # frames from this size on are received into a buffer of their own
 _FLUSH_BYTES = 1 << 20  # queued response bytes that are written at once instead of at turn end
 _HIGH_WATER = 4 * 1024 * 1024  # transport buffer, and bytes pending behind a region, above
                                # which the next request waits
@@ -62,7 +69,7 @@ class ConnectionInfo:
         self.throttle_ms = 0
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection; called on the event loop's thread only.
 
     Output order: ``_out`` (this turn's responses), then ``_pending`` (everything from the first
@@ -74,8 +81,11 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "KafkaServer", connection_id: int):
         self._server = server
         self._id = connection_id
-        self._buf = bytearray()
-        self._frames: deque[bytes] = deque()
+        self._buf = bytearray(_STREAM_BUFFER)   # received bytes of small frames
+        self._buf_len = 0
+        self._direct: bytearray | None = None   # a large frame, received straight into place
+        self._direct_got = 0
+        self._frames: deque[bytes | bytearray] = deque()
         self._wakeup = asyncio.Event()
         self._transport: asyncio.Transport | None = None
         self._paused_reading = False
@@ -115,35 +125,63 @@ class KafkaConnection(asyncio.Protocol):
         self._touch()
         self._arm_idle(self._server.idle_timeout_ms / 1000)
 
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._direct is not None:
+            return memoryview(self._direct)[self._direct_got:]
+        if self._buf_len == len(self._buf):   # full of whole frames read before a pause took hold
+            grown = bytearray(2 * len(self._buf))
+            grown[:self._buf_len] = self._buf
+            self._buf = grown   # a new buffer: the transport may still hold a view of the old
+        return memoryview(self._buf)[self._buf_len:]
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._touch()
+        if self._direct is not None:
+            self._direct_got += nbytes
+            if self._direct_got < len(self._direct):
+                return
+            self._frames.append(self._direct)
+            self._direct = None
+        else:
+            self._buf_len += nbytes
         self._parse_frames()
 
     def _parse_frames(self) -> None:
-        """Move whole frames from the buffer to the queue while it has room; pause reading when full."""
+        """Move whole frames from the buffer to the queue while it has room; pause reading when
+        full. A large frame not yet whole continues in a buffer of its own, which the socket
+        fills directly (no copy out of a stream buffer)."""
         limit = self._server.max_request_size
         room = self._server.max_queued_requests - len(self._frames)
-        buf = self._buf
+        buf, end = self._buf, self._buf_len
         start = 0
         oversized = None
-        with memoryview(buf) as view:   # one copy per frame (a bytearray slice would be a second)
-            while room > 0 and len(buf) - start >= 4:
+        with memoryview(buf) as view:
+            while room > 0 and end - start >= 4:
                 (size,) = _LENGTH.unpack_from(buf, start)
                 if size < 0 or size > limit:
                     oversized = size
                     break
-                if len(buf) - start - 4 < size:
+                if end - start - 4 < size:
+                    if size >= _DIRECT_MIN:
+                        got = end - start - 4
+                        self._direct = bytearray(size)
+                        self._direct[:got] = view[start + 4:end]
+                        self._direct_got = got
+                        start = end
                     break
                 self._frames.append(bytes(view[start + 4:start + 4 + size]))
                 start += 4 + size
                 room -= 1
+            if oversized is None and start:   # keep the unread tail at the front
+                view[:end - start] = view[start:end]
         if oversized is not None:
             log.warning("closing %s: frame of %d bytes (limit %d)", self.info.peer, oversized, limit)
             self.close()
             return
-        if start:
-            del buf[:start]
+        self._buf_len = end - start
+        if len(buf) > _STREAM_BUFFER >= self._buf_len:   # back to its size once a pause's surplus is read
+            self._buf = bytearray(_STREAM_BUFFER)
+            self._buf[:self._buf_len] = buf[:self._buf_len]
         if self._frames:
             self._wakeup.set()
         pause = room <= 0 or self._muted

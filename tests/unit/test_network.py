@@ -8,9 +8,10 @@ import socket
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from strata.protocol.codec import ApiKey, api_versions_response
-from strata.server.network import KafkaServer
+from strata.server.network import ConnectionInfo, KafkaConnection, KafkaServer
 
 
 def api_versions_v0_request(correlation_id: int) -> bytes:
@@ -213,9 +214,12 @@ def _frame_with_padding(correlation_id: int, pad: int) -> bytes:
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
 def test_large_and_small_frames_arrive_whole_however_the_bytes_are_split(loop_kind):
     """Frames of every size, sent in random pieces, with a queue small enough that reading
-    pauses: each reaches the handler whole, in order."""
-    sizes = [0, 10, 32_000, 33_000, 300_000, 5, 200_000, 1, 2_000_000, 64, 65_522]
-    sizes = sizes * 3
+    pauses: each reaches the handler whole, in order. The sizes straddle the connection's
+    16 KiB stream buffer and the 4 KiB from which a frame gets a buffer of its own, and a
+    burst of tiny frames fills the stream buffer with whole frames while reading is paused."""
+    sizes = [0, 10, 32_000, 33_000, 300_000, 5, 200_000, 1, 2_000_000, 64, 65_522,
+             4_081, 4_082, 4_083, 16_369, 16_370, 16_371, 16_384, 40_000]
+    sizes = sizes * 3 + [3] * 2_000 + [4_082, 16_370]
     frames = [_frame_with_padding(i, pad) for i, pad in enumerate(sizes)]
     seen: dict[int, int] = {}
 
@@ -272,3 +276,54 @@ def test_accepted_connections_get_kafkas_socket_buffer_sizes(size):
         await server.stop()
         return got
     assert run(main()) == (_locked_size(socket.SO_SNDBUF, size), _locked_size(socket.SO_RCVBUF, size))
+
+
+class _ReadingTransport:
+    """What the framing asks of a transport: pause and resume reading."""
+
+    def __init__(self):
+        self.paused = False
+
+    def pause_reading(self):
+        self.paused = True
+
+    def resume_reading(self):
+        self.paused = False
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.one_of(st.integers(0, 40), st.integers(4_080, 4_100),
+                                st.integers(16_370, 16_400), st.integers(0, 70_000)),
+                      min_size=1, max_size=25),
+       reads=st.lists(st.integers(1, 70_000), min_size=1, max_size=40),
+       queue=st.integers(1, 4), drains=st.lists(st.booleans(), min_size=1, max_size=40))
+def test_framing_hands_over_every_frame_whole_whatever_the_reads_and_pauses(sizes, reads, queue,
+                                                                             drains):
+    """The connection's receive buffers driven directly, as a transport does (``get_buffer``,
+    then ``buffer_updated``), with reads of any size, a queue of 1-4 frames, and reads that
+    continue for a while after reading was paused (a transport may deliver what it had)."""
+    frames = [bytes((i + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+
+    async def main():
+        conn = KafkaConnection(KafkaServer(answer_api_versions, max_queued_requests=queue), 1)
+        conn._transport = _ReadingTransport()
+        conn.info = ConnectionInfo("test", 1)
+        got, pos, step = [], 0, 0
+        while pos < len(stream) or conn._frames:
+            drain = drains[step % len(drains)] or pos == len(stream)
+            if conn._frames and (drain or conn._transport.paused and step % 3 == 0):
+                got.append(bytes(conn._frames.popleft()))   # as _process takes a frame
+                if conn._paused_reading:
+                    conn._parse_frames()
+            elif pos < len(stream):
+                buf = conn.get_buffer(-1)
+                n = min(len(buf), reads[step % len(reads)], len(stream) - pos)
+                assert n > 0
+                buf[:n] = stream[pos:pos + n]
+                pos += n
+                conn.buffer_updated(n)
+            step += 1
+        return got
+
+    assert asyncio.run(main()) == frames
