@@ -42,6 +42,24 @@ MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _READ_HINTS = 16   # where recent reads ended, per segment: one for each sequential reader
 
 
+try:
+    _IOV_MAX = os.sysconf("SC_IOV_MAX")
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 1024
+
+
+def _pwrite_parts(fd: int, parts: list, position: int) -> int:
+    """Write ``parts`` in order from ``position``; the bytes written (short only on a full disk)."""
+    written = 0
+    for i in range(0, len(parts), _IOV_MAX):
+        chunk = parts[i:i + _IOV_MAX]
+        n = os.pwritev(fd, chunk, position + written)
+        written += n
+        if n != sum(map(len, chunk)):
+            break
+    return written
+
+
 def file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
@@ -161,10 +179,15 @@ class LogSegment:
         append's roll check rolls the segment. An append never fails on a full index, which
         would leave bytes in the log that the append reported as failed.
 
+        ``data`` may also be a list of buffers, written in order with one ``pwritev`` (per
+        ``IOV_MAX`` of them).
+
         ``largest_timestamp`` seeds the time-based roll of an empty segment;
         ``shallow_offset_of_max_timestamp`` is kept for callers (the per-batch headers decide).
         """
-        if not data:
+        parts = data if isinstance(data, list) else [data]
+        size = sum(map(len, parts))
+        if not size:
             return
         if not self.can_convert_to_relative_offset(largest_offset):
             raise IndexOffsetOverflowError(
@@ -172,12 +195,12 @@ class LogSegment:
         position = self._size
         if position == 0:
             self._rolling_based_timestamp = largest_timestamp
-        if self._bytes_since_last_index_entry + len(data) > self.index_interval_bytes:
+        if self._bytes_since_last_index_entry + size > self.index_interval_bytes:
             self._reserve_index_entries(len(headers))   # a full disk fails here, unwritten
-        written = os.pwrite(self._fd, data, position)
-        if written != len(data):  # a regular file is written short only when it is full
+        written = _pwrite_parts(self._fd, parts, position)
+        if written != size:  # a regular file is written short only when it is full
             raise OSError(errno.ENOSPC, f"short write to {self.log_path}: {written} of "
-                          f"{len(data)} bytes")
+                          f"{size} bytes")
         self._size += written
         self._dirty = True
         interval = self.index_interval_bytes

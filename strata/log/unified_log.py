@@ -236,7 +236,6 @@ class UnifiedLog:
             timestamp_after_max_ms=cfg.get("message.timestamp.after.max.ms"),
             log_append_time=log_append_time,
             compacted_topic_partition=self.topic_partition if cfg.is_compacted else None)
-        buf = data if isinstance(data, bytearray) else bytearray(data)
         with self.lock:
             latest = self.leader_epoch_cache.latest_epoch()
             if latest is not None and leader_epoch < latest:
@@ -255,11 +254,15 @@ class UnifiedLog:
                                                  duplicate=True)
                 if verification_guard is not None:
                     self._check_verification(headers, verification_guard)
-            assigned = rec.assign_offsets(buf, headers, self.log_end_offset, leader_epoch,
-                                          now if log_append_time else None)
-            return self._append(buf, assigned.headers, assigned.first_offset, assigned.last_offset,
+            if log_append_time:   # stamps timestamps under the CRC: rewrites a copy
+                data = data if isinstance(data, bytearray) else bytearray(data)
+                assigned = rec.assign_offsets(data, headers, self.log_end_offset, leader_epoch, now)
+            else:   # new offsets and epoch only: written around the producer's bytes, no copy
+                assigned = rec.assign_offsets_gathered(data, headers, self.log_end_offset,
+                                                       leader_epoch)
+            return self._append(data, assigned.headers, assigned.first_offset, assigned.last_offset,
                                 assigned.max_timestamp, assigned.shallow_offset_of_max_timestamp,
-                                origin, now if log_append_time else -1)
+                                origin, now if log_append_time else -1, assigned.parts)
 
     def append_as_follower(self, data: bytes | bytearray) -> LogAppendInfo | None:
         """Append batches that already carry offsets (replication, internal restores)."""
@@ -284,15 +287,18 @@ class UnifiedLog:
                                 max_ts, shallow, AppendOrigin.REPLICATION, -1)
 
     def _append(self, buf, headers, first_offset, last_offset, max_timestamp, shallow_offset,
-                origin, log_append_time) -> LogAppendInfo:
-        """Write assigned batches (the lock held). A failing disk raises KafkaStorageError
-        (``dir_failures``) with the log end offset and producer state unchanged."""
+                origin, log_append_time, parts=None) -> LogAppendInfo:
+        """Write assigned batches (the lock held): ``buf``, or ``parts`` when given (the same
+        batches with their new offsets, as ``assign_offsets_gathered`` gives them; ``buf`` is
+        then still read for control batches and sizes). A failing disk raises
+        KafkaStorageError (``dir_failures``) with the log end offset and producer state
+        unchanged."""
         with self.dir_failures.guard(self.directory.parent, self._appending):
             return self._write(buf, headers, first_offset, last_offset, max_timestamp,
-                               shallow_offset, origin, log_append_time)
+                               shallow_offset, origin, log_append_time, parts)
 
     def _write(self, buf, headers, first_offset, last_offset, max_timestamp, shallow_offset,
-               origin, log_append_time) -> LogAppendInfo:
+               origin, log_append_time, parts=None) -> LogAppendInfo:
         psm = self.producer_state
         infos = {}
         completed = []
@@ -310,7 +316,8 @@ class UnifiedLog:
             epoch = h.partition_leader_epoch
             if epoch >= 0 and epochs.latest_epoch() != epoch:
                 epochs.assign(epoch, h.base_offset)
-        segment.append(last_offset, max_timestamp, shallow_offset, buf, headers)
+        segment.append(last_offset, max_timestamp, shallow_offset,
+                       buf if parts is None else parts, headers)
         self.local_log.update_log_end_offset(last_offset + 1)
         for info in infos.values():
             psm.update(info)

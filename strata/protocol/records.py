@@ -432,6 +432,28 @@ class AssignResult(NamedTuple):
     max_timestamp: int
     shallow_offset_of_max_timestamp: int  # last offset of the batch holding max_timestamp
     headers: list[BatchHeader]
+    parts: list | None = None   # assign_offsets_gathered: the batches' bytes, to write in order
+
+
+_OFFSET_PREFIX = struct.Struct(">qii")   # baseOffset, batchLength, partitionLeaderEpoch
+
+
+def assign_offsets_gathered(data, headers: list[BatchHeader], base_offset: int,
+                            leader_epoch: int) -> AssignResult:
+    """``assign_offsets`` (CreateTime) without writing into ``data``: ``parts`` holds, per batch,
+    its first 16 bytes with the new base offset and leader epoch, then a view of the rest of it.
+    Written in order (``os.pwritev``) they are the bytes ``assign_offsets`` leaves in a copy of
+    ``data``; ``data`` itself is not copied. The headers cover ``data`` end to end, as
+    ``validate_batches`` returns them."""
+    parts: list = []
+    view = memoryview(data)
+
+    def patch(h: BatchHeader, offset: int) -> BatchHeader:
+        parts.append(_OFFSET_PREFIX.pack(offset, h.batch_length, leader_epoch))
+        parts.append(view[h.position + _OFFSET_PREFIX.size:h.position + h.batch_length + LOG_OVERHEAD])
+        return h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+
+    return _assign(headers, base_offset, patch)._replace(parts=parts)
 
 
 def assign_offsets(
@@ -446,35 +468,41 @@ def assign_offsets(
     baseOffset and partitionLeaderEpoch lie outside the CRC, so the CRC is only recomputed when
     ``log_append_time_ms`` stamps the attributes and maxTimestamp (LogAppendTime topics).
     """
+    with memoryview(buf) as view:
+        def patch(h: BatchHeader, offset: int) -> BatchHeader:
+            pos = h.position
+            _INT64.pack_into(view, pos, offset)
+            _INT32.pack_into(view, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+            if log_append_time_ms is None:
+                return h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+            attributes = h.attributes | TIMESTAMP_TYPE_MASK
+            _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes)
+            _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+            crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + h.batch_length + LOG_OVERHEAD])
+            _UINT32.pack_into(view, pos + CRC_OFFSET, crc)
+            return h._replace(base_offset=offset, partition_leader_epoch=leader_epoch,
+                              attributes=attributes, max_timestamp=log_append_time_ms, crc=crc)
+
+        return _assign(headers, base_offset, patch)
+
+
+def _assign(headers: list[BatchHeader], base_offset: int, patch) -> AssignResult:
+    """Consecutive offsets from ``base_offset``; ``patch(header, offset)`` writes one batch's
+    new fields and returns its new header."""
     if not headers:
         raise ValueError("no batches to assign offsets to")
-    pack64 = _INT64.pack_into
-    pack32 = _INT32.pack_into
     updated: list[BatchHeader] = []
     offset = base_offset
     max_timestamp = 0
     shallow = -1
-    with memoryview(buf) as view:
-        for h in headers:
-            pos = h.position
-            pack64(view, pos, offset)
-            pack32(view, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
-            if log_append_time_ms is None:
-                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
-            else:
-                attributes = h.attributes | TIMESTAMP_TYPE_MASK
-                _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes)
-                pack64(view, pos + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
-                crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + h.batch_length + LOG_OVERHEAD])
-                _UINT32.pack_into(view, pos + CRC_OFFSET, crc)
-                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch,
-                               attributes=attributes, max_timestamp=log_append_time_ms, crc=crc)
-            last = offset + h.last_offset_delta
-            if shallow < 0 or h.max_timestamp > max_timestamp:
-                max_timestamp = h.max_timestamp
-                shallow = last
-            updated.append(h)
-            offset = last + 1
+    for h in headers:
+        h = patch(h, offset)
+        last = offset + h.last_offset_delta
+        if shallow < 0 or h.max_timestamp > max_timestamp:
+            max_timestamp = h.max_timestamp
+            shallow = last
+        updated.append(h)
+        offset = last + 1
     return AssignResult(base_offset, offset - 1, max_timestamp, shallow, updated)
 
 

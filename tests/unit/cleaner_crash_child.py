@@ -32,7 +32,7 @@ def main() -> None:
             return fn(*args, **kwargs)
         return wrapper
 
-    for name in ("rename", "fsync", "pwrite", "ftruncate", "unlink"):
+    for name in ("rename", "fsync", "pwrite", "pwritev", "ftruncate", "unlink"):
         setattr(os, name, counted(getattr(os, name)))
     Cleaner(OffsetMap(1 << 20), clock=clock).clean(
         log_to_clean(TopicPartition("compacted", 0), ulog, checkpoint, now_ms))

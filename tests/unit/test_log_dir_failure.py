@@ -1,7 +1,7 @@
 """A failing log dir (full disk, I/O errors): KAFKA_STORAGE_ERROR from one place (Produce,
 new logs; OffsetCommit then gets Kafka's NOT_COORDINATOR), the offline log dir count, logging
 once with rate-limited repeats, and writes again once space returns. The disk is made to fail
-by making ``os.pwrite``/``os.posix_fallocate`` raise; the real full disk is in
+by making ``os.pwritev``/``os.posix_fallocate`` raise; the real full disk is in
 ``tests/integration/test_full_disk.py``."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_a_full_disk_fails_the_append_unwritten_and_the_next_append_succeeds(
     assert replicas.append(TP, batch(0), produce_version=9).error == ErrorCode.NONE
     ulog = manager.get_log(TP)
     end, size = ulog.log_end_offset, ulog.size
-    monkeypatch.setattr(segment.os, "pwrite", no_space)
+    monkeypatch.setattr(segment.os, "pwritev", no_space)
     refused = replicas.append(TP, batch(1), produce_version=9)
     assert refused.error == ErrorCode.KAFKA_STORAGE_ERROR
     assert refused.message.startswith("Error while appending records to t-0 in dir ")
@@ -128,7 +128,8 @@ def test_a_full_disk_fails_the_append_unwritten_and_the_next_append_succeeds(
 def test_a_short_write_is_a_full_disk(broker, monkeypatch):
     manager, replicas = broker
     real = os.pwrite
-    monkeypatch.setattr(segment.os, "pwrite", lambda fd, data, pos: real(fd, data[:10], pos))
+    monkeypatch.setattr(segment.os, "pwritev",
+                        lambda fd, parts, pos: real(fd, b"".join(parts)[:10], pos))
     assert replicas.append(TP, batch(0), produce_version=9).error == \
         ErrorCode.KAFKA_STORAGE_ERROR
     monkeypatch.undo()
@@ -144,7 +145,8 @@ def test_index_blocks_are_allocated_before_the_batch_is_written(broker, monkeypa
     ulog = manager.get_log(TP)
     end = ulog.log_end_offset
     written = []
-    monkeypatch.setattr(segment.os, "pwrite", lambda *a: written.append(a) or len(a[1]))
+    monkeypatch.setattr(segment.os, "pwritev",
+                        lambda fd, parts, pos: written.append(parts) or sum(map(len, parts)))
     monkeypatch.setattr(indexes.os, "posix_fallocate", no_space)
     # past the reserved index blocks: 16 KiB of 8-byte entries, one entry per batch here
     for i in range(1, 3000):
@@ -207,7 +209,7 @@ def test_an_offset_commit_on_a_full_disk_gets_not_coordinator_as_from_kafka(tmp_
         gc.load()
         answers = []
         with monkeypatch.context() as full:
-            full.setattr(segment.os, "pwrite", no_space)
+            full.setattr(segment.os, "pwritev", no_space)
             answers.append(await gc.commit_offsets(
                 "g", "", -1, [OffsetCommitPartition("t", 0, 42, 3, "")]))
         answers.append(await gc.commit_offsets(

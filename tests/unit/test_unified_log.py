@@ -72,6 +72,23 @@ def test_offsets_are_assigned_consecutively_across_batches(tmp_path):
     assert ulog.log_end_offset == 5
 
 
+def test_an_append_of_more_batches_than_one_pwritev_takes_stores_the_assigned_bytes(tmp_path):
+    """Appends write the producer's bytes around new 16-byte batch prefixes (no copy), in
+    IOV_MAX-sized gathers: the segment holds what assigning offsets in place would make."""
+    from strata.log.segment import _IOV_MAX
+    ulog = open_log(tmp_path)
+    ulog.append_as_leader(batch(2), 0)
+    many = b"".join(batch(1, value=b"m%d-" % i) for i in range(_IOV_MAX + 7))
+    expected = bytearray(many)
+    rec.assign_offsets(expected, list(rec.iter_headers(expected)), 2, 3)
+    info = ulog.append_as_leader(many, 3)
+    assert (info.first_offset, info.last_offset) == (2, _IOV_MAX + 8)
+    ulog.flush(ulog.log_end_offset)
+    stored = (tmp_path / "topic-0" / "00000000000000000000.log").read_bytes()
+    assert stored[-len(many):] == expected
+    assert many == b"".join(batch(1, value=b"m%d-" % i) for i in range(_IOV_MAX + 7))
+
+
 def test_read_returns_the_whole_batch_containing_the_offset(tmp_path):
     ulog = open_log(tmp_path)
     append_n(ulog, 3, records=4)
