@@ -266,6 +266,10 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         return [tp for tp in self.image.all_partitions()
                 if (r := self.image.registration(tp)) is not None and r.leader != NO_LEADER]
 
+    def isr_after_proposal(self, tp, new_isr):
+        """The ISR an accepted AlterPartition leaves: the proposed one."""
+        return new_isr
+
     @precondition(lambda self: self.leader_partitions())
     @rule(data=st.data())
     def propose_isr(self, data):
@@ -278,6 +282,7 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         # a leader elected unclean proposes RECOVERING until it has recovered its log
         state = data.draw(st.sampled_from(sorted({reg.leader_recovery_state, LeaderRecoveryState.RECOVERED})))
         self.remember(tp, reg)
+        accepted_isr = self.isr_after_proposal(tp, new_isr)
         result = self.apply(AlterPartition(
             reg.leader, self.image.brokers[reg.leader].epoch, tp.topic, tp.partition,
             reg.leader_epoch, reg.partition_epoch, new_isr, state))
@@ -291,7 +296,7 @@ class ControllerMatchesModel(RuleBasedStateMachine):
             expected = ErrorCode.NONE
         assert result.response.error == expected
         if expected == ErrorCode.NONE:
-            assert self.image.registration(tp).isr == new_isr
+            assert self.image.registration(tp).isr == accepted_isr
             assert self.image.registration(tp).leader_recovery_state == state
         else:
             assert result.writes == ()

@@ -82,6 +82,16 @@ class ReassignmentModel(ControllerMatchesModel):
                 topic, partitions=frozen_map({**topic.partitions, tp.partition: reg}))}))
         super().check_transition(before, result, unclean_allowed)
 
+    def isr_after_proposal(self, tp, new_isr):
+        """A proposal that puts the whole target in the ISR completes the reassignment: the
+        replicas being removed leave the ISR with it."""
+        topic = self.image.topics[tp.topic]
+        if topic.is_reassigning(tp.partition) and \
+                set(topic.target_replicas(tp.partition)) <= set(new_isr):
+            removing = topic.removing_replicas.get(tp.partition, ())
+            return tuple(r for r in new_isr if r not in removing)
+        return new_isr
+
     @rule(name=st.sampled_from(NAMES), partition=st.integers(0, 2),
           replicas=st.none() | st.lists(st.sampled_from(BROKERS + (9,)), max_size=3))
     def reassign(self, name, partition, replicas):
