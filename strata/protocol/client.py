@@ -53,7 +53,8 @@ def fetch_request(topic: str, partition: int, offset: int, *, partition_max_byte
     from kio.static.primitive import i8, i32, i32Timedelta, i64
     return FetchRequest(
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-        min_bytes=i32(min_bytes), isolation_level=i8(isolation_level), topics=(FetchTopic(topic=TopicName(topic), partitions=(
+        min_bytes=i32(min_bytes), isolation_level=i8(isolation_level),
+        topics=(FetchTopic(topic=TopicName(topic), partitions=(
             FetchPartition(partition=i32(partition), fetch_offset=i64(offset),
                            partition_max_bytes=i32(partition_max_bytes)),)),),
         forgotten_topics_data=())

@@ -450,7 +450,8 @@ def assign_offsets_gathered(data, headers: list[BatchHeader], base_offset: int,
 
     def patch(h: BatchHeader, offset: int) -> BatchHeader:
         parts.append(_OFFSET_PREFIX.pack(offset, h.batch_length, leader_epoch))
-        parts.append(view[h.position + _OFFSET_PREFIX.size:h.position + h.batch_length + LOG_OVERHEAD])
+        end = h.position + h.batch_length + LOG_OVERHEAD
+        parts.append(view[h.position + _OFFSET_PREFIX.size:end])
         return h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
 
     return _assign(headers, base_offset, patch)._replace(parts=parts)

@@ -179,7 +179,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
             return
         self._buf_len = end - start
-        if len(buf) > _STREAM_BUFFER >= self._buf_len:   # back to its size once a pause's surplus is read
+        if len(buf) > _STREAM_BUFFER >= self._buf_len:   # a pause's surplus is read: shrink back
             self._buf = bytearray(_STREAM_BUFFER)
             self._buf[:self._buf_len] = buf[:self._buf_len]
         if self._frames:

@@ -13,7 +13,8 @@ from strata.common.errors import CorruptRecordError, ErrorCode, KafkaError
 from strata.protocol.records import (
     ATTRIBUTES_OFFSET, CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, CRC_OFFSET, HEADER,
     HEADER_SIZE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, AssignResult, Compression,
-    Record, SimpleRecord, assign_offsets, assign_offsets_gathered, batch_crc_ok, build_batch, build_control_batch,
+    Record, SimpleRecord, assign_offsets, assign_offsets_gathered, batch_crc_ok, build_batch,
+    build_control_batch,
     control_type, crc32c, decode_batch, iter_headers, iter_records, read_header,
     validate_batches)
 
@@ -456,11 +457,13 @@ def test_assign_offsets_keeps_crc_valid_without_recompute():
 @given(batches=st.lists(st.lists(st.tuples(st.binary(max_size=40), st.integers(0, 10_000)),
                                  min_size=1, max_size=5), min_size=1, max_size=8),
        base=st.integers(0, 2**40), epoch=st.integers(0, 2**31 - 1))
-def test_gathered_offset_assignment_writes_the_bytes_in_place_assignment_makes(batches, base, epoch):
+def test_gathered_offset_assignment_writes_the_bytes_in_place_assignment_makes(batches, base,
+                                                                               epoch):
     """The produce path's assignment (a new 16-byte prefix per batch around views of the
     producer's bytes) joins to exactly what rewriting a copy in place gives, with the same
     offsets, max timestamp and headers, and leaves the producer's bytes as they were."""
-    data = concat(*(build_batch([SimpleRecord(v, timestamp=T0 + t) for v, t in b]) for b in batches))
+    data = concat(*(build_batch([SimpleRecord(v, timestamp=T0 + t) for v, t in b])
+                    for b in batches))
     headers = validate_batches(data, max_message_bytes=MB)
     copy = bytearray(data)
     expected = assign_offsets(copy, headers, base, epoch)
