@@ -49,6 +49,12 @@ Beside the figures of each throughput workload and of ``latency``: the broker's 
 ``strata.bench.cpu``) over the workload's span, and per GiB of record values moved
 ("broker CPU s/GiB"; /proc counts in clock ticks, 10 ms, so tiny runs read 0).
 
+Beside them, in ``--json`` and the log, what the rest of the machine did over the span
+(``strata.bench.cpu.MachineMeter``): CPU-seconds idle and stolen by the hypervisor, and MiB the
+kernel wrote back from the page cache. A round slower than its CPU-seconds explain waited on
+one of these. Every round starts after ``sync``, so no round pays for the writeback of the
+one before it.
+
 ``--cpu-load N`` runs every round of both systems contended: N background processes spin on the
 CPU from the first round's start to the last round's end.
 
@@ -81,7 +87,7 @@ from pathlib import Path
 from strata.bench import ceilings
 from strata.bench.brokers import (
     COMMON_BROKER, REPO_ROOT, Broker, find_kafka_libs, kafka_version, make_broker)
-from strata.bench.cpu import CpuMeter
+from strata.bench.cpu import CpuMeter, MachineMeter
 from strata.bench.workloads import (
     MIB, Topics, consume_throughput, java_consume, java_produce, log, produce_latency,
     produce_throughput, random_values)
@@ -412,6 +418,7 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
               results: Results, base: Path, overrides: dict[str, dict[str, str]],
               profile_dir: Path | None) -> None:
     data = base / f"{system}-{round_no}"
+    os.sync()   # the last round's (or run's) dirty pages are written back on no one's clock
     broker = make_broker(system, data, libs, overrides.get(system))
     broker.start()
     bootstrap = broker.bootstrap
@@ -421,14 +428,19 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
 
     @contextmanager
     def measured(workload: str):
-        """The workload's span: profiled if asked (Strata only), the broker's CPU-seconds over it."""
+        """The workload's span: profiled if asked (Strata only), the broker's CPU-seconds over it
+        and what the rest of the machine did meanwhile."""
         spy_dir = profile_dir / system if profile_dir and system == "strata" else None
-        with PySpy(spy_dir, broker.pid, workload), CpuMeter(broker.pid) as cpu:
-            yield cpu
+        with PySpy(spy_dir, broker.pid, workload), CpuMeter(broker.pid) as cpu, \
+                MachineMeter() as machine:
+            yield cpu, machine
 
-    def record(workload: str, figures: dict, cpu: CpuMeter | None = None, records: int = 0) -> None:
-        if cpu is not None:
+    def record(workload: str, figures: dict, meters: tuple[CpuMeter, MachineMeter] | None = None,
+               records: int = 0) -> None:
+        if meters is not None:
+            cpu, machine = meters
             figures.update(cpu.figures(records * p.record_size))
+            figures.update(machine.figures())
         results.add(system, workload, figures)
         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items() if isinstance(v, (int, float)))
         log(f"  {system} {workload}: {shown}")
@@ -441,38 +453,38 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
         source = None
         if "produce-acks1" in selected:
             source = topics.new("acks1")
-            with measured("produce-acks1") as cpu:
+            with measured("produce-acks1") as meters:
                 res = produce_throughput(bootstrap, source, n, values, "1")
-            record("produce-acks1", res, cpu, n)
+            record("produce-acks1", res, meters, n)
         if "produce-acksall" in selected:
             t = topics.new("acksall")
-            with measured("produce-acksall") as cpu:
+            with measured("produce-acksall") as meters:
                 res = produce_throughput(bootstrap, t, n, values, "all")
-            record("produce-acksall", res, cpu, n)
+            record("produce-acksall", res, meters, n)
         if source is None and ("consume" in selected or "java-consume" in selected):
             source = topics.new("fill")
             produce_throughput(bootstrap, source, n, values, "1")
         if "consume" in selected:
-            with measured("consume") as cpu:
+            with measured("consume") as meters:
                 res = consume_throughput(bootstrap, source, [0], n)
-            record("consume", res, cpu, n)
+            record("consume", res, meters, n)
         if "latency" in selected:
             t = topics.new("latency")
-            with measured("latency") as cpu:
+            with measured("latency") as meters:
                 res = produce_latency(bootstrap, t, p.latency_rate, p.latency_seconds, values)
-            record("latency", res, cpu, res["records"])
+            record("latency", res, meters, res["records"])
         for acks in ("1", "all"):
             w = f"java-produce-acks{acks}"
             if w in selected and libs is not None:
                 t = topics.new(f"java{acks}")
-                with measured(w) as cpu:
+                with measured(w) as meters:
                     res, cmd = java_produce(libs, bootstrap, t, n, p.record_size, acks)
-                record(w, res, cpu, n)
+                record(w, res, meters, n)
                 results.commands[w] = shlex.join(cmd)
         if "java-consume" in selected and libs is not None:
-            with measured("java-consume") as cpu:
+            with measured("java-consume") as meters:
                 res, cmd = java_consume(libs, bootstrap, source, n)
-            record("java-consume", res, cpu, res["records"])
+            record("java-consume", res, meters, res["records"])
             results.commands["java-consume"] = shlex.join(cmd)
         cold = None
         if "cold-consume" in selected or "latency-cold-reader" in selected:
@@ -482,10 +494,10 @@ def run_round(system: str, round_no: int, libs: Path | None, p: Params, selected
                 f"{took:.1f} s after the last produce")
             cold_end = offs["local_start"]
             if "cold-consume" in selected:
-                with measured("cold-consume") as cpu:
+                with measured("cold-consume") as meters:
                     res = consume_throughput(bootstrap, cold, [0], cold_end)
                 res["tiering wait s"] = took
-                record("cold-consume", res, cpu, res["records"])
+                record("cold-consume", res, meters, res["records"])
             if "latency-cold-reader" in selected:
                 with measured("latency-cold-reader"):   # its bytes are mixed: no CPU per GiB
                     record("latency-cold-reader",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 GIB = 1 << 30
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _stat_fields(text: str) -> list[str]:
@@ -56,6 +57,52 @@ def user_system_seconds(pid: int, proc: Path = Path("/proc")) -> tuple[float, fl
 def cpu_per_gib(cpu_seconds: float, nbytes: int) -> float:
     """CPU-seconds per GiB moved."""
     return cpu_seconds * GIB / nbytes
+
+
+def machine_seconds(proc: Path = Path("/proc")) -> dict[str, float]:
+    """The whole machine's CPU-seconds so far, summed over its CPUs, from ``/proc/stat``'s
+    ``cpu`` line: ``idle`` (idle + iowait: no runnable thread) and ``steal`` (a hypervisor ran
+    someone else on this VM's CPUs)."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            f = [int(x) for x in line.split()[1:]]   # user nice system idle iowait irq softirq steal
+            steal = f[7] if len(f) > 7 else 0
+            return {"idle": (f[3] + f[4]) / CLOCK_TICKS, "steal": steal / CLOCK_TICKS}
+    raise ValueError("no cpu line in /proc/stat")
+
+
+def written_back_bytes(proc: Path = Path("/proc")) -> int:
+    """Bytes the kernel has written back from the page cache so far (``nr_written`` pages)."""
+    for line in (proc / "vmstat").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "nr_written":
+            return int(value) * PAGE_SIZE
+    return 0
+
+
+class MachineMeter:
+    """What the rest of the machine did over a span: CPU-seconds idle and stolen, and page-cache
+    bytes written back. A round slower than its CPU-seconds explain waited on one of these."""
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self.proc = proc
+        self._start: tuple[dict[str, float], int] = ({}, 0)
+        self.idle = self.steal = 0.0
+        self.written_back = 0
+
+    def __enter__(self) -> MachineMeter:
+        self._start = machine_seconds(self.proc), written_back_bytes(self.proc)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        cpu0, wb0 = self._start
+        cpu1 = machine_seconds(self.proc)
+        self.idle, self.steal = cpu1["idle"] - cpu0["idle"], cpu1["steal"] - cpu0["steal"]
+        self.written_back = written_back_bytes(self.proc) - wb0
+
+    def figures(self) -> dict[str, float]:
+        return {"machine idle CPU s": self.idle, "machine steal CPU s": self.steal,
+                "written back MiB": self.written_back / (1 << 20)}
 
 
 class CpuMeter:

@@ -93,3 +93,29 @@ def test_cpu_load_spins_its_processes_while_entered_and_reaps_them_on_exit():
             assert time.monotonic() < deadline, "the load processes never used the CPU"
             time.sleep(0.01)
     assert all(p.returncode is not None for p in load.procs)
+
+
+def _fake_machine(root: Path, idle: int, iowait: int, steal: int, written: int) -> Path:
+    root.mkdir(exist_ok=True)
+    (root / "stat").write_text(f"cpu  900 5 300 {idle} {iowait} 0 40 {steal} 0 0\n"
+                               f"cpu0 450 2 150 {idle} {iowait} 0 20 {steal} 0 0\nintr 1 2 3\n")
+    (root / "vmstat").write_text(f"nr_dirtied 777\nnr_written {written}\nnr_written_x 5\n")
+    return root
+
+
+def test_machine_meter_reports_idle_with_iowait_steal_and_written_back_bytes_over_the_span(tmp_path):
+    proc = _fake_machine(tmp_path, idle=1000, iowait=50, steal=7, written=100)
+    with cpu.MachineMeter(proc) as m:
+        _fake_machine(tmp_path, idle=1200, iowait=80, steal=19, written=100 + 2560)
+    assert m.idle == pytest.approx(230 / CLOCK_TICKS)
+    assert m.steal == pytest.approx(12 / CLOCK_TICKS)
+    assert m.written_back == 2560 * cpu.PAGE_SIZE
+    assert m.figures()["written back MiB"] == pytest.approx(2560 * cpu.PAGE_SIZE / (1 << 20))
+
+
+def test_machine_seconds_read_the_real_proc_and_only_grow():
+    before = cpu.machine_seconds()
+    time.sleep(0.05)
+    after = cpu.machine_seconds()
+    assert after["idle"] + after["steal"] >= before["idle"] + before["steal"]
+    assert cpu.written_back_bytes() >= 0
