@@ -88,6 +88,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from strata.common.errors import ErrorCode, KafkaError
+from strata.protocol import produce_wire
 from strata.protocol.file_region import FileRegion
 from strata.protocol.fetch_wire import encode_uvarint, fetch_response_writable, write_fetch_response
 
@@ -719,7 +720,9 @@ def _decoder(api_key: int, api_version: int, correlation_id: int) -> _Decoder:
         request_cls=cls,
         flexible_header=cls.__header_schema__ is RequestHeaderV2,
         skim=_entity_skimmer(cls),
-        read=entity_reader(cls),
+        read=produce_wire.produce_reader(cls)
+        if api_key == ApiKey.PRODUCE and api_version >= produce_wire.FIRST_VERSION
+        else entity_reader(cls),
     )
     _DECODERS[(api_key, api_version)] = decoder
     return decoder
@@ -729,8 +732,9 @@ def parse_request(frame: bytes | bytearray | memoryview) -> DecodedRequest:
     """Decode one request frame (the bytes after the 4-byte length prefix).
 
     Raises ``MalformedRequest`` if the frame cannot be parsed and ``UnsupportedVersion`` if the
-    header parses but Strata does not serve the api key/version. Nothing in the result references
-    ``frame``, so a receive buffer may be reused afterwards.
+    header parses but Strata does not serve the api key/version. Produce's records (v3+) are
+    views of ``frame`` (``produce_wire``), so a frame must not be reused while its request
+    lives; nothing else in the result references it.
     """
     if not isinstance(frame, bytes):
         # kio's native reader refuses writable buffers; a read-only view avoids a copy.
