@@ -24,32 +24,6 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
-class _Malformed(ValueError):
-    pass
-
-
-def _uvarint(buf, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise _Malformed("varint longer than 5 bytes")
-
-
-def _skip_tags(buf, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def _element(tuple_type) -> type:
     return typing.get_args(tuple_type)[0]
 
@@ -57,6 +31,8 @@ def _element(tuple_type) -> type:
 def produce_reader(cls: type) -> Callable:
     """A reader for kio's Produce request class ``cls`` (v3-v11): ``read(buf, pos)`` gives the
     body and the bytes it took, as kio's ``entity_reader(cls)`` does."""
+    from strata.protocol.codec import _Malformed, _skip_all_tags, _uvarint   # codec imports us
+
     hints = typing.get_type_hints(cls)
     topic_cls = _element(hints["topic_data"])
     partition_cls = _element(typing.get_type_hints(topic_cls)["partition_data"])
@@ -65,7 +41,7 @@ def produce_reader(cls: type) -> Callable:
     def length(buf, pos: int) -> tuple[int, int]:
         """A string, bytes or array length: -1 for null."""
         if flexible:
-            n, pos = _uvarint(buf, pos)
+            n, pos = _uvarint(buf, pos, len(buf))
             return n - 1, pos
         return _I32.unpack_from(buf, pos)[0], pos + 4
 
@@ -77,7 +53,7 @@ def produce_reader(cls: type) -> Callable:
 
     def string(buf, pos: int, nullable: bool) -> tuple[str | None, int]:
         if flexible:
-            n, pos = _uvarint(buf, pos)
+            n, pos = _uvarint(buf, pos, len(buf))
             n -= 1
         else:
             (n,) = _I16.unpack_from(buf, pos)
@@ -108,13 +84,13 @@ def produce_reader(cls: type) -> Callable:
                 records = None if size == -1 else view[pos:pos + size]
                 pos += max(size, 0)
                 if flexible:
-                    pos = _skip_tags(buf, pos)
+                    pos = _skip_all_tags(buf, pos, len(buf))
                 partitions.append(partition_cls(index=index, records=records))
             if flexible:
-                pos = _skip_tags(buf, pos)
+                pos = _skip_all_tags(buf, pos, len(buf))
             topics.append(topic_cls(name=name, partition_data=tuple(partitions)))
         if flexible:
-            pos = _skip_tags(buf, pos)
+            pos = _skip_all_tags(buf, pos, len(buf))
         body = cls(transactional_id=transactional_id, acks=acks,
                    timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
         return body, pos - start
