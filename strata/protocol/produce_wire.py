@@ -53,11 +53,9 @@ def produce_reader(cls: type) -> Callable:
 
     def string(buf, pos: int, nullable: bool) -> tuple[str | None, int]:
         if flexible:
-            n, pos = _uvarint(buf, pos, len(buf))
-            n -= 1
-        else:
-            (n,) = _I16.unpack_from(buf, pos)
-            pos += 2
+            n, pos = length(buf, pos)
+        else:   # a classic string's length is an int16, not length()'s int32
+            n, pos = _I16.unpack_from(buf, pos)[0], pos + 2
         if n < 0:
             if n == -1 and nullable:
                 return None, pos

@@ -113,9 +113,11 @@ def test_machine_meter_reports_idle_with_iowait_steal_and_written_back_bytes_ove
     assert m.figures()["written back MiB"] == pytest.approx(2560 * cpu.PAGE_SIZE / (1 << 20))
 
 
-def test_machine_seconds_read_the_real_proc_and_only_grow():
-    before = cpu.machine_seconds()
-    time.sleep(0.05)
-    after = cpu.machine_seconds()
-    assert after["idle"] + after["steal"] >= before["idle"] + before["steal"]
-    assert cpu.written_back_bytes() >= 0
+def test_the_real_proc_has_the_lines_the_machine_meter_reads():
+    # written_back_bytes reads 0 when nr_written is missing: check this kernel has it
+    assert any(line.split()[0] == "nr_written" for line in Path("/proc/vmstat").read_text().splitlines())
+    seconds = cpu.machine_seconds()
+    assert seconds["idle"] > 0 and seconds["steal"] >= 0
+    with cpu.MachineMeter() as m:
+        time.sleep(0.05)
+    assert m.idle >= 0 and m.steal >= 0 and m.written_back >= 0
