@@ -55,6 +55,11 @@ kernel wrote back from the page cache. A round slower than its CPU-seconds expla
 one of these. Every round starts after ``sync``, so no round pays for the writeback of the
 one before it.
 
+The confluent-kafka clients run in this process, which keeps the memory it frees
+(``--client-heap kept``, the default: ``strata.bench.workloads.keep_freed_heap``); with
+``--client-heap returned`` glibc hands it back to the kernel as it does by default, and the
+clients fault it in again.
+
 ``--cpu-load N`` runs every round of both systems contended: N background processes spin on the
 CPU from the first round's start to the last round's end.
 
@@ -89,8 +94,8 @@ from strata.bench.brokers import (
     COMMON_BROKER, REPO_ROOT, Broker, find_kafka_libs, kafka_version, make_broker)
 from strata.bench.cpu import CpuMeter, MachineMeter
 from strata.bench.workloads import (
-    MIB, Topics, consume_throughput, java_consume, java_produce, log, produce_latency,
-    produce_throughput, random_values)
+    MIB, Topics, consume_throughput, java_consume, java_produce, keep_freed_heap, log,
+    produce_latency, produce_throughput, random_values)
 from strata.net.connection import list_offset
 from strata.protocol.client import EARLIEST_LOCAL, LATEST, LATEST_TIERED
 
@@ -589,11 +594,12 @@ def git_describe() -> str:
 
 
 def render(results: Results, systems: list[str], selected: list[str], p: Params, command: str,
-           versions: dict[str, str], rounds: int, charts: list[Path]) -> str:
+           versions: dict[str, str], rounds: int, charts: list[Path], client_heap: str) -> str:
     date = datetime.date.today().isoformat()
     out = [f"Run {date}: `{command}`", ""]
     out += [f"- machine: {m}" for m in machine_facts()]
     out += [f"- {s}: {versions[s]}" for s in systems]
+    out += [f"- client heap: {client_heap}"]
     if p.cpu_load:
         out += [f"- contended: {p.cpu_load} background process(es) spinning on the CPU throughout "
                 "every round of both systems"]
@@ -720,6 +726,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, help="write every round's figures here")
     ap.add_argument("--cpu-load", type=int, default=None, metavar="N",
                     help="N background processes spin on the CPU during every round (contended)")
+    ap.add_argument("--client-heap", choices=("kept", "returned"), default="kept",
+                    help="whether this process's glibc keeps freed memory for its clients (default kept)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record py-spy raw profiles of the Strata broker per workload into DIR")
     args = ap.parse_args(argv)
@@ -757,6 +765,10 @@ def main(argv: list[str] | None = None) -> int:
     systems, selected = args.system_list, args.selected
     command = shlex.join(["python", "-m", "strata.bench.compare", *(sys.argv[1:] if argv is None else argv)])
     results = Results()
+    client_heap = ("glibc keeps what the clients' process frees (`--client-heap kept`)"
+                   if args.client_heap == "kept" and keep_freed_heap() else
+                   "returned to the kernel on free (glibc's default)")
+    log(f"client heap: {client_heap}")
     libs, why = find_kafka_libs(args.kafka_libs)
     if libs is None:
         if "kafka" in systems:
@@ -783,14 +795,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
     charts = draw_charts(results, systems, selected, args.charts_dir) if args.charts_dir else []
-    report = render(results, systems, selected, p, command, versions, args.rounds, charts)
+    report = render(results, systems, selected, p, command, versions, args.rounds, charts, client_heap)
     print(report)
     if args.report_md:
         replace_section(args.report_md, report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": command, "params": vars(p), "systems": systems,
-                                         "versions": versions, "ceilings": results.ceilings,
+                                         "versions": versions, "client_heap": client_heap,
+                                         "ceilings": results.ceilings,
                                          "rounds": results.rounds, "skipped": results.skipped,
                                          "commands": results.commands}, indent=1) + "\n")
     problems = check_figures(results, systems, selected)

@@ -1,7 +1,7 @@
 """Hot consume, session after session on one broker: where a round's time goes.
 
     python -m strata.bench.consume_sessions --system strata|kafka [--records 1000000]
-        [--sessions 8] [--cpu-load 1] [--override KEY=VALUE ...]
+        [--sessions 8] [--cpu-load 1] [--client-heap kept|returned] [--override KEY=VALUE ...]
 
 One broker, one topic of ``--records`` 1 KiB records (produced and read once untimed), then
 ``--sessions`` consumer sessions in a row (``workloads.consume_throughput``), under
@@ -11,7 +11,7 @@ main process; the JVM for Kafka), the consumer's (this process: the Python loop 
 librdkafka's threads), and, when ``perf`` can trace it, the broker's ``sendfile``
 calls, context switches and CPU migrations (``perf stat -p``). It separates what varies
 between sessions (the kernel's share, the syscall pattern) from what ``compare`` reports as
-one figure per round.
+one figure per round. ``--client-heap`` as in ``compare``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pathlib import Path
 from strata.bench.brokers import kafka_libs_for, make_broker
 from strata.bench.compare import CpuLoad
 from strata.bench.cpu import user_system_seconds
-from strata.bench.workloads import MIB, Topics, consume_throughput, produce_throughput, random_values
+from strata.bench.workloads import (
+    MIB, Topics, consume_throughput, keep_freed_heap, log, produce_throughput, random_values)
 
 PERF_EVENTS = "syscalls:sys_enter_sendfile64,context-switches,cpu-migrations"
 
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-load", type=int, default=1)
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--kafka-libs", default=None)
+    ap.add_argument("--client-heap", choices=("kept", "returned"), default="kept")
     args = ap.parse_args(argv)
+    if args.client_heap == "kept" and not keep_freed_heap():
+        log("client heap: this C library does not take glibc's mallopt; returned on free")
     overrides = dict(o.split("=", 1) for o in args.override)
     data = Path(tempfile.mkdtemp(prefix="consume-sessions-", dir="/var/tmp"))
     broker = make_broker(args.system, data, kafka_libs_for(args.system, args.kafka_libs), overrides)

@@ -72,6 +72,34 @@ class Topics:
 
 # --- confluent-kafka workloads -------------------------------------------------------------
 
+# glibc's mallopt parameters and the values the harness gives them.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEPT_TRIM_BYTES = 512 * MIB
+KEPT_MMAP_BYTES = 32 * MIB   # glibc's largest mmap threshold on 64-bit
+
+
+def keep_freed_heap() -> bool:
+    """Has glibc keep what this process frees for its next allocations instead of handing it
+    back to the kernel; False where the C library is not glibc.
+
+    By default glibc unmaps each buffer over its mmap threshold when it is freed and returns a
+    heap's free top above 128 KiB, so every reuse faults those pages in again. A consumer reading
+    1 GiB allocates about that much (librdkafka's receive buffers, each value's ``bytes``): the
+    harness's consumer took 156,000-175,000 minor faults per GiB read, with either broker, and on
+    a VM that backs memory on first touch what each costs changes from round to round. The
+    clients of every system run in the harness's process, so this applies to all of them alike;
+    brokers run in processes of their own and are not affected."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_TRIM_THRESHOLD, KEPT_TRIM_BYTES)) and \
+        bool(mallopt(M_MMAP_THRESHOLD, KEPT_MMAP_BYTES))
+
+
 def random_values(record_size: int, count: int = 1024) -> list[bytes]:
     """Distinct random (incompressible) values, cycled through by the producers."""
     return [os.urandom(record_size) for _ in range(count)]
