@@ -767,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     results = Results()
     client_heap = ("glibc keeps what the clients' process frees (`--client-heap kept`)"
                    if args.client_heap == "kept" and keep_freed_heap() else
-                   "returned to the kernel on free (glibc's default)")
+                   "the C library's default (glibc returns freed memory to the kernel)")
     log(f"client heap: {client_heap}")
     libs, why = find_kafka_libs(args.kafka_libs)
     if libs is None:
