@@ -94,8 +94,8 @@ from strata.bench.brokers import (
     COMMON_BROKER, REPO_ROOT, Broker, find_kafka_libs, kafka_version, make_broker)
 from strata.bench.cpu import CpuMeter, MachineMeter
 from strata.bench.workloads import (
-    MIB, Topics, consume_throughput, java_consume, java_produce, keep_freed_heap, log,
-    produce_latency, produce_throughput, random_values)
+    CLIENT_HEAPS, MIB, Topics, apply_client_heap, consume_throughput, java_consume, java_produce,
+    log, produce_latency, produce_throughput, random_values)
 from strata.net.connection import list_offset
 from strata.protocol.client import EARLIEST_LOCAL, LATEST, LATEST_TIERED
 
@@ -726,7 +726,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, help="write every round's figures here")
     ap.add_argument("--cpu-load", type=int, default=None, metavar="N",
                     help="N background processes spin on the CPU during every round (contended)")
-    ap.add_argument("--client-heap", choices=("kept", "returned"), default="kept",
+    ap.add_argument("--client-heap", choices=CLIENT_HEAPS, default="kept",
                     help="whether this process's glibc keeps freed memory for its clients (default kept)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record py-spy raw profiles of the Strata broker per workload into DIR")
@@ -765,9 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     systems, selected = args.system_list, args.selected
     command = shlex.join(["python", "-m", "strata.bench.compare", *(sys.argv[1:] if argv is None else argv)])
     results = Results()
-    client_heap = ("glibc keeps what the clients' process frees (`--client-heap kept`)"
-                   if args.client_heap == "kept" and keep_freed_heap() else
-                   "the C library's default (glibc returns freed memory to the kernel)")
+    client_heap = apply_client_heap(args.client_heap)
     log(f"client heap: {client_heap}")
     libs, why = find_kafka_libs(args.kafka_libs)
     if libs is None:

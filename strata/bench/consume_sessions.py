@@ -28,7 +28,8 @@ from strata.bench.brokers import kafka_libs_for, make_broker
 from strata.bench.compare import CpuLoad
 from strata.bench.cpu import user_system_seconds
 from strata.bench.workloads import (
-    MIB, Topics, consume_throughput, keep_freed_heap, log, produce_throughput, random_values)
+    CLIENT_HEAPS, MIB, Topics, apply_client_heap, consume_throughput, log, produce_throughput,
+    random_values)
 
 PERF_EVENTS = "syscalls:sys_enter_sendfile64,context-switches,cpu-migrations"
 
@@ -50,10 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-load", type=int, default=1)
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--kafka-libs", default=None)
-    ap.add_argument("--client-heap", choices=("kept", "returned"), default="kept")
+    ap.add_argument("--client-heap", choices=CLIENT_HEAPS, default="kept")
     args = ap.parse_args(argv)
-    if args.client_heap == "kept" and not keep_freed_heap():
-        log("client heap: this C library does not take glibc's mallopt; returned on free")
+    log(f"client heap: {apply_client_heap(args.client_heap)}")
     overrides = dict(o.split("=", 1) for o in args.override)
     data = Path(tempfile.mkdtemp(prefix="consume-sessions-", dir="/var/tmp"))
     broker = make_broker(args.system, data, kafka_libs_for(args.system, args.kafka_libs), overrides)

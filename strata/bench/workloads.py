@@ -100,6 +100,17 @@ def keep_freed_heap() -> bool:
         bool(mallopt(M_MMAP_THRESHOLD, KEPT_MMAP_BYTES))
 
 
+CLIENT_HEAPS = ("kept", "returned")
+
+
+def apply_client_heap(choice: str) -> str:
+    """Carries out a bench's ``--client-heap`` (one of ``CLIENT_HEAPS``) in this process and
+    says, for its report, what the clients' freed memory does."""
+    if choice == "kept" and keep_freed_heap():
+        return "glibc keeps what the clients' process frees (`--client-heap kept`)"
+    return "the C library's default (glibc returns freed memory to the kernel)"
+
+
 def random_values(record_size: int, count: int = 1024) -> list[bytes]:
     """Distinct random (incompressible) values, cycled through by the producers."""
     return [os.urandom(record_size) for _ in range(count)]

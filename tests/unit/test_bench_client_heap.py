@@ -7,13 +7,13 @@ import sys
 import pytest
 
 # In a fresh interpreter: allocate 64 buffers of 1 MiB, touch every page, free them all; five
-# times, as a consumer's receive buffers and values come and go. Prints the minor faults of the
-# last four rounds.
+# times, as a consumer's receive buffers and values come and go, after the bench's
+# `--client-heap` choice. Prints what the report would say, then the minor faults of the last
+# four rounds.
 CHURN = """
 import ctypes, resource, sys
-from strata.bench.workloads import keep_freed_heap
-if sys.argv[1] == "kept":
-    assert keep_freed_heap()
+from strata.bench.workloads import apply_client_heap
+print(apply_client_heap(sys.argv[1]))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -37,7 +37,9 @@ TOUCHED_PAGES = 4 * 64 * 256
 def faults(heap: str) -> int:
     out = subprocess.run([sys.executable, "-c", CHURN, heap], capture_output=True, text=True,
                          check=True, timeout=60)
-    return int(out.stdout)
+    said, count = out.stdout.splitlines()
+    assert ("glibc keeps" in said) == (heap == "kept")
+    return int(count)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's parameters are glibc's")
