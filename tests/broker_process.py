@@ -1,4 +1,5 @@
-"""Start a real ``strata serve`` process for client tests, on a free loopback port."""
+"""Start a real ``strata serve`` process for client tests, on a free loopback port (or on
+``host``, with ``prefix`` before the command: ``ip netns exec NS`` runs it in a namespace)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -30,11 +32,13 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None,
-                 config: Path | None = None):
+                 config: Path | None = None, host: str = "127.0.0.1", prefix: Sequence[str] = ()):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.host = host
+        self.prefix = list(prefix)
         self.config = config  # a server.properties file (``--config``); None = embedded defaults
-        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        self.overrides = {"listeners": f"PLAINTEXT://{host}:{self.port}",
                           "log.dirs": str(self.data_dir / "kafka-logs"),
                           **(overrides or {})}
         self.proc: subprocess.Popen | None = None
@@ -42,10 +46,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "strata.cli.main", "serve"]
+        args = [*self.prefix, sys.executable, "-m", "strata.cli.main", "serve"]
         if self.config is not None:
             args += ["--config", str(self.config)]
         for k, v in self.overrides.items():
@@ -69,7 +73,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return self
             except OSError:
                 time.sleep(0.05)

@@ -5,6 +5,9 @@
         producer = Producer({"bootstrap.servers": c.bootstrap})
         c.broker(2).kill(); c.wait_metadata({1, 3})
         c.broker(2).start(); c.wait_metadata()
+
+``placement`` puts ZooKeeper and each broker on an address and runs them behind a command
+prefix (tests/netfault.py's Network: a network namespace each); by default all on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
@@ -25,6 +29,24 @@ from zk_server import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_PROPERTIES = ROOT / "config" / "server.properties"
+
+
+class Placement(Protocol):
+    """Where ``"zookeeper"`` and ``"broker-<node id>"`` listen and what runs their command."""
+
+    def address(self, host: str) -> str: ...
+
+    def command_prefix(self, host: str) -> list[str]: ...
+
+
+class Loopback:
+    """Every process on 127.0.0.1, started as it is."""
+
+    def address(self, host: str) -> str:
+        return "127.0.0.1"
+
+    def command_prefix(self, host: str) -> list[str]:
+        return []
 
 
 def metadata_node_ids(bootstrap: str, timeout: float = 5) -> tuple[set[int], int]:
@@ -62,7 +84,7 @@ class ClusterBroker:
 
     @property
     def metrics_url(self) -> str | None:
-        return None if self.metrics_port is None else f"http://127.0.0.1:{self.metrics_port}"
+        return None if self.metrics_port is None else f"http://{self.process.host}:{self.metrics_port}"
 
     @property
     def pid(self) -> int | None:
@@ -149,17 +171,21 @@ class StrataCluster:
     ``overrides``); the per-broker keys (node.id, listeners, advertised.listeners, log.dirs,
     zookeeper.connect, rsm.config.storage.url) are set here but an override wins. ``metrics``
     gives each broker its own ``strata.metrics.listener`` port. ``config`` is the
-    server.properties passed with ``--config`` (None: embedded defaults)."""
+    server.properties passed with ``--config`` (None: embedded defaults). ``placement`` gives
+    each process its address and command prefix (default: ``Loopback``)."""
 
     def __init__(self, tmp_dir: Path, brokers: int = 3, overrides: dict[str, str] | None = None,
                  *, broker_overrides: dict[int, dict[str, str]] | None = None,
                  config: Path | None = SERVER_PROPERTIES, chroot: str = "/strata",
-                 zk_tick_ms: int = 500, metrics: bool = False):
+                 zk_tick_ms: int = 500, metrics: bool = False, placement: Placement | None = None):
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.tmp_dir = Path(tmp_dir)
         self.chroot = chroot
-        self.zk = ZooKeeperServer(self.tmp_dir / "zookeeper", tick_ms=zk_tick_ms)
+        placement = placement or Loopback()
+        self.zk = ZooKeeperServer(self.tmp_dir / "zookeeper", tick_ms=zk_tick_ms,
+                                  host=placement.address("zookeeper"),
+                                  prefix=placement.command_prefix("zookeeper"))
         self.remote_dir = self.tmp_dir / "remote"
         used = {self.zk.port}
         self._brokers: dict[int, ClusterBroker] = {}
@@ -167,20 +193,23 @@ class StrataCluster:
             port = _unused_port(used)
             metrics_port = _unused_port(used) if metrics else None
             data_dir = self.tmp_dir / f"broker-{node_id}"
+            host = placement.address(f"broker-{node_id}")
             props = {
                 "node.id": str(node_id),
-                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "listeners": f"PLAINTEXT://{host}:{port}",
+                "advertised.listeners": f"PLAINTEXT://{host}:{port}",
                 "log.dirs": str(data_dir / "kafka-logs"),
                 "zookeeper.connect": self.zk.connect_string(chroot),
                 "rsm.config.storage.url": self.remote_dir.resolve().as_uri(),
             }
             if metrics_port is not None:
-                props["strata.metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
+                props["strata.metrics.listener"] = f"http://{host}:{metrics_port}"
             props.update(overrides or {})
             props.update((broker_overrides or {}).get(node_id, {}))
             self._brokers[node_id] = ClusterBroker(
-                node_id, BrokerProcess(data_dir, props, port=port, config=config), metrics_port)
+                node_id, BrokerProcess(data_dir, props, port=port, config=config, host=host,
+                                       prefix=placement.command_prefix(f"broker-{node_id}")),
+                metrics_port)
 
     @property
     def brokers(self) -> list[ClusterBroker]:

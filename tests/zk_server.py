@@ -1,4 +1,5 @@
-"""Start a real ZooKeeper server process (scripts/zookeeper-run.sh) on a free loopback port."""
+"""Start a real ZooKeeper server process (scripts/zookeeper-run.sh) on a free loopback port (or
+on ``host``, with ``prefix`` before the command: ``ip netns exec NS`` runs it in a namespace)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker_process import free_port, stop_process
@@ -27,9 +29,9 @@ def zookeeper_available() -> tuple[bool, str]:
     return True, ""
 
 
-def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
+def four_letter_word(port: int, word: str, timeout: float = 1.0, host: str = "127.0.0.1") -> str:
     """Sends a four-letter command (``ruok``, ``srvr``) and returns the whole answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word.encode("ascii"))
         chunks = []
         while chunk := s.recv(4096):
@@ -41,22 +43,26 @@ class ZooKeeperServer:
     """One standalone server with its own data dir; ``tick_ms`` 500 lets tests use sessions
     down to 1 s. Usable as a context manager (start, then stop)."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500):
+    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500,
+                 host: str = "127.0.0.1", prefix: Sequence[str] = ()):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.host = host
+        self.prefix = list(prefix)
         self.tick_ms = tick_ms
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir / "zookeeper.log"
         self._log = None
 
     def connect_string(self, chroot: str = "") -> str:
-        return f"127.0.0.1:{self.port}{chroot}"
+        return f"{self.host}:{self.port}{chroot}"
 
     def start(self, timeout: float = 60) -> "ZooKeeperServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            ["bash", str(RUN_SCRIPT), str(self.port), str(self.data_dir), str(self.tick_ms)],
+            [*self.prefix, "bash", str(RUN_SCRIPT), str(self.port), str(self.data_dir),
+             str(self.tick_ms), self.host],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -70,7 +76,7 @@ class ZooKeeperServer:
 
     def serving(self) -> bool:
         try:
-            return four_letter_word(self.port, "ruok") == "imok"
+            return four_letter_word(self.port, "ruok", host=self.host) == "imok"
         except OSError:
             return False
 
