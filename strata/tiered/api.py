@@ -43,6 +43,7 @@ __all__ = [
     "RemoteLogSegmentState",
     "RemotePartitionDeleteMetadata",
     "RemotePartitionDeleteState",
+    "FencedLeaderEpochException",
     "RemoteResourceNotFoundException",
     "RemoteStorageException",
     "RemoteStorageManager",
@@ -67,6 +68,11 @@ class RemoteStorageException(Exception):
 
 class RemoteResourceNotFoundException(RemoteStorageException):
     """A resource (a segment, one of its indexes, ...) is not in remote storage."""
+
+
+class FencedLeaderEpochException(RemoteStorageException):
+    """A remote log metadata event refused because a later leader of its partition wrote
+    first: the writer's ``leader_epoch`` is below one the metadata has already applied."""
 
 
 class RetriableRemoteStorageException(RemoteStorageException):
@@ -217,7 +223,11 @@ class RemoteLogMetadata:
     """Base of the records a RemoteLogMetadataManager stores.
 
     Every subclass has ``broker_id`` (the broker that generated the event),
-    ``event_timestamp_ms`` (when) and ``topic_id_partition``.
+    ``event_timestamp_ms`` (when), ``topic_id_partition`` and ``leader_epoch``: the leader
+    epoch of the user partition that the writer led at when it wrote the event, or -1 where
+    no leader wrote it (the controller, the partition remover) or the writer did not say
+    (Kafka). Readers refuse an event whose epoch is below one already seen for its partition
+    (a deposed leader's), so the field takes no part in equality.
     """
 
     __slots__ = ()
@@ -269,6 +279,7 @@ class RemoteLogSegmentMetadata(RemoteLogMetadata):
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     segment_leader_epochs: Mapping[int, int]
     txn_idx_empty: bool = False
+    leader_epoch: int = dataclasses.field(default=-1, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.remote_log_segment_id, RemoteLogSegmentId):
@@ -300,14 +311,15 @@ class RemoteLogSegmentMetadata(RemoteLogMetadata):
         return (_rebuild_segment_metadata, (
             self.remote_log_segment_id, self.start_offset, self.end_offset, self.max_timestamp_ms,
             self.broker_id, self.event_timestamp_ms, self.segment_size_in_bytes, self.custom_metadata,
-            self.state, dict(self.segment_leader_epochs), self.txn_idx_empty))
+            self.state, dict(self.segment_leader_epochs), self.txn_idx_empty, self.leader_epoch))
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
         return self.remote_log_segment_id.topic_id_partition
 
     def create_with_updates(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
-        """A new instance with the update's state, custom metadata, broker id and event time.
+        """A new instance with the update's state, custom metadata, broker id, event time and
+        leader epoch.
 
         Offsets, size, epochs and ``txn_idx_empty`` are kept. The update must be for this
         segment; the state transition is not checked here (the metadata manager checks it).
@@ -316,16 +328,17 @@ class RemoteLogSegmentMetadata(RemoteLogMetadata):
             raise ValueError("Given update does not have this instance's remote_log_segment_id.")
         return dataclasses.replace(
             self, broker_id=update.broker_id, event_timestamp_ms=update.event_timestamp_ms,
-            custom_metadata=update.custom_metadata, state=update.state)
+            custom_metadata=update.custom_metadata, state=update.state,
+            leader_epoch=update.leader_epoch)
 
 
 def _rebuild_segment_metadata(segment_id, start_offset, end_offset, max_timestamp_ms, broker_id,
                               event_timestamp_ms, size, custom_metadata, state, epochs,
-                              txn_idx_empty) -> RemoteLogSegmentMetadata:
+                              txn_idx_empty, leader_epoch=-1) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
         segment_id, start_offset, end_offset, max_timestamp_ms, broker_id, event_timestamp_ms, size,
         custom_metadata=custom_metadata, state=state, segment_leader_epochs=epochs,
-        txn_idx_empty=txn_idx_empty)
+        txn_idx_empty=txn_idx_empty, leader_epoch=leader_epoch)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -337,6 +350,8 @@ class RemoteLogSegmentMetadataUpdate(RemoteLogMetadata):
     custom_metadata: CustomMetadata | None
     state: RemoteLogSegmentState
     broker_id: int
+    _: dataclasses.KW_ONLY
+    leader_epoch: int = dataclasses.field(default=-1, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.remote_log_segment_id, RemoteLogSegmentId):
@@ -364,6 +379,8 @@ class RemotePartitionDeleteMetadata(RemoteLogMetadata):
     state: RemotePartitionDeleteState
     event_timestamp_ms: int
     broker_id: int
+    _: dataclasses.KW_ONLY
+    leader_epoch: int = dataclasses.field(default=-1, compare=False)
 
     def __post_init__(self) -> None:
         if self.topic_id_partition is None:

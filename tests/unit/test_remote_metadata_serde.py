@@ -8,6 +8,8 @@ Kafka jars are installed -- a live round trip through Kafka's own serde.
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 import shutil
 import struct
@@ -166,6 +168,31 @@ def test_txn_index_empty_is_written_only_when_true():
     assert deserialize(golden_segment(tags=uv(1) + uv(0) + uv(1) + b"\x00")).txn_idx_empty is False
 
 
+EPOCH_TAG = uv(10_000) + uv(4) + i32(6)  # Strata's leader epoch tagged field, epoch 6
+
+
+def test_the_writers_leader_epoch_is_strata_tag_10000_written_only_when_known():
+    led = dataclasses.replace(SEGMENT, leader_epoch=6)
+    assert serialize(led) == golden_segment(tags=uv(2) + TXN_INDEX_EMPTY_TAG[1:] + EPOCH_TAG)
+    assert serialize(SEGMENT) == GOLDEN_SEGMENT              # -1: not written, Kafka's bytes
+    update = dataclasses.replace(UPDATE, leader_epoch=6)
+    assert serialize(update) == GOLDEN_UPDATE[:-1] + uv(1) + EPOCH_TAG
+    delete = dataclasses.replace(DELETE, leader_epoch=6)
+    assert serialize(delete) == GOLDEN_DELETE[:-1] + uv(1) + EPOCH_TAG
+    for value in (led, update, delete):
+        assert deserialize(serialize(value)).leader_epoch == 6
+    assert deserialize(GOLDEN_SEGMENT).leader_epoch == -1
+    # a snapshot record (Kafka's own type) has no such field
+    assert serialize(SNAPSHOT) == GOLDEN_SNAPSHOT
+
+
+@pytest.mark.parametrize("field", [uv(10_000) + uv(2) + b"\x00\x06",
+                                   uv(10_000) + uv(4) + i32(-1)], ids=["short", "negative"])
+def test_a_malformed_leader_epoch_field_is_a_parse_error(field):
+    with pytest.raises(MetadataParseException):
+        deserialize(GOLDEN_UPDATE[:-1] + uv(1) + field)
+
+
 def test_null_and_empty_custom_metadata_are_different_on_the_wire():
     none = SEGMENT_FINISHED.create_with_updates(
         RemoteLogSegmentMetadataUpdate(SEGMENT_ID, 1, None, S.COPY_SEGMENT_FINISHED, 2))
@@ -282,11 +309,14 @@ def segments(draw):
     return RemoteLogSegmentMetadata(
         draw(segment_ids), start, end, draw(INT64), draw(INT32), draw(INT64), draw(INT32),
         custom_metadata=draw(custom), state=draw(st.sampled_from(S)), segment_leader_epochs=draw(epochs),
-        txn_idx_empty=draw(st.booleans()))
+        txn_idx_empty=draw(st.booleans()), leader_epoch=draw(LEADER_EPOCHS))
 
 
-updates = st.builds(RemoteLogSegmentMetadataUpdate, segment_ids, INT64, custom, st.sampled_from(S), INT32)
-deletes = st.builds(RemotePartitionDeleteMetadata, topic_id_partitions, st.sampled_from(D), INT64, INT32)
+LEADER_EPOCHS = st.integers(-1, 2**31 - 1)
+updates = st.builds(RemoteLogSegmentMetadataUpdate, segment_ids, INT64, custom, st.sampled_from(S), INT32,
+                    leader_epoch=LEADER_EPOCHS)
+deletes = st.builds(RemotePartitionDeleteMetadata, topic_id_partitions, st.sampled_from(D), INT64, INT32,
+                    leader_epoch=LEADER_EPOCHS)
 snapshots = segments().map(RemoteLogSegmentMetadataSnapshot.create)
 any_metadata = segments() | updates | deletes | snapshots
 
@@ -297,6 +327,7 @@ def test_round_trip(metadata):
     data = serialize(metadata)
     decoded = deserialize(data)
     assert decoded == metadata and type(decoded) is type(metadata)
+    assert getattr(decoded, "leader_epoch", -1) == getattr(metadata, "leader_epoch", -1)
     assert serialize(decoded) == data
 
 
@@ -535,10 +566,13 @@ def test_kafka_accepts_what_we_decode_leniently(kafka_serde):
         golden_segment(tip_entry=topic_id_partition_entry(tags=unknown),
                        tags=uv(2) + uv(0) + uv(1) + b"\x01" + uv(9) + uv(2) + b"zz"),
         golden_segment(epochs=uv(2 + 1) + i32(3) + i64(100) + NO_TAGS + i32(3) + i64(150) + NO_TAGS),
+        serialize(dataclasses.replace(SEGMENT, leader_epoch=6)),   # Strata's leader epoch tag
+        serialize(dataclasses.replace(UPDATE, leader_epoch=6)),
+        serialize(dataclasses.replace(DELETE, leader_epoch=6)),
     ]
     out = kafka_serde([f"S {b.hex()}" for b in lenient])
     for data, line in zip(lenient, out):
-        decoded = deserialize(data)
+        decoded = dataclasses.replace(deserialize(data), leader_epoch=-1)  # Kafka drops the tag
         assert line == f"OK {serialize(decoded).hex()} {describe(decoded)}"
 
 

@@ -3,12 +3,15 @@ restore, and what a snapshot that fails validation does (the metadata partition 
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import struct
 import threading
 import uuid
 from pathlib import Path
 from types import MappingProxyType
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -45,6 +48,7 @@ from strata.tiered.metadata.topic_based import (
     encode_snapshot,
     snapshot_path,
 )
+from strata.tiered.metadata.serde import serialize
 from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
 
 S = RemoteLogSegmentState
@@ -146,7 +150,7 @@ def test_the_file_round_trips_in_both_the_list_and_the_column_forms():
     parts, deletes = store.export([TIP, OTHER])
     snapshot = MetadataSnapshot(7, 99, 1234, parts, deletes)
     data = encode_snapshot(snapshot)
-    assert data[4:6] == SNAPSHOT_VERSION.to_bytes(2, "big") == b"\x00\x02"
+    assert data[4:6] == SNAPSHOT_VERSION.to_bytes(2, "big") == b"\x00\x03"
     assert decode_snapshot(data) == snapshot
     assert data == snapshot_bytes(store, [TIP, OTHER])  # the RLMM's writer: the same bytes
     reloaded = RemotePartitionMetadataStore()
@@ -326,12 +330,12 @@ def test_a_snapshot_whose_columns_fail_validation_is_ignored_and_replayed(tmp_pa
     first.close()
     mp = first.metadata_partition(TIP)
     path = snapshot_path(tmp_path, mp)
-    version, prefix, partitions, deletes = _parse_snapshot(path.read_bytes())
+    version, prefix, partitions, deletes, fences = _parse_snapshot(path.read_bytes())
     assert version == SNAPSHOT_VERSION and [p.tip for p in partitions] == [TIP]
     bad = BAD_COLUMNS[damage](partitions[0])
     with pytest.raises(ValueError):
         bad.validate()
-    path.write_bytes(_encode_columns(*prefix, [bad], deletes))  # a valid CRC over bad columns
+    path.write_bytes(_encode_columns(*prefix, [bad], deletes, fences))  # a valid CRC, bad columns
     with pytest.raises(SnapshotError):
         decode_snapshot(path.read_bytes())
     second = _started(topic_log, tmp_path)
@@ -376,3 +380,38 @@ def test_a_version_2_restart_keeps_partitions_lazy_until_used_and_snapshots_them
     assert third.cache_copy(TIP) == expected
     assert [m.start_offset for m in third.list_remote_log_segments(other)] == [0]
     third.close()
+
+
+def test_a_restart_from_a_snapshot_keeps_refusing_what_a_deposed_leader_writes(tmp_path):
+    """The leader-epoch fence is part of the snapshot (version 3): a broker restarted from
+    its snapshot refuses the same stale records as one that replayed the whole topic."""
+    topic_log = InMemoryMetadataTopicLog()
+    first = _started(topic_log, tmp_path / "a")
+    m = dataclasses.replace(segment(0, 99, uid=50), leader_epoch=6)
+    first.add_remote_log_segment_metadata(m).result()
+    first.close()                                   # writes the snapshot
+    again = _started(topic_log, tmp_path / "a")
+    replayed = _started(topic_log, tmp_path / "b")  # no snapshot: replays the topic
+    assert again.snapshot_offsets and again.replayed_records == 0
+    stale = RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, 3_000, None,
+                                           S.DELETE_SEGMENT_STARTED, 1, leader_epoch=5)
+    topic_log.append(again.metadata_partition(TIP), serialize(stale))
+    for rlmm in (again, replayed):
+        rlmm.poll()
+        assert rlmm.fenced_records == 1
+        assert [s.state for s in rlmm.list_remote_log_segments(TIP)] == [S.COPY_SEGMENT_STARTED]
+    again.close()
+    replayed.close()
+
+
+def test_a_version_2_snapshot_is_read_with_no_fences():
+    store = RemotePartitionMetadataStore()
+    store.handle(dataclasses.replace(segment(0, 9, uid=60), leader_epoch=4))
+    columns, deletes = store.export_columns([TIP])
+    v3 = _encode_columns(7, 99, 1234, columns, deletes, store.fences().items())
+    assert decode_snapshot(v3).fences == [(TIP, 4)]
+    fence_section = 4 + (16 + 4 + 2 + len(TIP.topic)) + 4   # count, the partition, its epoch
+    body = v3[10:-fence_section]                     # version 2 ends with the delete states
+    v2 = b"SRLM" + struct.pack(">hI", 2, crc32c.crc32c(body)) + body
+    loaded = decode_snapshot(v2)
+    assert loaded.fences == [] and loaded.partitions == decode_snapshot(v3).partitions

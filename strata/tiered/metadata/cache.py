@@ -49,6 +49,7 @@ from typing import Any
 
 from strata.tiered.api import (
     CustomMetadata,
+    FencedLeaderEpochException,
     RemoteLogMetadata,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -191,7 +192,7 @@ _SAFE_UNKNOWN = uuid.SafeUUID.unknown
 # exactly the fields set here (else the constructors are used).
 _SEGMENT_FIELDS = ("remote_log_segment_id", "start_offset", "end_offset", "max_timestamp_ms",
                    "broker_id", "event_timestamp_ms", "segment_size_in_bytes", "custom_metadata",
-                   "state", "segment_leader_epochs", "txn_idx_empty")
+                   "state", "segment_leader_epochs", "txn_idx_empty", "leader_epoch")
 
 
 def _slot_setters(cls: type, names: Sequence[str]) -> tuple[Any, ...] | None:
@@ -210,7 +211,7 @@ _FAST_BUILD = (tuple(f.name for f in dataclasses.fields(RemoteLogSegmentMetadata
                and None not in (_SEGMENT_SETTERS, _ID_SETTERS, _UUID_SETTERS))
 if _FAST_BUILD:
     (_set_id, _set_start, _set_end, _set_max_ts, _set_broker, _set_event_ts, _set_size,
-     _set_custom, _set_state, _set_epochs, _set_txn) = _SEGMENT_SETTERS  # type: ignore[misc]
+     _set_custom, _set_state, _set_epochs, _set_txn, _set_leader_epoch) = _SEGMENT_SETTERS  # type: ignore[misc]
     _set_tip, _set_uuid = _ID_SETTERS  # type: ignore[misc]
     _set_int, _set_is_safe = _UUID_SETTERS  # type: ignore[misc]
 
@@ -236,7 +237,8 @@ def _segment_id(tip: TopicIdPartition, value: uuid.UUID) -> RemoteLogSegmentId:
 def _segment(segment_id: RemoteLogSegmentId, start: int, end: int, max_ts: int, broker: int,
              event_ts: int, size: int, custom: CustomMetadata | None, state: RemoteLogSegmentState,
              epochs: dict[int, int], txn: bool) -> RemoteLogSegmentMetadata:
-    """RemoteLogSegmentMetadata from checked values (``epochs`` sorted by epoch)."""
+    """RemoteLogSegmentMetadata from checked values (``epochs`` sorted by epoch); the
+    writer's leader epoch is not kept per segment (-1)."""
     if not _FAST_BUILD:
         return RemoteLogSegmentMetadata(segment_id, start, end, max_ts, broker, event_ts, size,
                                         custom_metadata=custom, state=state,
@@ -253,6 +255,7 @@ def _segment(segment_id: RemoteLogSegmentId, start: int, end: int, max_ts: int, 
     _set_state(m, state)
     _set_epochs(m, MappingProxyType(epochs))
     _set_txn(m, txn)
+    _set_leader_epoch(m, -1)
     return m
 
 
@@ -800,7 +803,13 @@ class RemotePartitionMetadataStore:
 
     Kafka's ``RemotePartitionMetadataStore``, except that a partition's cache is created by
     its first segment event rather than by assignment, and dropped when nothing is left in
-    it. DELETE_PARTITION_FINISHED drops the partition's cache and delete state. Thread-safe: one lock around every read and change;
+    it. DELETE_PARTITION_FINISHED drops the partition's cache and delete state.
+
+    Leader fencing (not in Kafka): the highest ``leader_epoch`` of the events applied is kept
+    per partition, and an event with a lower one raises FencedLeaderEpochException and changes
+    nothing, so every reader of the topic refuses what a deposed leader wrote after its
+    successor's first event. An event without an epoch (-1: the controller's, Kafka's) is
+    never refused. Thread-safe: one lock around every read and change;
     reads return lists and value objects, never live views. A lazy cache (restored from a
     snapshot) that a call needs whole is materialised before that lock is taken, so reads
     of other partitions go on meanwhile.
@@ -810,6 +819,7 @@ class RemotePartitionMetadataStore:
         self._lock = threading.Lock()
         self._caches: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
         self._delete_states: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        self._fences: dict[TopicIdPartition, int] = {}
 
     # ---- changes --------------------------------------------------------------------------
 
@@ -823,37 +833,52 @@ class RemotePartitionMetadataStore:
             cache.materialise()
 
     def handle(self, metadata: RemoteLogMetadata) -> None:
-        """Apply one event; raises as RemoteLogMetadataCache does for invalid ones."""
+        """Apply one event; raises as RemoteLogMetadataCache does for invalid ones, and
+        FencedLeaderEpochException for a deposed leader's."""
+        tip = metadata.topic_id_partition
         if isinstance(metadata, (RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate)):
-            self._materialise(metadata.topic_id_partition)
+            self._materialise(tip)
         with self._lock:
-            if isinstance(metadata, RemoteLogSegmentMetadata):
-                tip = metadata.topic_id_partition
-                cache = self._caches.get(tip)
-                if cache is None:
-                    cache = RemoteLogMetadataCache()
-                    cache.add_copy_in_progress_segment(metadata)
-                    self._caches[tip] = cache
-                else:
-                    cache.add_copy_in_progress_segment(metadata)
-            elif isinstance(metadata, RemoteLogSegmentMetadataUpdate):
-                cache = self._caches.get(metadata.topic_id_partition)
-                if cache is None:
-                    raise RemoteResourceNotFoundException(
-                        f"No remote log segment metadata found for: {metadata.remote_log_segment_id}")
-                cache.update_remote_log_segment_metadata(metadata)
-                if cache.is_empty():
-                    del self._caches[metadata.topic_id_partition]
-            elif isinstance(metadata, RemotePartitionDeleteMetadata):
-                # As Kafka's store: any state is taken as it comes; only publishing checks order.
-                tip = metadata.topic_id_partition
-                if metadata.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
-                    self._caches.pop(tip, None)
-                    self._delete_states.pop(tip, None)
-                else:
-                    self._delete_states[tip] = metadata
+            fence = self._fences.get(tip, -1)
+            if 0 <= metadata.leader_epoch < fence:
+                raise FencedLeaderEpochException(
+                    f"{metadata} was written at leader epoch {metadata.leader_epoch}, and "
+                    f"{tip} has an event of epoch {fence}")
+            self._apply(metadata)
+            if isinstance(metadata, RemotePartitionDeleteMetadata) and \
+                    metadata.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                self._fences.pop(tip, None)
+            elif metadata.leader_epoch > fence:
+                self._fences[tip] = metadata.leader_epoch
+
+    def _apply(self, metadata: RemoteLogMetadata) -> None:
+        if isinstance(metadata, RemoteLogSegmentMetadata):
+            tip = metadata.topic_id_partition
+            cache = self._caches.get(tip)
+            if cache is None:
+                cache = RemoteLogMetadataCache()
+                cache.add_copy_in_progress_segment(metadata)
+                self._caches[tip] = cache
             else:
-                raise TypeError(f"not a remote log metadata event: {type(metadata).__name__}")
+                cache.add_copy_in_progress_segment(metadata)
+        elif isinstance(metadata, RemoteLogSegmentMetadataUpdate):
+            cache = self._caches.get(metadata.topic_id_partition)
+            if cache is None:
+                raise RemoteResourceNotFoundException(
+                    f"No remote log segment metadata found for: {metadata.remote_log_segment_id}")
+            cache.update_remote_log_segment_metadata(metadata)
+            if cache.is_empty():
+                del self._caches[metadata.topic_id_partition]
+        elif isinstance(metadata, RemotePartitionDeleteMetadata):
+            # As Kafka's store: any state is taken as it comes; only publishing checks order.
+            tip = metadata.topic_id_partition
+            if metadata.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                self._caches.pop(tip, None)
+                self._delete_states.pop(tip, None)
+            else:
+                self._delete_states[tip] = metadata
+        else:
+            raise TypeError(f"not a remote log metadata event: {type(metadata).__name__}")
 
     def restore_partition(self, tip: TopicIdPartition, cache: RemoteLogMetadataCache) -> None:
         with self._lock:
@@ -866,11 +891,26 @@ class RemotePartitionMetadataStore:
         with self._lock:
             self._delete_states[metadata.topic_id_partition] = metadata
 
+    def restore_fence(self, tip: TopicIdPartition, leader_epoch: int) -> None:
+        with self._lock:
+            self._fences[tip] = leader_epoch
+
+    def fence(self, tip: TopicIdPartition) -> int:
+        """The highest leader epoch of ``tip``'s applied events (-1: none)."""
+        with self._lock:
+            return self._fences.get(tip, -1)
+
+    def fences(self) -> dict[TopicIdPartition, int]:
+        """Every partition's fence (snapshots)."""
+        with self._lock:
+            return dict(self._fences)
+
     def clear_partition(self, tip: TopicIdPartition) -> None:
         """Forget a partition's segments and delete state."""
         with self._lock:
             self._caches.pop(tip, None)
             self._delete_states.pop(tip, None)
+            self._fences.pop(tip, None)
 
     # ---- reads ----------------------------------------------------------------------------
 

@@ -27,13 +27,19 @@ Field order (all version 0)::
     0: RemoteLogSegmentId, StartOffset int64, EndOffset int64, BrokerId int32, MaxTimestampMs int64,
        EventTimestampMs int64, SegmentLeaderEpochs []SegmentLeaderEpochEntry, SegmentSizeInBytes int32,
        CustomMetadata nullable bytes, RemoteLogSegmentState int8,
-       tags {0: TxnIndexEmpty bool, written only when true}
+       tags {0: TxnIndexEmpty bool, written only when true; 10000: leader epoch}
     1: RemoteLogSegmentId, BrokerId int32, EventTimestampMs int64, CustomMetadata nullable bytes,
-       RemoteLogSegmentState int8, tags
-    2: TopicIdPartition, BrokerId int32, EventTimestampMs int64, RemotePartitionDeleteState int8, tags
+       RemoteLogSegmentState int8, tags {10000: leader epoch}
+    2: TopicIdPartition, BrokerId int32, EventTimestampMs int64, RemotePartitionDeleteState int8,
+       tags {10000: leader epoch}
     3: SegmentId uuid, StartOffset int64, EndOffset int64, BrokerId int32, MaxTimestampMs int64,
        EventTimestampMs int64, SegmentLeaderEpochs, SegmentSizeInBytes int32, CustomMetadata,
        RemoteLogSegmentState int8, tags {0: TxnIndexEmpty bool}
+
+Tag 10000 is Strata's own: the leader epoch of the user partition its writer led at
+(``leader_epoch`` of the api types; int32, written only when known). Readers refuse a
+deposed leader's records by it (``cache.RemotePartitionMetadataStore``); Kafka's readers skip
+it as they skip any unknown tagged field, so Kafka reads every record Strata writes.
 
 Unknown tagged fields are skipped, as Kafka's transforms drop them. Kafka's trunk after 4.3.1
 adds version 1 of record 0 (tagged BrokerLeaderEpoch, tag 1); like 4.3.1 this module
@@ -96,6 +102,11 @@ SUPPORTED_VERSIONS: Mapping[int, range] = MappingProxyType({
 })
 
 _TAG_TXN_INDEX_EMPTY = 0
+# Strata's own tagged field on records 0, 1 and 2: the writer's leader epoch of the user
+# partition (int32), written only when known. Kafka 4.4 defines no tag this high; its
+# readers skip it as an unknown tagged field.
+TAG_LEADER_EPOCH = 10_000
+_INT32 = struct.Struct(">i")
 _MAX_STRING_LENGTH = 0x7FFF  # Kafka refuses longer compact strings
 _SHORT_MAX = 0x7FFF
 
@@ -248,6 +259,11 @@ def _segment_tags(txn_idx_empty: bool) -> list[tuple[int, bytes]]:
     return [(_TAG_TXN_INDEX_EMPTY, b"\x01")] if txn_idx_empty else []
 
 
+def _epoch_tags(leader_epoch: int) -> list[tuple[int, bytes]]:
+    # The writer's leader epoch, written only when known (>= 0).
+    return [(TAG_LEADER_EPOCH, _INT32.pack(leader_epoch))] if leader_epoch >= 0 else []
+
+
 def _write_segment_body(w: _Writer, m: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataSnapshot) -> None:
     """What records 0 and 3 share after the segment id."""
     w.int64(m.start_offset, "start_offset")
@@ -259,7 +275,8 @@ def _write_segment_body(w: _Writer, m: RemoteLogSegmentMetadata | RemoteLogSegme
     w.int32(m.segment_size_in_bytes, "segment_size_in_bytes")
     w.compact_nullable_bytes(m.custom_metadata)
     w.int8(m.state.id, "state")
-    w.tagged_fields(_segment_tags(m.txn_idx_empty))
+    epoch = m.leader_epoch if isinstance(m, RemoteLogSegmentMetadata) else -1
+    w.tagged_fields(_segment_tags(m.txn_idx_empty) + _epoch_tags(epoch))
 
 
 def _write_segment_metadata(w: _Writer, m: RemoteLogSegmentMetadata) -> None:
@@ -273,7 +290,7 @@ def _write_segment_update(w: _Writer, u: RemoteLogSegmentMetadataUpdate) -> None
     w.int64(u.event_timestamp_ms, "event_timestamp_ms")
     w.compact_nullable_bytes(u.custom_metadata)
     w.int8(u.state.id, "state")
-    w.tagged_fields([])
+    w.tagged_fields(_epoch_tags(u.leader_epoch))
 
 
 def _write_partition_delete(w: _Writer, d: RemotePartitionDeleteMetadata) -> None:
@@ -281,7 +298,7 @@ def _write_partition_delete(w: _Writer, d: RemotePartitionDeleteMetadata) -> Non
     w.int32(d.broker_id, "broker_id")
     w.int64(d.event_timestamp_ms, "event_timestamp_ms")
     w.int8(d.state.id, "state")
-    w.tagged_fields([])
+    w.tagged_fields(_epoch_tags(d.leader_epoch))
 
 
 def _write_snapshot(w: _Writer, s: RemoteLogSegmentMetadataSnapshot) -> None:
@@ -432,6 +449,18 @@ def _txn_idx_empty(tags: dict[int, bytes]) -> bool:
     return data[0] != 0
 
 
+def _leader_epoch(tags: dict[int, bytes]) -> int:
+    data = tags.get(TAG_LEADER_EPOCH)
+    if data is None:
+        return -1
+    if len(data) != 4:
+        raise MetadataParseException(f"leader epoch tagged field has {len(data)} bytes, expected 4")
+    epoch = _INT32.unpack(data)[0]
+    if epoch < 0:
+        raise MetadataParseException(f"negative leader epoch {epoch} in a tagged field")
+    return epoch
+
+
 def _read_segment_body(r: _Reader, record: str) -> dict[str, Any]:
     """What records 0 and 3 share after the segment id, as keyword arguments."""
     fields: dict[str, Any] = {
@@ -445,7 +474,10 @@ def _read_segment_body(r: _Reader, record: str) -> dict[str, Any]:
         "custom_metadata": r.compact_nullable_bytes("custom_metadata"),
         "state": _segment_state(r.int8("state")),
     }
-    fields["txn_idx_empty"] = _txn_idx_empty(r.tagged_fields(record))
+    tags = r.tagged_fields(record)
+    fields["txn_idx_empty"] = _txn_idx_empty(tags)
+    if record == "RemoteLogSegmentMetadataRecord":
+        fields["leader_epoch"] = _leader_epoch(tags)
     return fields
 
 
@@ -460,8 +492,9 @@ def _read_segment_update(r: _Reader) -> RemoteLogSegmentMetadataUpdate:
     event_timestamp_ms = r.int64("event_timestamp_ms")
     custom = r.compact_nullable_bytes("custom_metadata")
     state = _segment_state(r.int8("state"))
-    r.tagged_fields("RemoteLogSegmentMetadataUpdateRecord")
-    return RemoteLogSegmentMetadataUpdate(segment_id, event_timestamp_ms, custom, state, broker_id)
+    epoch = _leader_epoch(r.tagged_fields("RemoteLogSegmentMetadataUpdateRecord"))
+    return RemoteLogSegmentMetadataUpdate(segment_id, event_timestamp_ms, custom, state, broker_id,
+                                          leader_epoch=epoch)
 
 
 def _read_partition_delete(r: _Reader) -> RemotePartitionDeleteMetadata:
@@ -469,11 +502,12 @@ def _read_partition_delete(r: _Reader) -> RemotePartitionDeleteMetadata:
     broker_id = r.int32("broker_id")
     event_timestamp_ms = r.int64("event_timestamp_ms")
     state_id = r.int8("state")
-    r.tagged_fields("RemotePartitionDeleteMetadataRecord")
+    epoch = _leader_epoch(r.tagged_fields("RemotePartitionDeleteMetadataRecord"))
     state = RemotePartitionDeleteState.for_id(state_id)
     if state is None:
         raise MetadataParseException(f"unknown remote partition delete state id {state_id}")
-    return RemotePartitionDeleteMetadata(tip, state, event_timestamp_ms, broker_id)
+    return RemotePartitionDeleteMetadata(tip, state, event_timestamp_ms, broker_id,
+                                         leader_epoch=epoch)
 
 
 def _read_snapshot(r: _Reader) -> RemoteLogSegmentMetadataSnapshot:

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,7 @@ from strata.common.config import ConfigDef, ConfigType, at_least
 from strata.common.errors import InvalidConfigError
 from strata.common.files import atomic_write
 from strata.tiered.api import (
+    FencedLeaderEpochException,
     RemoteLogMetadata,
     RemoteLogMetadataManager,
     RemoteLogSegmentId,
@@ -147,8 +148,8 @@ def snapshot_path(log_dir: Path | str, metadata_partition: int) -> Path:
 # --------------------------------------------------------------------------- snapshot format
 
 SNAPSHOT_MAGIC = b"SRLM"
-SNAPSHOT_VERSION = 2
-READABLE_SNAPSHOT_VERSIONS = (1, 2)
+SNAPSHOT_VERSION = 3
+READABLE_SNAPSHOT_VERSIONS = (1, 2, 3)
 _HEADER = struct.Struct(">4shI")          # magic, version, crc32c of everything after
 _PREFIX = struct.Struct(">iqq")           # metadata partition, next offset, last value crc or -1
 _U16 = struct.Struct(">H")
@@ -179,12 +180,13 @@ class MetadataSnapshot:
     partitions: list[tuple[TopicIdPartition, list[RemoteLogSegmentMetadata],
                            list[tuple[int, RemoteLogLeaderEpochState]]]]
     delete_states: list[RemotePartitionDeleteMetadata]
+    fences: list[tuple[TopicIdPartition, int]] = field(default_factory=list)
 
 
 def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
-    """The snapshot file's bytes (version 2). Big-endian::
+    """The snapshot file's bytes (version 3). Big-endian::
 
-        magic "SRLM" | version int16 (2) | crc uint32: CRC32C of everything after it |
+        magic "SRLM" | version int16 (3) | crc uint32: CRC32C of everything after it |
         metadata partition int32 | next offset int64 | last value crc int64 (-1: none) |
         user partition count uint32, per user partition:
             topic id 16 bytes | partition int32 | topic name uint16 length + UTF-8 |
@@ -202,26 +204,34 @@ def encode_snapshot(snapshot: MetadataSnapshot) -> bytes:
                 epoch start offset int64 [k] (increasing) | segment index uint32 [k] |
                 unreferenced segment index uint32 [u] |
         delete state count uint32, per state: uint32 length + a RemotePartitionDeleteMetadata
-            record value (serde api key 2)
+            record value (serde api key 2) |
+        fence count uint32, per user partition with one: topic id 16 bytes | partition int32 |
+            topic name uint16 length + UTF-8 | leader epoch int32 (the highest applied)
 
-    ``[n]`` is a column of n values. The epoch states are written out, not recomputed on
+    ``[n]`` is a column of n values. Version 2 is version 3 without the fences (read as
+    none). The epoch states are written out, not recomputed on
     load, because they depend on the order segments finished in (superseded copies, highest
     offsets of deleted segments). Version 1 (``_encode_snapshot_v1``) held a serde record per
     segment and segment uuids in the epoch states; it is still read.
     """
     columns = [SegmentColumns.build(tip, segments, epochs) for tip, segments, epochs in snapshot.partitions]
     return _encode_columns(snapshot.metadata_partition, snapshot.next_offset,
-                           snapshot.last_value_crc, columns, snapshot.delete_states)
+                           snapshot.last_value_crc, columns, snapshot.delete_states,
+                           snapshot.fences)
+
+
+def _put_tip(out: bytearray, tip: TopicIdPartition) -> None:
+    name = tip.topic.encode("utf-8")
+    out += tip.topic_id.bytes + _I32.pack(tip.partition) + _U16.pack(len(name)) + name
 
 
 def _encode_columns(metadata_partition: int, next_offset: int, last_value_crc: int,
-                    partitions: list[SegmentColumns], delete_states: list[RemotePartitionDeleteMetadata]) -> bytes:
+                    partitions: list[SegmentColumns], delete_states: list[RemotePartitionDeleteMetadata],
+                    fences: Iterable[tuple[TopicIdPartition, int]] = ()) -> bytes:
     out = bytearray(_PREFIX.pack(metadata_partition, next_offset, last_value_crc))
     out += _U32.pack(len(partitions))
     for c in partitions:
-        tip = c.tip
-        name = tip.topic.encode("utf-8")
-        out += tip.topic_id.bytes + _I32.pack(tip.partition) + _U16.pack(len(name)) + name
+        _put_tip(out, c.tip)
         custom = c.custom_lengths is not None
         out += _COUNTS.pack(len(c), len(c.extra_segment), len(c.epoch_states), _FLAG_CUSTOM if custom else 0)
         out += c.ids
@@ -242,6 +252,11 @@ def _encode_columns(metadata_partition: int, next_offset: int, last_value_crc: i
     out += _U32.pack(len(delete_states))
     for delete in delete_states:
         _put_bytes(out, serialize(delete))
+    fences = sorted(fences, key=lambda f: (f[0].topic, f[0].partition, f[0].topic_id))
+    out += _U32.pack(len(fences))
+    for tip, epoch in fences:
+        _put_tip(out, tip)
+        out += _I32.pack(epoch)
     return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, _crc32c.crc32c(out)) + bytes(out)
 
 
@@ -339,14 +354,16 @@ class _LoadedSnapshot:
     last_value_crc: int
     caches: list[tuple[TopicIdPartition, RemoteLogMetadataCache]]
     delete_states: list[RemotePartitionDeleteMetadata]
+    fences: list[tuple[TopicIdPartition, int]]
 
 
 def _parse_snapshot(data: bytes) -> tuple[int, tuple[int, int, int], list[Any],
-                                         list[RemotePartitionDeleteMetadata]]:
-    """(version, (metadata partition, next offset, last value crc), partitions, delete states)
-    of a snapshot file of any readable version: a partition is (tip, segments, epoch states)
-    in version 1, SegmentColumns (validated) in version 2. SnapshotError if it is not a
-    snapshot this version can trust."""
+                                         list[RemotePartitionDeleteMetadata],
+                                         list[tuple[TopicIdPartition, int]]]:
+    """(version, (metadata partition, next offset, last value crc), partitions, delete states,
+    fences) of a snapshot file of any readable version: a partition is (tip, segments, epoch
+    states) in version 1, SegmentColumns (validated) from version 2. SnapshotError if it is
+    not a snapshot this version can trust."""
     if len(data) < _HEADER.size:
         raise SnapshotError("snapshot shorter than its header")
     magic, version, crc = _HEADER.unpack_from(data)
@@ -367,28 +384,36 @@ def _parse_snapshot(data: bytes) -> tuple[int, tuple[int, int, int], list[Any],
             if not isinstance(delete, RemotePartitionDeleteMetadata):
                 raise SnapshotError(f"expected a partition delete record, found {type(delete).__name__}")
             deletes.append(delete)
+        fences = []
+        if version >= 3:
+            for _ in range(r.count()):
+                tip = _read_tip(r)
+                epoch = r.unpack(_I32)[0]
+                if epoch < 0:
+                    raise SnapshotError(f"negative leader epoch fence {epoch} of {tip}")
+                fences.append((tip, epoch))
     except SnapshotError:
         raise
     except ValueError as exc:  # a record the serde or the api types reject, a bad name, bad columns
         raise SnapshotError(f"bad record in snapshot: {exc}") from exc
     if r.pos != len(data):
         raise SnapshotError(f"{len(data) - r.pos} byte(s) after the snapshot's end")
-    return version, prefix, partitions, deletes
+    return version, prefix, partitions, deletes, fences
 
 
 def decode_snapshot(data: bytes) -> MetadataSnapshot:
     """Parse a snapshot file (version 1 or 2); SnapshotError if it is not one this version can
     trust. Every segment becomes a RemoteLogSegmentMetadata (the RLMM's own loading keeps
     version 2's columns instead)."""
-    _, prefix, partitions, deletes = _parse_snapshot(data)
+    _, prefix, partitions, deletes, fences = _parse_snapshot(data)
     decoded = [(p.tip, *p.restored()) if isinstance(p, SegmentColumns) else p for p in partitions]
-    return MetadataSnapshot(*prefix, decoded, deletes)
+    return MetadataSnapshot(*prefix, decoded, deletes, fences)
 
 
 def _read_snapshot(data: bytes) -> _LoadedSnapshot:
     """A snapshot file as caches: lazy ones from version 2. SnapshotError if it is not a
     snapshot this version can trust (nothing of it is used then)."""
-    version, prefix, partitions, deletes = _parse_snapshot(data)
+    version, prefix, partitions, deletes, fences = _parse_snapshot(data)
     caches = []
     for p in partitions:
         if isinstance(p, SegmentColumns):
@@ -401,7 +426,7 @@ def _read_snapshot(data: bytes) -> _LoadedSnapshot:
             except ValueError as exc:
                 raise SnapshotError(f"bad partition {tip} in snapshot: {exc}") from exc
             caches.append((tip, cache))
-    return _LoadedSnapshot(version, *prefix, caches, deletes)
+    return _LoadedSnapshot(version, *prefix, caches, deletes, fences)
 
 
 def _read_tip(r: _SnapshotReader) -> TopicIdPartition:
@@ -565,7 +590,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     Counters of the last load: ``replayed_records`` (records read from the log after the
     snapshots), ``replayed_records_by_partition``, ``snapshot_offsets`` (metadata partition
-    -> offset of the snapshot it loaded). ``skipped_records`` counts bad records.
+    -> offset of the snapshot it loaded). ``skipped_records`` counts bad records,
+    ``fenced_records`` those of them a deposed leader wrote (its leader epoch was below one
+    already applied for the partition; see ``RemotePartitionMetadataStore``).
 
     Threads: any method from any thread. A lock per metadata partition orders its appends,
     applies and snapshot writes; the store's one lock guards the caches for readers. A
@@ -610,6 +637,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.replayed_records_by_partition: dict[int, int] = {}
         self.snapshot_offsets: dict[int, int] = {}
         self.skipped_records = 0
+        self.fenced_records = 0     # of them, those a deposed leader wrote
 
     @property
     def remote(self) -> bool:
@@ -934,12 +962,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._consume(mp, live=True)
             except Exception as exc:
                 return _failed(exc, f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
+            fence = self._store.fence(tip)
+            if 0 <= metadata.leader_epoch < fence:
+                raise FencedLeaderEpochException(
+                    f"{tip} has an event of leader epoch {fence}; not publishing {metadata} "
+                    f"of epoch {metadata.leader_epoch}")
             validate()
             mine: list[int] = []
+            refused: dict[int, Exception] = {}
 
-            def seen(offset: int, applied: bytes) -> None:
+            def seen(offset: int, applied: bytes, error: Exception | None) -> None:
                 if applied == value:
                     mine.append(offset)
+                    if error is not None:
+                        refused[offset] = error
             try:
                 try:
                     offset = self._topic_log.append(mp.partition, value)
@@ -958,10 +994,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except Exception as exc:
                 return _failed(exc, f"storing {metadata} in {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}")
             self._maybe_snapshot(mp)
+            # What every reader did with it: refused (a successor's event came first, or a
+            # concurrent writer's made the transition illegal) is a failure of the publish.
+            error = refused.get(min((m for m in mine if m <= offset), default=offset))
+            if error is not None:
+                return _failed(error, f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition} "
+                                      f"refused {metadata}")
         return _completed()
 
     def _consume_through(self, mp: _MetadataPartition, offset: int,
-                         on_record: Callable[[int, bytes], None], mine: list[int]) -> None:
+                         on_record: Callable[[int, bytes, Exception | None], None],
+                         mine: list[int]) -> None:
         """Apply records until ``offset`` is applied; with a remote log also until a copy of
         its value from an earlier attempt (``mine``, at or below ``offset``) is, reading the
         leader (whose high watermark may trail the append's acknowledgement after a leader
@@ -1112,10 +1155,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _consume(self, mp: _MetadataPartition, *, live: bool,
                  records: Iterable[tuple[int, bytes]] | None = None,
-                 on_record: Callable[[int, bytes], None] | None = None) -> int:
+                 on_record: Callable[[int, bytes, Exception | None], None] | None = None) -> int:
         """Apply the partition's records from ``mp.next_offset`` to the high watermark (or
         those of ``records`` at or after it, read from there earlier); the number applied,
-        each also handed to ``on_record``. Caller holds ``mp.lock``."""
+        each also handed to ``on_record`` with the reason it was refused (None: it was
+        not). Caller holds ``mp.lock``."""
         if records is None:
             records = self._topic_log.read(mp.partition, mp.next_offset)
         count = 0
@@ -1123,30 +1167,35 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             for offset, value in records:
                 if offset < mp.next_offset:
                     continue
-                self._apply(mp.partition, offset, value, live)
+                error = self._apply(mp.partition, offset, value, live)
                 mp.next_offset = offset + 1
                 mp.last_value_crc = _crc32c.crc32c(value)
                 count += 1
                 if on_record is not None:
-                    on_record(offset, value)
+                    on_record(offset, value, error)
         finally:
             mp.unsnapshotted += count
             mp.applied += count
         return count
 
-    def _apply(self, partition: int, offset: int, value: bytes, live: bool) -> None:
+    def _apply(self, partition: int, offset: int, value: bytes, live: bool) -> Exception | None:
+        """Apply one record; the reason it was skipped, if it was."""
         try:
             metadata = deserialize(value)
             if isinstance(metadata, RemoteLogSegmentMetadataSnapshot):
                 raise MetadataParseException("a snapshot record has no place in the topic")
             self._store.handle(metadata)
+            return None
         except (ValueError, RemoteStorageException) as exc:
             self.skipped_records += 1
+            if isinstance(exc, FencedLeaderEpochException):
+                self.fenced_records += 1
             # Replaying a topic whose start was deleted by retention meets updates of
             # segments it never saw: expected then, worth a warning otherwise.
             quiet = not live and isinstance(exc, RemoteResourceNotFoundException)
             log.log(logging.DEBUG if quiet else logging.WARNING, "skipping %s-%d offset %d: %s",
                     REMOTE_LOG_METADATA_TOPIC_NAME, partition, offset, exc)
+            return exc
 
     # ---- snapshots ------------------------------------------------------------------------
 
@@ -1168,7 +1217,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         tips = [tip for tip in self._store.partitions()
                 if self.metadata_partition(tip) == mp.partition]
         columns, deletes = self._store.export_columns(tips)  # lazy caches stay lazy
-        data = _encode_columns(mp.partition, mp.next_offset, mp.last_value_crc, columns, deletes)
+        fences = [(tip, epoch) for tip, epoch in self._store.fences().items()
+                  if self.metadata_partition(tip) == mp.partition]
+        data = _encode_columns(mp.partition, mp.next_offset, mp.last_value_crc, columns, deletes,
+                               fences)
         path = self._snapshot_path(mp.partition)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -1195,6 +1247,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._store.restore_partition(tip, cache)
         for delete in snapshot.delete_states:
             self._store.restore_delete_state(delete)
+        for tip, epoch in snapshot.fences:
+            self._store.restore_fence(tip, epoch)
         mp.next_offset = snapshot.next_offset
         mp.last_value_crc = snapshot.last_value_crc
         if snapshot.version != SNAPSHOT_VERSION:
@@ -1222,6 +1276,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for delete in snapshot.delete_states:
             if self.metadata_partition(delete.topic_id_partition) != partition:
                 raise SnapshotError(f"{delete.topic_id_partition} does not belong in this metadata partition")
+        for tip, _ in snapshot.fences:
+            if self.metadata_partition(tip) != partition:
+                raise SnapshotError(f"{tip} does not belong in this metadata partition")
 
     # ---- state checks ---------------------------------------------------------------------
 
