@@ -34,22 +34,28 @@ class TieredEnv:
 
     def __init__(self, tmp: Path, *, store: ObjectStore | None = None,
                  settings: TieringSettings | None = None, log_props: dict | None = None,
-                 clock: MockClock | None = None) -> None:
+                 clock: MockClock | None = None, topic_log: InMemoryMetadataTopicLog | None = None,
+                 broker_id: int = 1, leader_epoch_of=None) -> None:
+        """``topic_log`` and ``store`` shared make brokers of one cluster; ``leader_epoch_of``
+        is the RemoteLogManager's (None: the log is led)."""
         self.clock = clock or MockClock(T0)
         self.log = UnifiedLog(tmp / "orders-0", LogConfig({**SMALL_SEGMENTS, **(log_props or {})}),
                               clock=self.clock, topic_partition=TP)
         self.store = store if store is not None else MemoryObjectStore()
         self.rsm = ObjectStoreRemoteStorageManager(self.store)
         self.rsm.configure({})
-        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataTopicLog(), clock=self.clock)
-        self.rlmm.configure({"log.dir": str(tmp), "broker.id": 1,
+        self.topic_log = topic_log if topic_log is not None else InMemoryMetadataTopicLog()
+        self.rlmm = TopicBasedRemoteLogMetadataManager(self.topic_log, clock=self.clock)
+        self.rlmm.configure({"log.dir": str(tmp), "broker.id": broker_id,
                              "remote.log.metadata.topic.num.partitions": 3})
         self.rlmm.start()
         self.cache = RemoteIndexCache(self.rsm, tmp, 1 << 20)
-        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=1, logs=self.logs,
+        self.rlm = RemoteLogManager(self.rsm, self.rlmm, broker_id=broker_id, logs=self.logs,
                                     topic_id=self.topic_id, settings=settings or TieringSettings(),
-                                    index_cache=self.cache, clock=self.clock)
-        self.part = PartitionTiering(TIP, self.log, self.rlm.settings)
+                                    index_cache=self.cache, clock=self.clock,
+                                    leader_epoch_of=leader_epoch_of)
+        epoch = leader_epoch_of(TP) if leader_epoch_of is not None else 0
+        self.part = PartitionTiering(TIP, self.log, self.rlm.settings, leader_epoch=epoch or 0)
 
     def logs(self) -> list[UnifiedLog]:
         return [self.log]
@@ -58,15 +64,15 @@ class TieredEnv:
         return TOPIC_ID if topic == "orders" else None
 
     def produce(self, n: int, ts: int | None = None, size: int = 100,
-                ulog: UnifiedLog | None = None) -> None:
-        """``n`` single-record batches (value ``<offset>-`` repeated, at most ``size`` bytes),
-        committed."""
+                ulog: UnifiedLog | None = None, epoch: int = 0) -> None:
+        """``n`` single-record batches (value ``<offset>-`` repeated, at most ``size`` bytes)
+        at leader epoch ``epoch``, committed."""
         ulog = ulog or self.log
         for _ in range(n):
             off = ulog.log_end_offset
             value = (b"%d-" % off) * (size // 4)
             ulog.append_as_leader(build_batch([SimpleRecord(
-                value[:size], b"k%d" % off, timestamp=ts or self.clock.milliseconds())]), 0)
+                value[:size], b"k%d" % off, timestamp=ts or self.clock.milliseconds())]), epoch)
             ulog.update_high_watermark(ulog.log_end_offset)
 
     def copy(self) -> int:

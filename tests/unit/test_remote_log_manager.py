@@ -196,7 +196,7 @@ def test_expirer_deletes_segments_below_the_log_start_offset_after_delete_record
     assert env.read_all(target)[0] == target
 
 
-def test_segments_outside_the_leader_epoch_lineage_are_deleted(env):
+def test_segments_of_epochs_older_than_the_logs_earliest_are_deleted(env):
     env.produce(40)
     env.copy()
     victim = env.remote()[-1]

@@ -11,6 +11,13 @@ segment's end → COPY_SEGMENT_FINISHED → the log's highest offset in remote s
 A copy that fails removes what it wrote (the storage manager's contract) and is marked deleted
 in the metadata; a crash between STARTED and FINISHED leaves a COPY_SEGMENT_STARTED orphan the
 expirer deletes. Either way the segment is copied again, under a new segment id.
+
+Fenced by leadership: before each metadata record and the upload, the broker must still lead
+the partition (``TieringContext.leading_epoch``), and each record carries that leader epoch,
+so the metadata refuses a deposed leader's record once its successor has written one. A copy
+that loses the leadership on the way stops (``LeadershipLost`` or the refused record's
+``FencedLeaderEpochException``) and leaves a COPY_SEGMENT_STARTED orphan for the next leader's
+expirer; it marks nothing deleted, since it may no longer write.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from strata.log.producer_state import encode_snapshot
 from strata.tiered.api import (
     LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState)
+
+from strata.tiered.manager.leadership import LeadershipLost
 
 if TYPE_CHECKING:
     from strata.log.segment import LogSegment
@@ -137,7 +146,8 @@ def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegmen
     meta = RemoteLogSegmentMetadata(
         RemoteLogSegmentId.generate_new(part.tip), seg.base_offset, end_offset,
         seg.largest_timestamp, ctx.broker_id, ctx.clock.milliseconds(), seg.size,
-        segment_leader_epochs=epochs, txn_idx_empty=not has_txn)
+        segment_leader_epochs=epochs, txn_idx_empty=not has_txn,
+        leader_epoch=ctx.leading_epoch(part))
     epoch_checkpoint = encode_epoch_entries(ulog.leader_epoch_cache.entries_up_to(next_base))
     with contextlib.ExitStack() as scratch:
         snapshot = ulog.producer_state.fetch_snapshot(next_base)
@@ -155,14 +165,18 @@ def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegmen
         try:
             ctx.rlmm.add_remote_log_segment_metadata(meta).result()
             try:
+                ctx.leading_epoch(part)
                 custom = ctx.rsm.copy_log_segment_data(meta, data)
+            except LeadershipLost:
+                raise
             except Exception:
                 ctx.metrics.copy_failed(part.tip.topic)
-                _abandon_copy(ctx, meta)
+                _abandon_copy(ctx, part, meta)
                 raise
             ctx.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 meta.remote_log_segment_id, ctx.clock.milliseconds(), custom,
-                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.broker_id)).result()
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.broker_id,
+                leader_epoch=ctx.leading_epoch(part))).result()
         finally:
             part.copying = None
     ulog.update_highest_offset_in_remote_storage(end_offset)
@@ -172,14 +186,15 @@ def copy_log_segment(ctx: TieringContext, part: PartitionTiering, seg: LogSegmen
     return meta
 
 
-def _abandon_copy(ctx: TieringContext, meta: RemoteLogSegmentMetadata) -> None:
+def _abandon_copy(ctx: TieringContext, part: PartitionTiering,
+                  meta: RemoteLogSegmentMetadata) -> None:
     """Best effort after a failed copy: mark the attempt deleted so no listing keeps it.
 
-    If the metadata or the store is unreachable the COPY_SEGMENT_STARTED record stays and the
-    expirer deletes the orphan later.
+    If the metadata or the store is unreachable, or the leadership is lost, the
+    COPY_SEGMENT_STARTED record stays and the expirer deletes the orphan later.
     """
     from strata.tiered.manager.expirer import delete_remote_segment
     try:
-        delete_remote_segment(ctx, meta)
+        delete_remote_segment(ctx, meta, lambda: ctx.leading_epoch(part))
     except Exception as exc:  # noqa: BLE001 - the expirer retries
         log.warning("could not clean up failed copy %s yet: %s", meta.remote_log_segment_id.id, exc)

@@ -45,11 +45,12 @@ from strata.common.types import TopicIdPartition, TopicPartition
 from strata.log.local_log import FetchDataInfo
 from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.tiered.api import (
-    RemoteLogMetadataManager, RemoteLogSegmentId, RemoteLogSegmentMetadata,
-    RemoteLogSegmentState, RemotePartitionDeleteMetadata, RemotePartitionDeleteState,
-    RemoteStorageManager)
+    FencedLeaderEpochException, RemoteLogMetadataManager, RemoteLogSegmentId,
+    RemoteLogSegmentMetadata, RemoteLogSegmentState, RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState, RemoteStorageManager)
 from strata.tiered.config import inherited_tiering_remote_data_message
 from strata.tiered.manager import copier, expirer
+from strata.tiered.manager.leadership import LeadershipLost
 from strata.tiered.manager.quota import RemoteLogQuotas
 from strata.tiered.manager.retry import Backoff
 
@@ -200,7 +201,10 @@ class ReaderPoolStats:
 
 @dataclasses.dataclass
 class TieringContext:
-    """What every task needs: the plugins, this broker's id, the clock, the metrics."""
+    """What every task needs: the plugins, this broker's id, the clock, the metrics, and
+    ``leader_epoch_of`` (None on one broker, where every log is led): the leader epoch this
+    broker leads a partition at now, None where it does not (or may not: its cluster
+    session is in doubt)."""
 
     rsm: RemoteStorageManager
     rlmm: RemoteLogMetadataManager
@@ -210,6 +214,21 @@ class TieringContext:
     index_cache: Any = None       # RemoteIndexCache
     stopping: bool = False
     quotas: RemoteLogQuotas | None = None
+    leader_epoch_of: Callable[[TopicPartition], int | None] | None = None
+
+    def leading_epoch(self, part: PartitionTiering) -> int:
+        """The leader epoch to write ``part``'s next remote object or metadata record at:
+        this broker's epoch, if it still leads the partition at ``part``'s epoch or a later
+        one of its own. Checked before every such write. Raises LeadershipLost otherwise."""
+        if self.stopping or not part.leader:
+            raise LeadershipLost(f"{part.tip.topic_partition}: tiering stopped")
+        if self.leader_epoch_of is None:
+            return part.leader_epoch
+        epoch = self.leader_epoch_of(part.tip.topic_partition)
+        if epoch is None or epoch < part.leader_epoch:
+            raise LeadershipLost(f"{part.tip.topic_partition}: this broker no longer leads it "
+                                 f"at leader epoch {part.leader_epoch}")
+        return epoch
 
 
 class _Task:
@@ -282,7 +301,7 @@ class RemoteLogManager:
             fetch_window_num=s.fetch_quota_window_num,
             fetch_window_size_seconds=s.fetch_quota_window_size_seconds, clock=clock)
         self.ctx = TieringContext(rsm, rlmm, broker_id, clock, TieringMetrics(), index_cache,
-                                  quotas=quotas)
+                                  quotas=quotas, leader_epoch_of=leader_epoch_of)
         self._logs = logs
         self._topic_id = topic_id
         self._leader_epoch_of = leader_epoch_of
@@ -517,6 +536,10 @@ class RemoteLogManager:
                 task.backoff.reset()
                 task.last_error = None
                 task.next_run_ms = 0
+            except (LeadershipLost, FencedLeaderEpochException) as exc:
+                # Not a failure: the next round runs the tasks of the leadership there is.
+                log.info("%s stopped: %s", fn.__name__, exc)
+                task.last_error = None
             except Exception as exc:  # noqa: BLE001 - retried with backoff
                 delay = task.backoff.next_delay_ms()
                 task.next_run_ms = self.ctx.clock.milliseconds() + delay
