@@ -725,12 +725,15 @@ def tiered_describe(args: argparse.Namespace) -> int:
 
 def tiered_metadata(args: argparse.Namespace) -> int:
     """Print every record of ``__remote_log_metadata`` from its partition logs, offline, in the
-    form of Kafka's RemoteLogMetadataFormatter. Reads the segment files only (no locks, no
+    form of Kafka's RemoteLogMetadataFormatter, each followed by the leader epoch its writer
+    led at (where it says) and, for a record the brokers skip when they apply the topic (a
+    deposed leader's, an illegal transition), why. Reads the segment files only (no locks, no
     writes), so run it on a stopped broker's log dir or accept a torn last batch."""
     import mmap
     import re
     from strata.protocol import records as rec
-    from strata.tiered.metadata.formatting import format_record
+    from strata.tiered.metadata.cache import RemotePartitionMetadataStore
+    from strata.tiered.metadata.formatting import format_record, format_verdict
     from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
     log_dir = Path(args.log_dir)
     pattern = re.compile(rf"^{re.escape(REMOTE_LOG_METADATA_TOPIC_NAME)}-(\d+)$")
@@ -740,6 +743,7 @@ def tiered_metadata(args: argparse.Namespace) -> int:
         print(f"no {REMOTE_LOG_METADATA_TOPIC_NAME} partitions in {log_dir}", file=sys.stderr)
         return 1
     bad = 0
+    store = RemotePartitionMetadataStore()   # applies the records as every broker does
     for partition, directory in partitions:
         if args.partition is not None and partition != args.partition:
             continue
@@ -761,7 +765,8 @@ def tiered_metadata(args: argparse.Namespace) -> int:
                             continue
                         for r in records:
                             try:
-                                print(format_record(partition, r.offset, r.value))
+                                line = format_record(partition, r.offset, r.value)
+                                print(line + format_verdict(store, r.value))
                             except ValueError as exc:
                                 bad += 1
                                 print(f"partition: {partition}, offset: {r.offset}, error: {exc}")

@@ -6,6 +6,7 @@ pool accounting, and the HTTP endpoint itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -181,7 +182,29 @@ def test_tiered_metadata_reports_bad_records_and_goes_on(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("partition: 0, offset: 0, error: ")
     assert out[1].startswith("partition: 0, offset: 1, error: ")
-    assert out[2] == format_record(0, 2, serialize(UPDATE))
+    assert out[2].startswith(format_record(0, 2, serialize(UPDATE)) + ", refused: No remote log")
+
+
+def test_tiered_metadata_shows_each_records_leader_epoch_and_what_the_brokers_refuse(
+        tmp_path, capsys):
+    """A deposed leader's record (epoch 5 after an epoch-6 one) and an illegal transition
+    are printed as the brokers apply them: refused, with the reason."""
+    led = dataclasses.replace(SEGMENT, leader_epoch=6)
+    stale = dataclasses.replace(UPDATE, leader_epoch=5)
+    finished = RemoteLogSegmentMetadataUpdate(SEGMENT.remote_log_segment_id, 1, None,
+                                              S.COPY_SEGMENT_FINISHED, 2, leader_epoch=6)
+    deleting = dataclasses.replace(finished, state=S.DELETE_SEGMENT_STARTED)
+    late = dataclasses.replace(finished, event_timestamp_ms=2)   # back to FINISHED: illegal
+    records = [led, stale, finished, deleting, late]
+    _write_metadata_partition(tmp_path, 0, [serialize(m) for m in records])
+    assert cli_main(["tiered", "metadata", "--log-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = [format_record(0, i, serialize(m)) + ", leaderEpoch: %d" % m.leader_epoch
+             for i, m in enumerate(records)]
+    assert [out[0], out[2], out[3]] == [lines[0], lines[2], lines[3]]
+    assert out[1].startswith(lines[1] + ", refused: ")
+    assert "leader epoch 5" in out[1] and "epoch 6" in out[1]
+    assert out[4].startswith(lines[4] + ", refused: ") and "DELETE_SEGMENT_STARTED" in out[4]
 
 
 def test_tiered_metadata_without_the_topic_fails(tmp_path, capsys):

@@ -206,3 +206,23 @@ def test_leading_epoch_is_the_brokers_current_epoch_while_it_still_leads(cluster
         b.epoch["now"] = gone
         with pytest.raises(LeadershipLost):
             b.rlm.ctx.leading_epoch(b.part)
+
+
+def test_a_new_leaders_first_size_pass_counts_the_records_in_both_tiers_once(cluster):
+    """KAFKA-20732: the new leader's log holds the records its predecessor tiered. Its first
+    expiration pass knows the highest tiered offset before it sizes the log, so those records
+    are not counted once remote and again local, and nothing within retention.bytes goes."""
+    old = cluster["broker"](1, 0)
+    old.produce(40, epoch=0)
+    old.log.roll()
+    assert old.copy() > 0
+    remote = sum(m.segment_size_in_bytes for m in old.rlmm.list_remote_log_segments(TIP))
+    new = cluster["broker"](2, 1, **{"retention.bytes": str(int(remote * 1.5)),
+                                     "local.retention.bytes": "-2"})
+    new.produce(40, epoch=0)
+    new.log.roll()
+    assert new.log.highest_offset_in_remote_storage == -1
+    new.rlm._expire(new.part)
+    assert new.log.highest_offset_in_remote_storage == old.log.highest_offset_in_remote_storage
+    assert new.log.log_start_offset == 0
+    assert set(new.states().values()) == {S.COPY_SEGMENT_FINISHED}

@@ -37,11 +37,13 @@ from strata.tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
+    RemoteStorageException,
     TopicIdPartition,
 )
+from strata.tiered.metadata.cache import RemotePartitionMetadataStore
 from strata.tiered.metadata.serde import RemoteLogSegmentMetadataSnapshot, deserialize
 
-__all__ = ["format_metadata", "format_record", "format_topic_id_partition"]
+__all__ = ["format_metadata", "format_record", "format_topic_id_partition", "format_verdict"]
 
 
 def _uuid(value: uuid.UUID) -> str:
@@ -110,3 +112,19 @@ def format_record(partition: int, offset: int, value: bytes | None) -> str:
     if value is None:
         raise ValueError("a __remote_log_metadata record has a null value")
     return f"partition: {partition}, offset: {offset}, value: {format_metadata(deserialize(value))}"
+
+
+def format_verdict(store: RemotePartitionMetadataStore, value: bytes) -> str:
+    """What follows a record's line in ``strata tiered metadata``: ``, leaderEpoch: N`` where
+    its writer said which epoch it led at, and ``, refused: <why>`` where ``store`` (applying
+    the topic's records in order, as every broker does) skips it; empty for neither."""
+    metadata = deserialize(value)
+    epoch = getattr(metadata, "leader_epoch", -1)
+    out = f", leaderEpoch: {epoch}" if epoch >= 0 else ""
+    if isinstance(metadata, RemoteLogSegmentMetadataSnapshot):
+        return out + ", refused: a snapshot record has no place in the topic"
+    try:
+        store.handle(metadata)
+    except (ValueError, RemoteStorageException) as exc:
+        out += f", refused: {exc}"
+    return out
