@@ -318,6 +318,11 @@ class Network:
         for host in sorted(self._down):
             _ip("link", "set", self.port_of(host), "up")
         self._down.clear()
+        # addresses that went unanswered while a link was down would answer "no route to host"
+        # for a while yet; forgotten, they are asked again at the next packet
+        for ns, dev in [(None, self.bridge)] + [(self.namespace(h), "eth0") for h in self.hosts]:
+            for state in ("failed", "incomplete"):
+                _ip("neigh", "flush", "dev", dev, "nud", state, ns=ns, check=False)
 
     @property
     def faults(self) -> dict[str, list]:
@@ -341,15 +346,18 @@ class Network:
         """Starts ``args`` in the host's namespace."""
         return subprocess.Popen([*self.command_prefix(host), *args], **kwargs)
 
-    def connects(self, src: str, dst: str, port: int, timeout: float = 2.0) -> bool:
-        """Whether a TCP connection from ``src``'s namespace to ``dst``:``port`` is accepted
-        within ``timeout`` (``CLIENTS`` connects from the root namespace)."""
-        code = ("import socket, sys\n"
+    def connect(self, src: str, dst: str, port: int, timeout: float = 2.0) -> str:
+        """A TCP connect from ``src``'s namespace to ``dst``:``port`` (``CLIENTS``: from the
+        root namespace): "connected", "timed out" (no answer in ``timeout`` s) or the error."""
+        code = ("import socket\n"
                 "try:\n"
                 f"    socket.create_connection(({self.address(dst)!r}, {port}), {timeout}).close()\n"
-                "except OSError:\n"
-                "    sys.exit(1)\n")
+                "    print('connected')\n"
+                "except TimeoutError:\n"
+                "    print('timed out')\n"
+                "except OSError as e:\n"
+                "    print(e)\n")
         prefix = [] if src == CLIENTS else self.command_prefix(src)
         done = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True,
-                              timeout=timeout + 30)
-        return done.returncode == 0
+                              text=True, timeout=timeout + 30)
+        return done.stdout.strip() or done.stderr.strip()
