@@ -22,6 +22,7 @@ from kazoo.retry import KazooRetry
 from strata.cluster.image import BrokerRegistration, PartitionRegistration
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.config import ZkClientConfig
+from strata.cluster.zk.session_lease import ZkSessionLease
 from strata.common.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,13 @@ class StrataZkClient:
                                  interrupt=lambda: self._closed)
         self._closed = False
         self._session_lost = False
+        self._lost_generation = 0
         self._registered_session_id: int | None = None  # KafkaZkClient.currentZooKeeperSessionId
         self._handlers: dict[str, StateChangeHandler] = {}
         self._lock = threading.Lock()
         self._session_events = ThreadPoolExecutor(1, thread_name_prefix="zk-session")
+        # whether this broker may act as a leader now (strata.common.leadership_lease)
+        self.leadership_lease = ZkSessionLease(notify=self._session_events.submit)
         self._zk.add_listener(self._on_state)
 
     # --- session -------------------------------------------------------------------------
@@ -127,6 +131,7 @@ class StrataZkClient:
 
     def close(self) -> None:
         self._closed = True
+        self.leadership_lease.close()
         self._zk.stop()
         self._zk.close()
         self._session_events.shutdown(wait=True)
@@ -166,20 +171,36 @@ class StrataZkClient:
         if state == KazooState.LOST:
             self._session_lost = True
             log.warning("ZooKeeper session expired")
+            self._lost_generation = self.leadership_lease.expired()
             self._session_events.submit(self._run_handlers, "before_initializing_session")
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            log.info("ZooKeeper session re-established (0x%x)", self.session_id or 0)
-            self._session_events.submit(self._run_handlers, "after_initializing_session")
+        elif state == KazooState.SUSPENDED:
+            self.leadership_lease.suspended()
+        elif state == KazooState.CONNECTED:
+            self.leadership_lease.connected()
+            if self._session_lost:
+                self._session_lost = False
+                log.info("ZooKeeper session re-established (0x%x)", self.session_id or 0)
+                self._session_events.submit(self._initialize_session, self._lost_generation)
 
-    def _run_handlers(self, phase: str) -> None:
+    def _initialize_session(self, lost_generation: int) -> None:
+        if self._run_handlers("after_initializing_session"):
+            self.leadership_lease.session_initialized(lost_generation)
+        else:
+            log.error("a state change handler failed on the new ZooKeeper session: the "
+                      "leadership lease stays in doubt")
+
+    def _run_handlers(self, phase: str) -> bool:
+        """Runs every handler's ``phase``; True when none raised."""
         with self._lock:
             handlers = list(self._handlers.values())
+        ok = True
         for handler in handlers:
             try:
                 getattr(handler, phase)()
             except Exception:
+                ok = False
                 log.exception("state change handler %s failed in %s", handler.name, phase)
+        return ok
 
     # --- request plumbing ----------------------------------------------------------------
 
