@@ -16,7 +16,11 @@ invariants:
   change is proposed to the controller (``alter_partition``), one at a time per partition, and
   takes effect when the controller accepts it;
 - a follower whose last fetched epoch diverges from this log is told where (KIP-320) and
-  appends nothing until it has truncated.
+  appends nothing until it has truncated;
+- while the broker's leadership lease is in doubt (its ZooKeeper session may have expired, and
+  another broker may lead the same partitions) no high watermark moves, no acks=all wait
+  completes and no ISR change is proposed; appends and fetches go on. Once the lease is held
+  again, high watermarks catch up and acks=all waiters are woken.
 
 Synchronous and thread-safe (each log has its own lock); the server awaits nothing here.
 ``on_append`` is called with the partition after every append, to wake delayed fetches.
@@ -30,6 +34,7 @@ from typing import Callable, Mapping, NamedTuple
 
 from strata.common.clock import SYSTEM_CLOCK
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from strata.common.leadership_lease import ALWAYS_HELD, LeadershipLease
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.log_manager import LogManager
 from strata.log.producer_state import AppendOrigin
@@ -120,7 +125,8 @@ def _code(exc: Exception) -> ErrorCode:
 class ReplicaManager:
     def __init__(self, log_manager: LogManager, partitions: Callable[[str], int | None],
                  on_append: Callable[[TopicPartition], None] | None = None, *,
-                 broker_id: int = -1, clustered: bool = False):
+                 broker_id: int = -1, clustered: bool = False,
+                 lease: LeadershipLease = ALWAYS_HELD):
         self.log_manager = log_manager
         self._partitions = partitions
         self._on_append = on_append or (lambda tp: None)
@@ -146,6 +152,8 @@ class ReplicaManager:
         self.broker_racks: Callable[[], Mapping[int, str | None]] | None = None
         # leader.replication.throttled.rate (strata.replication.quota.ReplicationQuota)
         self.leader_quota = None
+        self.lease = lease
+        lease.add_listener(self._on_lease_changed)
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -279,11 +287,24 @@ class ReplicaManager:
                 continue
             follower = leadership.followers.get(r) if leadership is not None else None
             target = min(target, follower.log_end_offset if follower is not None else -1)
-        if target <= ulog.high_watermark:
+        if self.lease.in_doubt():
             return False
-        ulog.update_high_watermark(target)
+        with ulog.lock:   # callers run on several threads: never set an older value
+            if target <= ulog.high_watermark:
+                return False
+            ulog.update_high_watermark(target)
         self._on_append(tp)
         return True
+
+    def _on_lease_changed(self) -> None:
+        """The lease is held again: what the followers fetched while it was in doubt moves
+        the high watermarks, and acks=all waiters already below them are woken."""
+        if self.lease.in_doubt():
+            return
+        for tp in list(self._leaderships):
+            ulog = self.log_manager.get_log(tp)
+            if ulog is not None and not self._maybe_advance_high_watermark(tp, ulog):
+                self._on_append(tp)
 
     def follower_fetch(self, tp: TopicPartition, replica_id: int, fetch_offset: int,
                        last_fetched_epoch: int, max_bytes: int, current_leader_epoch: int,
@@ -360,6 +381,8 @@ class ReplicaManager:
     def shrink_isrs(self) -> None:
         """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): followers that have
         not caught up within replica.lag.time.max.ms leave the ISR."""
+        if self.lease.in_doubt():
+            return
         now = self.clock.milliseconds()
         for tp, leadership in list(self._leaderships.items()):
             st = self.state(tp)
@@ -376,8 +399,8 @@ class ReplicaManager:
     def _propose_isr(self, tp: TopicPartition, st: PartitionState, leadership: _Leadership,
                      new_isr: tuple[int, ...], retries: int = 0) -> None:
         sender = self.alter_partition
-        if sender is None:
-            return
+        if sender is None or self.lease.in_doubt():
+            return   # a follower's next fetch or the next expiration run proposes it again
         leadership.pending_isr = new_isr
         leadership.pending_partition_epoch = st.partition_epoch
         future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
@@ -457,12 +480,14 @@ class ReplicaManager:
                                 ) -> tuple[bool, ErrorCode]:
         """acks=all: (done, error). Done when the high watermark reached ``required_offset``
         (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is then below min.insync.replicas), or
-        when this broker no longer leads the partition (NOT_LEADER_OR_FOLLOWER)."""
+        when this broker no longer leads the partition (NOT_LEADER_OR_FOLLOWER). Not done
+        while the leadership lease is in doubt: the request waits, as for replication, and
+        answers REQUEST_TIMED_OUT (which producers retry) if the doubt outlasts it."""
         st = self.state(tp)
         ulog = self.log_manager.get_log(tp)
         if st is None or st.leader != self.broker_id or ulog is None:
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if ulog.high_watermark < required_offset:
+        if self.lease.in_doubt() or ulog.high_watermark < required_offset:
             return False, ErrorCode.NONE
         if len(st.isr) < self.min_insync_replicas(tp.topic):
             return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND

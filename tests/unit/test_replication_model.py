@@ -5,8 +5,9 @@ LogManager. Random sequences of produces (acks=1 or acks=all, min.insync.replica
 follower fetches (each follower fetches at its own log end offset, which grows only by what it
 fetched, possibly one batch at a time), clock advances, runs of the isr-expiration task,
 controller answers to ISR proposals (accepted: the new state comes back both as the
-AlterPartition response and as a metadata notice, in either order; or refused with an error)
-and controller-driven leader epoch bumps (same leader). After every step:
+AlterPartition response and as a metadata notice, in either order; or refused with an error),
+controller-driven leader epoch bumps (same leader) and the leader's ZooKeeper session going in
+and out of doubt (its leadership lease). After every step:
 
 - the high watermark never decreases and never passes the leader's log end offset;
 - the high watermark never passes the log end offset (as the model knows it) of any member of
@@ -16,7 +17,9 @@ and controller-driven leader epoch bumps (same leader). After every step:
 - the leader's maximal ISR (held ISR plus its pending change, which the high watermark is
   computed over) covers the committed ISR and a proposal the controller could still accept;
 - a proposal adds a follower to the ISR only from that follower's fetch at or above the high
-  watermark; every ISR (held, committed, proposed) contains the leader.
+  watermark; every ISR (held, committed, proposed) contains the leader;
+- while the lease is in doubt the high watermark stays where it was, no acks=all append is
+  reported done and no ISR change is proposed.
 
 A leader epoch bump, like an accepted change, is queued as a notice and applied in order.
 
@@ -43,6 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from strata.cluster.zk.session_lease import ZkSessionLease
 from strata.common.clock import MockClock
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.scheduler import ImmediateScheduler
@@ -99,8 +103,11 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         self.manager = LogManager([self.dir], LogConfig({}), scheduler=ImmediateScheduler())
         self.manager.startup()
         self.clock = MockClock()
+        self.lease = ZkSessionLease()
+        self.lease.connected()
+        self.hw_in_doubt = -1                          # the HW when the lease went in doubt
         self.rm = ReplicaManager(self.manager, lambda topic: 1 if topic == "t" else None,
-                                 broker_id=LEADER, clustered=True)
+                                 broker_id=LEADER, clustered=True, lease=self.lease)
         self.rm.clock = self.clock
         self.rm.replica_lag_time_max_ms = LAG_MS
         self.rm.alter_partition = FakeSender(self)
@@ -131,6 +138,7 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
 
     def check_proposal(self, tp, leader_epoch, partition_epoch, new_isr) -> None:
         held = self.rm.state(tp)
+        assert not self.lease.in_doubt(), f"{new_isr} proposed while the lease is in doubt"
         assert tp == TP and LEADER in new_isr, f"proposal {new_isr} without the leader"
         assert (leader_epoch, partition_epoch) == (held.leader_epoch, held.partition_epoch)
         added = set(new_isr) - set(held.isr)
@@ -213,6 +221,20 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
     def isr_expiration(self):
         self.rm.shrink_isrs()
 
+    # --- the leader's ZooKeeper session ---------------------------------------------------------
+
+    @precondition(lambda self: not self.lease.in_doubt())
+    @rule()
+    def session_in_doubt(self):
+        self.hw_in_doubt = self.log.high_watermark
+        self.lease.suspended()
+        event("lease in doubt")
+
+    @precondition(lambda self: self.lease.in_doubt())
+    @rule()
+    def session_back(self):
+        self.lease.connected()
+
     # --- the controller ------------------------------------------------------------------------
 
     @precondition(lambda self: self.unanswered() is not None)
@@ -281,6 +303,8 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
             return
         hw = self.log.high_watermark
         assert hw >= self.last_hw, f"HW went back from {self.last_hw} to {hw}"
+        assert not self.lease.in_doubt() or hw == self.hw_in_doubt, \
+            f"HW moved from {self.hw_in_doubt} to {hw} while the lease was in doubt"
         self.last_hw = hw
         assert hw <= self.log.log_end_offset == self.leader_leo
         for name, isr in self.isr_bounds().items():
@@ -314,6 +338,8 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         for last_offset, min_isr in self.waiting:
             self.rm.min_insync_replicas = lambda topic: min_isr
             done, error = self.rm.enough_replicas_reached(TP, last_offset + 1)
+            assert not (done and self.lease.in_doubt()), \
+                f"acks=all of {last_offset} done ({error.name}) while the lease was in doubt"
             if not done:
                 still.append((last_offset, min_isr))
             elif error == ErrorCode.NONE:
