@@ -285,8 +285,9 @@ def _replication_quotas(node_id: int, metadata):
     return leader, follower
 
 
-def _alter_partition_manager(node_id: int, metadata):
-    """AlterPartition to whichever broker is the controller now, as this broker's epoch."""
+def _alter_partition_manager(node_id: int, metadata, lease):
+    """AlterPartition to whichever broker is the controller now, as this broker's epoch,
+    held while ``lease`` is in doubt."""
     from strata.replication.alter_partition import AlterPartitionManager
 
     def controller():
@@ -300,7 +301,7 @@ def _alter_partition_manager(node_id: int, metadata):
 
     return AlterPartitionManager(
         node_id, broker_epoch, controller,
-        lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None))
+        lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None), lease=lease).start()
 
 
 def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
@@ -408,6 +409,7 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
     from strata.cluster.metadata import SENDFILE_PROP, ClusterMetadata
+    from strata.common.leadership_lease import ALWAYS_HELD
     from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
     from strata.coordinator.offsets_log import ReplicaOffsetsLog
     from strata.coordinator.producer_id_manager import ProducerIdManager
@@ -434,6 +436,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     STALLS.watch_loop(loop)   # a loop or ZooKeeper thread stuck for 5 s logs every stack
     STALLS.start()
     zk = _join_cluster(props, node_id)
+    # whether this broker may do what only a leader may: held for good without ZooKeeper
+    leadership_lease = zk.leadership_lease if zk is not None else ALWAYS_HELD
     if zk is not None:
         from strata.cluster.zk_metadata import ZkClusterMetadata
         metadata = ZkClusterMetadata(log_dirs[0], node_id, props, zk)
@@ -455,7 +459,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     replica_manager = ReplicaManager(
         manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
         on_append=watchers.notifier(loop),
-        broker_id=node_id, clustered=zk is not None)
+        broker_id=node_id, clustered=zk is not None, lease=leadership_lease)
     replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
     if _rack_aware_selector(props) and zk is not None:
         replica_manager.broker_racks = lambda: {b.node_id: b.rack for b in metadata.live_brokers()}
@@ -561,7 +565,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             auto_leader_rebalance_interval_s=_int(
                 props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
         metadata.controller = controller
-        replica_manager.alter_partition = _alter_partition_manager(node_id, metadata)
+        replica_manager.alter_partition = _alter_partition_manager(node_id, metadata,
+                                                                   leadership_lease)
     if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
         scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                     replica_manager.replica_lag_time_max_ms // 2)

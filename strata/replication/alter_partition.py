@@ -10,15 +10,20 @@
   partition's new ``PartitionState`` (``replicas`` empty: AlterPartition does not carry them)
   or a ``KafkaError`` with the partition's error code;
 - no controller known, a connection failure or a top-level error (NOT_CONTROLLER,
-  STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) leave the whole batch queued: it is sent again
-  after ``retry_backoff_s``, to the controller then named, with whatever was queued meanwhile.
-  A partition the response left out is sent again too. There is no overall timeout (as Kafka's).
+  STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) leave the whole batch queued: it is sent again,
+  to the controller then named, with whatever was queued meanwhile, after a backoff that
+  doubles with each consecutive failed round from retry.backoff.ms (100 ms) up to
+  retry.backoff.max.ms (1 s), ±20 % jitter; a round answered in full resets it. A partition
+  the response left out is sent again too. There is no overall timeout (as Kafka's);
+- nothing is sent while the broker's leadership lease is in doubt (its ZooKeeper session may
+  have expired): what is queued waits, and goes once the lease is held again.
 
 Requests are v2 (``new_isr``): the controller's logic checks the ISR's members, not their broker
 epochs, which is all v3's ``new_isr_with_epochs`` adds; ``version=3`` sends v3 with epochs -1.
 
-Threads: ``submit`` and ``shutdown`` from any thread; futures complete on the manager's thread
-(a callback may submit again for the same partition).
+Threads: ``submit`` and ``shutdown`` from any thread; ``start`` runs the rounds on the manager's
+thread, where futures complete (a callback may submit again for the same partition). A test
+may instead call ``poll`` itself, on one thread, without ``start``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from strata.common.backoff import ExponentialBackoff
+from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.errors import ErrorCode, KafkaError, error_code_of
+from strata.common.leadership_lease import ALWAYS_HELD, LeadershipLease
 from strata.common.types import TopicPartition
 from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
@@ -39,7 +47,8 @@ from strata.replication.replica_manager import PartitionState
 
 log = logging.getLogger(__name__)
 
-RETRY_BACKOFF_S = 0.05          # Kafka retries a failed AlterPartition after 50 ms
+RETRY_BACKOFF_MS = 100          # retry.backoff.ms
+RETRY_BACKOFF_MAX_MS = 1000     # retry.backoff.max.ms
 REQUEST_TIMEOUT_S = 30.0        # controller.socket.timeout.ms
 LEADER_RECOVERY_STATES = (0, 1)  # RECOVERED, RECOVERING
 
@@ -66,15 +75,17 @@ class AlterPartitionManager:
     ``controller()`` gives (controller id, host, port) or None when none is known;
     ``topic_id(topic)`` the topic's id or None (the change then fails with UNKNOWN_TOPIC_ID);
     ``connect(host, port)`` opens a blocking connection with ``request(body, response_cls)`` and
-    ``close()`` (default: ``strata.net.connection.Connection``).
+    ``close()`` (default: ``strata.net.connection.Connection``); ``lease`` holds sends while in
+    doubt; ``backoff`` spaces failed rounds, timed by ``clock``.
     """
 
     def __init__(self, broker_id: int, broker_epoch: Callable[[], int],
                  controller: Callable[[], tuple[int, str, int] | None],
                  topic_id: Callable[[str], uuid.UUID | None],
                  connect: Callable[[str, int], Any] | None = None, *,
-                 version: int = 2, retry_backoff_s: float = RETRY_BACKOFF_S,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S):
+                 version: int = 2, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 lease: LeadershipLease = ALWAYS_HELD,
+                 backoff: ExponentialBackoff | None = None, clock: Clock = SYSTEM_CLOCK):
         if version not in (2, 3):
             raise ValueError(f"AlterPartition v{version}: only v2 and v3 are spoken")
         self.broker_id = broker_id
@@ -86,15 +97,25 @@ class AlterPartitionManager:
         self.version = version
         self._request_cls = request_class(ApiKey.ALTER_PARTITION, version)
         self._response_cls = response_class(ApiKey.ALTER_PARTITION, version)
-        self._retry_backoff_s = retry_backoff_s
+        self._lease = lease
+        self._backoff = backoff or ExponentialBackoff(RETRY_BACKOFF_MS, RETRY_BACKOFF_MAX_MS)
+        self._clock = clock
+        self._failures = 0           # consecutive failed rounds
+        self._next_round_ns = 0      # no round before this (clock nanoseconds)
+        self._holding = False        # the lease is in doubt and something waits
         self._cond = threading.Condition()
         self._pending: dict[TopicPartition, _Item] = {}  # queued or in flight, one per partition
         self._stopped = False
+        self._woken = False          # something to look at: a submit, the lease, a shutdown
         self._conn: Any = None
         self._conn_target: tuple[int, str, int] | None = None
         self._thread = threading.Thread(target=self._run, name=f"alter-partition-{broker_id}",
                                         daemon=True)
+        lease.add_listener(self._wake)
+
+    def start(self) -> "AlterPartitionManager":
         self._thread.start()
+        return self
 
     # ---- any thread ----------------------------------------------------------------------
 
@@ -118,6 +139,7 @@ class AlterPartitionManager:
             else:
                 refused = None
                 self._pending[tp] = item
+                self._woken = True
                 self._cond.notify_all()
         if refused is not None:
             future.set_exception(KafkaError(f"Not sending the ISR change {tuple(new_isr)} of {tp}: "
@@ -142,7 +164,10 @@ class AlterPartitionManager:
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
             except OSError:
                 pass
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        else:
+            self._disconnect()
         with self._cond:
             left = list(self._pending.values())
             self._pending.clear()
@@ -153,44 +178,76 @@ class AlterPartitionManager:
 
     # ---- the manager's thread -------------------------------------------------------------
 
+    def _wake(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
     def _run(self) -> None:
         try:
+            delay_s: float | None = None
             while True:
                 with self._cond:
-                    while not self._stopped and not self._pending:
-                        self._cond.wait()
+                    self._cond.wait_for(lambda: self._stopped or self._woken, delay_s)
                     if self._stopped:
                         return
-                    batch = list(self._pending.values())
-                try:
-                    done = self._send(batch)
-                except Exception:  # noqa: BLE001 - a bug here must not end the thread
-                    log.exception("AlterPartition of %s failed", [i.tp for i in batch])
-                    self._disconnect()  # the connection may be mid-response
-                    done = False
-                if not done:
-                    with self._cond:
-                        self._cond.wait_for(lambda: self._stopped, self._retry_backoff_s)
+                    self._woken = False
+                delay_s = self.poll()
         finally:
             self._disconnect()
+
+    def poll(self) -> float | None:
+        """One round if one is due: everything queued, in one request. The seconds until the
+        next round is due (0: at once), or None when nothing is due until a submit or a
+        change of the lease (nothing queued, or the lease in doubt)."""
+        with self._cond:
+            if self._stopped or not self._pending:
+                return None
+            if self._lease.in_doubt():
+                if not self._holding:
+                    log.info("AlterPartition: holding the ISR changes of %s while the "
+                             "leadership lease is in doubt", sorted(self._pending))
+                self._holding = True
+                return None
+            self._holding = False
+            wait_ns = self._next_round_ns - self._clock.nanoseconds()
+            if wait_ns > 0:
+                return wait_ns / 1e9
+            batch = list(self._pending.values())
+        try:
+            done = self._send(batch)
+        except Exception:  # noqa: BLE001 - a bug here must not end the thread
+            log.exception("AlterPartition of %s failed", [i.tp for i in batch])
+            self._disconnect()  # the connection may be mid-response
+            done = False
+        if done:
+            self._failures = 0
+            self._next_round_ns = 0
+            with self._cond:
+                return 0.0 if self._pending else None
+        delay_ms = self._backoff.backoff_ms(self._failures)
+        self._failures += 1
+        self._next_round_ns = self._clock.nanoseconds() + delay_ms * 1_000_000
+        return delay_ms / 1000
 
     def _send(self, batch: list[_Item]) -> bool:
         """One request for ``batch``; False when all or part of it is to be sent again."""
         target = self._controller()
         if target is None:
-            log.debug("AlterPartition: no controller known; retrying")
+            log.debug("AlterPartition: no controller known; retrying after a backoff")
             return False
         try:
             conn = self._connection(target)
             response = conn.request(self._request(batch), self._response_cls)
         except (OSError, ConnectionError, ValueError) as e:  # ValueError: an undecodable answer
-            log.info("AlterPartition to controller %d failed (%s); retrying", target[0], e)
+            log.info("AlterPartition to controller %d failed (%s); retrying after a backoff",
+                     target[0], e)
             self._disconnect()
             return False
         top = int(response.error_code)
         if top != ErrorCode.NONE:
-            log.info("AlterPartition: controller %d answered %s; retrying", target[0],
-                     _error(top, "top-level").code.name)
+            log.info("AlterPartition: controller %d answered %s; retrying after a backoff",
+                     target[0], _error(top, "top-level").code.name)
             if top == ErrorCode.NOT_CONTROLLER:
                 self._disconnect()
             return False

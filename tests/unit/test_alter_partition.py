@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import random
 import threading
 import time
 import uuid
@@ -23,6 +24,9 @@ from strata.cluster.image import (
     BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map)
 from strata.cluster.metadata import AlterPartitionItemResult, ClusterMetadata
 from strata.cluster.zk_metadata import ZkClusterMetadata
+from strata.cluster.zk.session_lease import ZkSessionLease
+from strata.common.backoff import ExponentialBackoff
+from strata.common.clock import MockClock
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.protocol.codec import (
@@ -132,10 +136,10 @@ def managers():
     made = []
 
     def make_manager(fake, controller=lambda: (1, "c1", 9001), epoch=lambda: 42, **kw):
-        m = AlterPartitionManager(1, epoch, controller, IDS.get, connect=fake.connect,
-                                  retry_backoff_s=0.01, **kw)
+        kw.setdefault("backoff", ExponentialBackoff(10, 10, jitter=0))
+        m = AlterPartitionManager(1, epoch, controller, IDS.get, connect=fake.connect, **kw)
         made.append(m)
-        return m
+        return m.start()
     yield make_manager
     for m in made:
         m.shutdown()
@@ -299,6 +303,79 @@ def test_unknown_topic_and_shutdown(managers):
         with pytest.raises(KafkaError) as e:
             fut.result(DEADLINE_S)
         assert e.value.code == ErrorCode.OPERATION_NOT_ATTEMPTED
+
+
+def polled_manager(fake, clock, **kw):
+    """A manager whose rounds the test runs (``poll``) on ``clock``: no thread, no sleeps."""
+    kw.setdefault("backoff", ExponentialBackoff(100, 1000, jitter=0))
+    return AlterPartitionManager(1, lambda: 42, lambda: (1, "c1", 9001), IDS.get,
+                                 connect=fake.connect, clock=clock, **kw)
+
+
+def test_failed_rounds_back_off_exponentially_to_a_second_and_an_answered_round_resets_it():
+    """The ex-leader's retry storm: a controller that keeps answering NOT_CONTROLLER was asked
+    every ~55 ms. Each failed round now waits twice as long as the one before, up to 1 s."""
+    refusing = [True]
+    fake = FakeController(lambda r, t: response(r, {}, ErrorCode.NOT_CONTROLLER) if refusing[0]
+                          else FakeController.accept_all(r, t))
+    clock = MockClock()
+    m = polled_manager(fake, clock)
+    f = m.submit(TopicPartition("t", 0), 1, 1, (1,))
+    waits = []
+    for _ in range(6):
+        sent = len(fake.requests)
+        waits.append(m.poll())
+        assert len(fake.requests) == sent + 1
+        clock.advance_ms(int(waits[-1] * 1000) - 1)
+        assert m.poll() == pytest.approx(0.001)   # not due yet: nothing sent
+        assert len(fake.requests) == sent + 1
+        clock.advance_ms(1)
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    refusing[0] = False
+    assert m.poll() is None and f.result(0).isr == (1,)
+    g = m.submit(TopicPartition("t", 1), 1, 1, (1,))
+    assert m.poll() is None and g.done()   # sent at once: the answered round reset the backoff
+    assert len(fake.requests) == 8
+    m.shutdown()
+
+
+def test_a_jittered_backoff_stays_within_a_fifth_of_each_step():
+    fake = FakeController(lambda r, t: response(r, {}, ErrorCode.NOT_CONTROLLER))
+    clock = MockClock()
+    m = polled_manager(fake, clock, backoff=ExponentialBackoff(100, 1000, rng=random.Random(3)))
+    m.submit(TopicPartition("t", 0), 1, 1, (1,))
+    for base in (100, 200, 400, 800, 1000):
+        wait = m.poll()
+        assert base * 0.8 <= wait * 1000 <= min(base * 1.2, 1000)
+        clock.advance_ms(int(wait * 1000) + 1)
+    m.shutdown()
+
+
+def test_nothing_is_sent_while_the_lease_is_in_doubt_and_what_waited_goes_once_it_is_held():
+    fake = FakeController()
+    lease = ZkSessionLease()
+    lease.connected()
+    m = polled_manager(fake, MockClock(), lease=lease)
+    lease.suspended()
+    f = m.submit(TopicPartition("t", 0), 1, 1, (1, 2))
+    g = m.submit(TopicPartition("u", 0), 1, 1, (1,))
+    assert m.poll() is None and m.poll() is None   # waits for the lease, not for a timer
+    assert fake.requests == [] and not f.done()
+    lease.connected()
+    assert m.poll() is None
+    assert [partitions_sent(r) for _, r in fake.requests] == [
+        sorted([(TOPIC_ID, 0, (1, 2)), (OTHER_ID, 0, (1,))])]
+    assert f.result(0).isr == (1, 2) and g.result(0).isr == (1,)
+    m.shutdown()
+
+
+def test_the_managers_thread_sends_what_waited_when_the_lease_is_held_again(managers):
+    fake = FakeController()
+    lease = ZkSessionLease()
+    m = managers(fake, lease=lease)   # in doubt: not yet connected
+    f = m.submit(TopicPartition("t", 0), 1, 1, (1,))
+    lease.connected()
+    assert f.result(DEADLINE_S).isr == (1,)
 
 
 # ---- the handler ----------------------------------------------------------------------------
@@ -500,7 +577,7 @@ def test_the_sender_and_the_handler_agree_over_the_wire():
 
     for version in (2, 3):
         m = AlterPartitionManager(1, lambda: 101, lambda: (1, "c", 1), IDS.get,
-                                  connect=lambda h, p: Wire(), version=version)
+                                  connect=lambda h, p: Wire(), version=version).start()
         try:
             state = controller.image.registration(TopicPartition("t", 0))
             isr = (1, 2) if version == 2 else (1,)
