@@ -65,7 +65,8 @@ SEGMENT = 16 * 1024
 RATE = 400                 # records per second, all partitions together
 VALUE_SIZE = 100
 AFTER_HEAL_S = 10          # producing on after each heal before the next cut or the checks
-# a broker hears of a leader change it did not make within this (ZooKeeper watch, no fault)
+# a broker that reaches ZooKeeper hears of a leader change within this; a broker cut from it
+# gets no such grace from its cut until it is back in every ISR
 GRACE_MS = 1000
 TOPIC_CONFIG = {"remote.storage.enable": "true", "internal.segment.bytes": str(SEGMENT),
                 "segment.index.bytes": "4096", "local.retention.ms": "5000",
@@ -146,6 +147,7 @@ class Leadership:
         self.zk.start(timeout=15)
         self.topic = topic
         self.history: dict[int, list[tuple[int, int, int, int, list[int]]]] = defaultdict(list)
+        self.cuts: list[tuple[int, int, float]] = []   # (broker, from ms, to ms) cut from ZooKeeper
         self._lock = threading.Lock()
         for p in range(partitions):
             self.zk.DataWatch(partition_state_path(topic, p), self._watcher(p))
@@ -182,6 +184,16 @@ class Leadership:
                 return True
         return False
 
+    def history_of(self, p: int) -> list[tuple[int, int, int]]:
+        """(ZooKeeper's write time ms, leader, leader epoch) of each state seen of ``p``."""
+        with self._lock:
+            return [(m, leader, epoch) for m, _, leader, epoch, _ in sorted(self.history[p])]
+
+    def grace_ms(self, broker: int, t_ms: int) -> int:
+        """How long after losing leadership a write by ``broker`` at ``t_ms`` is excused."""
+        cut = any(b == broker and start <= t_ms <= end for b, start, end in self.cuts)
+        return 0 if cut else GRACE_MS
+
     def missed_versions(self) -> dict[int, list[int]]:
         """zk versions the watch did not see (two writes closer than the watch's re-read)."""
         out = {}
@@ -194,8 +206,10 @@ class Leadership:
         return out
 
     def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+            self.zk = None
 
 
 # --------------------------------------------------------------------------- the producer
@@ -210,20 +224,25 @@ class Producing(threading.Thread):
         self.bootstrap = bootstrap
         self.acked: dict[tuple[int, int], bytes] = {}
         self.acked_in: Counter = Counter()     # by partition
+        self.ack_times: dict[int, list[float]] = defaultdict(list)
         self.errors: Counter = Counter()
         self.sent = 0
         self.undelivered = 0
         self.stopping = threading.Event()
 
     def _producer(self) -> Producer:
+        # metadata every second and 5 s request timeouts: the producer moves to a new leader
+        # within seconds although the old one, cut from ZooKeeper, still answers as leader
         return Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
                          "enable.idempotence": True, "linger.ms": 5,
-                         "message.timeout.ms": 120000})
+                         "message.timeout.ms": 120000, "request.timeout.ms": 5000,
+                         "topic.metadata.refresh.interval.ms": 1000})
 
     def _delivered(self, err, msg) -> None:
         if err is None:
             self.acked[(msg.partition(), msg.offset())] = msg.value()
             self.acked_in[msg.partition()] += 1
+            self.ack_times[msg.partition()].append(time.monotonic())
         else:
             self.errors[err.name()] += 1
 
@@ -256,6 +275,11 @@ class Producing(threading.Thread):
             if ahead > 0:
                 time.sleep(ahead)
         self.undelivered += producer.flush(120)
+
+    def longest_wait(self, p: int, start: float, end: float) -> float:
+        """The longest time in [start, end] (monotonic) without an acknowledgement on ``p``."""
+        times = [start] + [t for t in list(self.ack_times[p]) if start < t < end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -349,37 +373,38 @@ def remote_metadata_events(bootstrap: str) -> list:
 
 def check_remote_metadata(events: list, leadership: Leadership, found: Findings) -> None:
     """No segment DELETE from a broker that did not lead then; every segment's states a legal
-    sequence. Copies by a broker that did not lead, and two finished copies of one range, are
-    noted."""
+    sequence. Other writes by a broker that did not lead, and two finished copies of one range,
+    are noted."""
     states: dict = {}
     first: dict = {}
     copies_by_range: dict = defaultdict(set)
+    not_leading: dict = defaultdict(list)      # (partition, broker, is a delete) -> [what]
     for e in events:
         p = e.topic_id_partition.partition
         if isinstance(e, RemoteLogSegmentMetadata):
-            sid, state = e.remote_log_segment_id, e.state
-            first[sid] = e
-        elif isinstance(e, RemoteLogSegmentMetadataUpdate):
-            sid, state = e.remote_log_segment_id, e.state
-        else:
+            first[e.remote_log_segment_id] = e
+        elif not isinstance(e, RemoteLogSegmentMetadataUpdate):
             continue
-        t, broker = e.event_timestamp_ms, e.broker_id
-        led = leadership.led(p, broker, t - GRACE_MS, t)
-        what = (f"partition {p} segment {sid.id} "
-                f"[{getattr(first.get(sid), 'start_offset', '?')}, "
-                f"{getattr(first.get(sid), 'end_offset', '?')}]: {state.name} by broker {broker} "
-                f"at {t}")
-        if state in DELETES and not led:
-            found.problem(f"{what}, which did not lead the partition then")
-        elif not led:
-            found.note(f"written by a broker that did not lead then: {what}")
+        sid, state, t, broker = e.remote_log_segment_id, e.state, e.event_timestamp_ms, e.broker_id
+        seg = first.get(sid)
+        what = f"{state.name} of [{getattr(seg, 'start_offset', '?')}, " \
+               f"{getattr(seg, 'end_offset', '?')}] at {t}"
+        if not leadership.led(p, broker, t - leadership.grace_ms(broker, t), t):
+            not_leading[(p, broker, state in DELETES)].append(what)
         prev = states.get(sid)
         if not S.is_valid_transition(prev, state):
-            found.problem(f"illegal transition {getattr(prev, 'name', None)} -> {state.name}: {what}")
+            found.problem(f"partition {p} segment {sid.id}: illegal transition "
+                          f"{getattr(prev, 'name', None)} -> {what} by broker {broker}")
         states[sid] = state
-        if state is S.COPY_SEGMENT_FINISHED and sid in first:
-            copies_by_range[(p, first[sid].start_offset, first[sid].end_offset)].add(
-                (str(sid.id), broker))
+        if state is S.COPY_SEGMENT_FINISHED and seg is not None:
+            copies_by_range[(p, seg.start_offset, seg.end_offset)].add((str(sid.id), broker))
+    for (p, broker, delete), writes in sorted(not_leading.items()):
+        text = (f"partition {p}: {len(writes)} records by broker {broker} while it did not lead "
+                f"the partition (ZooKeeper's leaders {leadership.history_of(p)}): {writes[:6]}")
+        if delete:
+            found.problem(f"segment deletes: {text}")
+        else:
+            found.note(text)
     for key, copies in sorted(copies_by_range.items()):
         if len(copies) > 1:
             found.note(f"partition {key[0]} [{key[1]}, {key[2]}] copied {len(copies)} times: "
@@ -473,7 +498,7 @@ def cut_leader_from_zookeeper(net: Network, cluster: StrataCluster, leadership: 
     found.note(f"cutting broker {leader} (leader of {TOPIC}-{p} at epoch {epoch}, isr {isr}, "
                f"controller {leadership.controller()}, highest tiered offset "
                f"{highest_tiered(cluster, leadership, p)}) from ZooKeeper for {seconds:.1f} s")
-    start = time.monotonic()
+    start, start_ms = time.monotonic(), time.time() * 1000
     net.cut(f"broker-{leader}", "zookeeper")
     moved = None
     try:
@@ -494,8 +519,11 @@ def cut_leader_from_zookeeper(net: Network, cluster: StrataCluster, leadership: 
     back = wait(f"broker {leader} registered again and every ISR whole after the cut",
                 lambda: leadership.registered(leader) and all(
                     len(leadership.state(q)[2]) == 3 for q in range(PARTITIONS)), 90, found)
+    leadership.cuts.append((leader, start_ms, time.time() * 1000 if back else float("inf")))
     if back:
         found.note(f"  every ISR whole again {time.monotonic() - start - seconds:.1f} s after healing")
+    found.note(f"  longest time without an acknowledgement on {TOPIC}-{p} from the cut to now: "
+               f"{producing.longest_wait(p, start, time.monotonic()):.1f} s")
 
 
 def settle(cluster: StrataCluster, leadership: Leadership, found: Findings) -> dict[int, int]:
@@ -583,8 +611,8 @@ def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
         check_remote_metadata(remote_metadata_events(cluster.bootstrap), leadership, found)
         if leadership.missed_versions():
             found.note(f"partition state versions not seen: {leadership.missed_versions()}")
-        history = {p: [(m, leader, epoch) for m, _, leader, epoch, _ in sorted(h)]
-                   for p, h in leadership.history.items()}
+        history = {p: leadership.history_of(p) for p in range(PARTITIONS)}
+        leadership.close()
         cluster.stop()                      # the local logs still, then compared
         compare_replicas(cluster, ends, found)
     found.note(f"took {time.monotonic() - started:.0f} s")
