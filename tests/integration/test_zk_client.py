@@ -276,6 +276,50 @@ def test_a_brokers_registration_vanishes_with_its_session_and_comes_back_on_the_
     assert again is not None and again.epoch > first_epoch
 
 
+def test_after_a_session_expiry_the_leadership_lease_is_held_once_the_handlers_have_run(
+        zk_server, new_client):
+    """Connected again on a new session is not enough: the broker must have re-registered
+    (which drops the leaderships of the expired session) before it acts as a leader."""
+    client = new_client()
+    client.create_top_level_paths()
+    assert not client.leadership_lease.in_doubt()
+    allowed, registered = threading.Event(), threading.Event()
+
+    def reregister() -> None:
+        allowed.wait(DEADLINE_S)
+        client.register_broker(broker(4))
+        registered.set()
+    client.register_state_change_handler(
+        StateChangeHandler("broker-info", after_initializing_session=reregister))
+    client.register_broker(broker(4))
+    first_session = client.session_id
+    expire_session(zk_server, client)
+    wait_for(lambda: client.connected and client.session_id != first_session,
+             "a new session")
+    assert client.leadership_lease.in_doubt()    # the handler has not finished
+    allowed.set()
+    wait_for(lambda: not client.leadership_lease.in_doubt(), "the lease held again")
+    assert registered.is_set()
+
+
+def test_a_failed_handler_on_the_new_session_keeps_the_leadership_lease_in_doubt(
+        zk_server, new_client):
+    client = new_client()
+    ran = threading.Event()
+
+    def fail() -> None:
+        raise RuntimeError("cannot re-register")
+    client.register_state_change_handler(
+        StateChangeHandler("broken", after_initializing_session=fail))
+    client.register_state_change_handler(   # handlers run in order: this one runs last
+        StateChangeHandler("last", after_initializing_session=ran.set))
+    expire_session(zk_server, client)
+    wait_for(ran.is_set, "the new session's handlers to run")
+    # private: whatever the session thread does after the handlers is done once this runs
+    client._session_events.submit(lambda: None).result(DEADLINE_S)
+    assert client.connected and client.leadership_lease.in_doubt()
+
+
 def test_a_registration_held_by_another_live_session_is_refused(new_client):
     first, second = new_client(), new_client()
     first.create_top_level_paths()
