@@ -372,11 +372,15 @@ def remote_metadata_events(bootstrap: str) -> list:
 
 
 def check_remote_metadata(events: list, leadership: Leadership, found: Findings) -> None:
-    """No segment DELETE from a broker that did not lead then; every segment's states a legal
-    sequence. Other writes by a broker that did not lead, and two finished copies of one range,
-    are noted."""
+    """No segment DELETE from a broker that did not lead then (refused by readers or not: it
+    may have deleted the objects); the states of each segment a legal sequence, among the
+    records readers accept (they refuse one written at a leader epoch below one already seen
+    for its partition). Other writes by a broker that did not lead, the refused records, and
+    two finished copies of one range are noted."""
     states: dict = {}
     first: dict = {}
+    fences: dict[int, int] = {}
+    refused: list[str] = []
     copies_by_range: dict = defaultdict(set)
     not_leading: dict = defaultdict(list)      # (partition, broker, is a delete) -> [what]
     for e in events:
@@ -391,6 +395,11 @@ def check_remote_metadata(events: list, leadership: Leadership, found: Findings)
                f"{getattr(seg, 'end_offset', '?')}] at {t}"
         if not leadership.led(p, broker, t - leadership.grace_ms(broker, t), t):
             not_leading[(p, broker, state in DELETES)].append(what)
+        epoch = getattr(e, "leader_epoch", -1)   # the writer's; records from before the fencing lack it
+        if 0 <= epoch < fences.get(p, -1):
+            refused.append(f"partition {p}: {what} by broker {broker} at epoch {epoch}")
+            continue
+        fences[p] = max(fences.get(p, -1), epoch)
         prev = states.get(sid)
         if not S.is_valid_transition(prev, state):
             found.problem(f"partition {p} segment {sid.id}: illegal transition "
@@ -409,6 +418,8 @@ def check_remote_metadata(events: list, leadership: Leadership, found: Findings)
         if len(copies) > 1:
             found.note(f"partition {key[0]} [{key[1]}, {key[2]}] copied {len(copies)} times: "
                        f"{sorted(copies)}")
+    if refused:
+        found.note(f"{len(refused)} records readers refuse: {refused[:6]}")
     found.note(f"remote metadata: {len(events)} records, {len(states)} segments, "
                f"{Counter(s.name for s in states.values())}")
 
