@@ -592,6 +592,7 @@ class ClusterMetadata:
         self.dir_failures = LogDirFailureChannel()
         self._lock = threading.RLock()
         self._listeners: list[Any] = []
+        self._closed = False  # set by close(): listeners hear nothing more
         self._topic_defaults = topic_defaults_from_broker(self.broker_props)
         self._default_config = LogConfig(self._topic_defaults)
         # Tiered storage: the broker's RemoteLogManagerConfig, checked before anything is
@@ -782,8 +783,16 @@ class ClusterMetadata:
         with self._lock:
             self._listeners = [x for x in self._listeners if x is not listener]
 
+    def close(self) -> None:
+        """Listeners hear no more changes once this returns (an admin change under way
+        finishes first): the broker closes its logs after this."""
+        with self._lock:
+            self._closed = True
+
     def _notify(self, method: str, *args: Any) -> None:
         for listener in list(self._listeners):
+            if self._closed:
+                return
             callback = getattr(listener, method, None)
             if callback is None:
                 continue

@@ -36,6 +36,7 @@ from strata.cluster.controller_events import (
     UncleanLeaderElectionChanged)
 from strata.cluster.image import (
     UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
+from strata.cluster.replica_deletion import replica_deletions
 from strata.cluster.metadata import (
     ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo,
     DEFAULT_BROKER_RESOURCE, ClusterMetadata, MetaPropertiesError, PartitionReassignment,
@@ -91,6 +92,9 @@ class ZkClusterMetadata(ClusterMetadata):
         self._view = ZkMetadataView(self.zk, self._on_image).start(self._wait_s)
 
     def close(self) -> None:
+        """Stops following ZooKeeper: once this returns no listener runs or will run (the
+        view's thread has stopped), so the broker may close its logs."""
+        self._closed = True  # not under the lock: a writer holds it while waiting for the view
         if self._view is not None:
             self._view.close()
 
@@ -446,7 +450,10 @@ class ZkClusterMetadata(ClusterMetadata):
     # ---- the view ------------------------------------------------------------------------------
 
     def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
-        """Everything this broker learns of the cluster passes here, on the view's thread."""
+        """Everything this broker learns of the cluster passes here, on the view's thread.
+        Replicas are deleted only as ``replica_deletions`` finds it recorded."""
+        if self._closed:
+            return
         held = self._image.topics
         topics: dict[str, TopicInfo] = {}
         for name, t in new.topics.items():
@@ -460,15 +467,17 @@ class ZkClusterMetadata(ClusterMetadata):
             # not under self._lock: writers hold it while they wait for this thread
             self._apply_dynamic_broker_configs(self._dynamic_from(new))
         states = self._hosted_states(old, new)
-        gone_states = {tp: s for tp, s in states.items() if s is None}
-        if gone_states:
-            self._notify("on_partition_states", gone_states)
+        deletions = replica_deletions(self.node_id, old, new)
+        if deletions.replicas:  # while the topics are still known: their logs go too
+            self._notify("on_partition_states", dict.fromkeys(sorted(deletions.replicas)))
         self._image = _build_image(topics.values(), configs)
         self.view_image = new
-        for name, info in held.items():
-            if name not in topics or topics[name].topic_id != info.topic_id:
-                log.info("topic %s (%s) deleted", name, uuid_to_kafka_str(info.topic_id))
-                self._notify("on_topic_deleted", info)
+        for gone in deletions.topics:
+            info = held.get(gone.name)
+            if info is None or info.topic_id != gone.topic_id:
+                info = TopicInfo(gone.name, gone.topic_id, len(gone.assignment), dict(gone.configs))
+            log.info("topic %s (%s) deleted", gone.name, uuid_to_kafka_str(gone.topic_id))
+            self._notify("on_topic_deleted", info)
         for name, info in topics.items():
             prev = held.get(name)
             if prev is None or prev.topic_id != info.topic_id:
@@ -482,9 +491,8 @@ class ZkClusterMetadata(ClusterMetadata):
                             info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE):
                         self._tell_controller(UncleanLeaderElectionChanged(
                             _bool(info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)), name))
-        live = {tp: s for tp, s in states.items() if s is not None}
-        if live:
-            self._notify("on_partition_states", live)
+        if states:
+            self._notify("on_partition_states", states)
         with self._view_changed:
             self._view_changed.notify_all()
 
@@ -505,8 +513,7 @@ class ZkClusterMetadata(ClusterMetadata):
         if stale:
             log.info("broker %d registered at epoch %d; not leading %d partition(s) granted to "
                      "its previous incarnation until re-elected", me, broker_epoch, len(stale))
-        self._notify("on_partition_states", {tp: st for tp, st in self.hosted_states().items()
-                                             if st is not None})
+        self._notify("on_partition_states", self.hosted_states())
 
     def _grantable(self, tp: TopicPartition, st: PartitionState) -> PartitionState:
         """``st``, or without a leader while it names this broker as leader before its
@@ -518,7 +525,7 @@ class ZkClusterMetadata(ClusterMetadata):
             return st._replace(leader=-1)
         return st
 
-    def hosted_states(self) -> dict[TopicPartition, PartitionState | None]:
+    def hosted_states(self) -> dict[TopicPartition, PartitionState]:
         """The state of every partition this broker hosts, as the view holds it now."""
         return self._hosted_states(MetadataImage(), self.view_image)
 
@@ -531,36 +538,24 @@ class ZkClusterMetadata(ClusterMetadata):
                 lambda f: f.exception() and log.info("controller refused %s: %s", event, f.exception()))
 
     def _hosted_states(self, old: MetadataImage, new: MetadataImage
-                       ) -> dict[TopicPartition, PartitionState | None]:
-        """The states of partitions this broker hosts that changed; None for those it stopped
-        hosting (topic deleted, or moved off this broker)."""
+                       ) -> dict[TopicPartition, PartitionState]:
+        """The states of partitions this broker hosts in ``new`` that changed since ``old``
+        (the replicas it stops hosting are ``replica_deletions``')."""
         me = self.node_id
-        out: dict[TopicPartition, PartitionState | None] = {}
+        out: dict[TopicPartition, PartitionState] = {}
         for name, t in new.topics.items():
             before = old.topics.get(name)
             if before is not None and before.topic_id != t.topic_id:
                 before = None
             for p, replicas in enumerate(t.assignment):
                 reg = t.partitions.get(p)
+                if me not in replicas or reg is None:
+                    continue
                 was = before is not None and p < len(before.assignment) and me in before.assignment[p]
-                if me not in replicas:
-                    if was:
-                        out[TopicPartition(name, p)] = None
-                    continue
-                if reg is None:
-                    continue
-                if before is not None and was and before.partitions.get(p) == reg \
-                        and before.assignment[p] == replicas:
+                if was and before.partitions.get(p) == reg and before.assignment[p] == replicas:
                     continue
                 out[TopicPartition(name, p)] = self._grantable(TopicPartition(name, p), PartitionState(
                     reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch))
-        for name, t in old.topics.items():
-            now = new.topics.get(name)
-            if now is not None and now.topic_id == t.topic_id:
-                continue
-            for p, replicas in enumerate(t.assignment):
-                if me in replicas:
-                    out.setdefault(TopicPartition(name, p), None)
         return out
 
 

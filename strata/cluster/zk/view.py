@@ -9,8 +9,11 @@ arrive together are coalesced into one rebuild.
 Invariants: images are handed over in the order they were built, from one thread; a partition
 state is always the newest the cache has read (ZooKeeper delivers each session's changes in
 order, and the cache re-reads a znode after each of its changes), so consumers of the images
-that also refuse lower leader epochs never move a partition back. While the session is lost
-(``ready`` false) no image is built; after a new session the caches re-read everything.
+that also refuse lower leader epochs never move a partition back. Only whole reads of an open
+view are handed over (``replica_deletion.view_change``): while the session is lost (``ready``
+false) no image is built, after a new session the caches re-read everything, and an image
+built while ``close`` empties the caches is dropped, as is any after ``close``. A topic znode
+that is listed but unreadable keeps the topic as last read: it was not deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import threading
 from typing import Callable
 
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
+from strata.cluster.replica_deletion import ViewChange, view_change
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.client import StrataZkClient, ZkTree
 from strata.common.watchdog import STALLS
@@ -62,13 +66,18 @@ class ZkMetadataView:
     def _on_controller(self, controller_id: int | None) -> None:
         self.controller_id = -1 if controller_id is None else controller_id
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Stops the view: no image is handed over once this returns (an image being applied
+        is waited for, up to ``timeout``), then empties the caches."""
         self._closed = True
         self._changed.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("the metadata view thread is still applying an image after %.0f s",
+                            timeout)
         for tree in self._trees:
             tree.close()
-        if self._thread.is_alive():
-            self._thread.join(5)
 
     def _run(self) -> None:
         while True:
@@ -82,6 +91,11 @@ class ZkMetadataView:
                 image = self._build()
             except Exception:  # noqa: BLE001 - a bad znode must not end the view
                 log.exception("cannot build the metadata image from ZooKeeper")
+                continue
+            # what the caches were when the read ended: close() may have emptied them
+            change = view_change(closed=self._closed, whole=self.ready)
+            if change is not ViewChange.READ:
+                log.info("metadata image not applied: read while the view was %s", change.value)
                 continue
             old, self.image = self.image, image
             if image != old:
@@ -108,16 +122,24 @@ class ZkMetadataView:
         topics = {}
         for name in brokers_tree.children(z.TOPICS_PATH):
             found = brokers_tree.data(z.topic_path(name))
+            last = self.image.topics.get(name)  # kept while its znode is unusable
             if found is None or not found[0]:
+                if last is not None:
+                    topics[name] = last
                 continue
             try:
                 assignment = z.TopicAssignment.decode(name, found[0], found[1].version)
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("ignoring unreadable topic znode %s: %s", name, exc)
+                if last is not None:
+                    topics[name] = last
                 continue
             count = len(assignment.partitions)
             if assignment.topic_id is None or sorted(assignment.partitions) != list(range(count)):
-                continue  # the controller gives it an id first; a broken one stays unserved
+                # the controller gives it an id first; a broken one stays unserved
+                if last is not None:
+                    topics[name] = last
+                continue
             states = {}
             for p in range(count):
                 state = brokers_tree.data(z.partition_state_path(name, p))
