@@ -603,7 +603,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             replica_manager.alter_partition.shutdown()
         if controller is not None:
             controller.close()
-        metadata.close()
+        # the view's thread stops (waited for): no listener touches a log after this
+        await asyncio.to_thread(metadata.close)
         zk.close()
     ctx.group_coordinator.shutdown()
     ctx.txn_coordinator.shutdown()
@@ -612,6 +613,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         ctx.txn_verifier.close()
     watchers.close()  # long-polling fetches answer now
     await server.stop()
+    if zk is None:  # an admin change under way finishes; listeners hear nothing more
+        await asyncio.to_thread(metadata.close)
     if metrics_server is not None:
         metrics_server.stop()
     if rlm is not None:

@@ -60,6 +60,10 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
+        # held by a deletion from start to end; shutdown takes it, so it never closes a log
+        # a deletion is renaming, and no deletion starts once it has
+        self._delete_lock = threading.Lock()
+        self._shutting_down = False
         self._recovery_checkpoints = {d: OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT)
                                       for d in self.log_dirs}
         self._start_offset_checkpoints = {d: OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT)
@@ -150,20 +154,27 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: counts[d])
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Close the log and rename its directory ``-delete``; the files go in the background."""
-        with self._lock:
-            ulog = self._logs.pop(tp, None)
-            log_dir = self._log_dir_of.pop(tp, None)
-        if ulog is None or log_dir is None:
-            return
-        ulog.local_log.close()
-        target = log_dir / f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(ulog.directory, target)
-        fsync_dir(log_dir)
-        self._scheduler.schedule_once(f"delete-{target.name}",
-                                      lambda: shutil.rmtree(target, ignore_errors=True),
-                                      self.default_config.get("file.delete.delay.ms"))
-        self.checkpoint()
+        """Close the log and rename its directory ``-delete``; the files go in the background.
+        Refused (logged) once ``shutdown`` has begun: the log is closed and kept."""
+        with self._delete_lock:
+            with self._lock:
+                if self._shutting_down:
+                    if tp in self._logs:
+                        log.warning("not deleting the log of %s: the log manager is shutting "
+                                    "down", tp)
+                    return
+                ulog = self._logs.pop(tp, None)
+                log_dir = self._log_dir_of.pop(tp, None)
+            if ulog is None or log_dir is None:
+                return
+            ulog.local_log.close()
+            target = log_dir / f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.rename(ulog.directory, target)
+            fsync_dir(log_dir)
+            self._scheduler.schedule_once(f"delete-{target.name}",
+                                          lambda: shutil.rmtree(target, ignore_errors=True),
+                                          self.default_config.get("file.delete.delay.ms"))
+            self.checkpoint()
 
     # ---- periodic work ----------------------------------------------------------------------
 
@@ -210,7 +221,10 @@ class LogManager:
     # ---- shutdown ---------------------------------------------------------------------------
 
     def shutdown(self, broker_epoch: int = -1) -> None:
-        """Close every log, write the checkpoints, then the clean-shutdown markers."""
+        """Close every log, write the checkpoints, then the clean-shutdown markers. A deletion
+        under way finishes first; none starts after."""
+        with self._delete_lock, self._lock:
+            self._shutting_down = True
         for ulog in self.all_logs():
             ulog.close()
         self.checkpoint()
