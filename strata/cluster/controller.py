@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 from strata.cluster import controller_logic
 from strata.cluster.controller_events import (
     AutoLeaderRebalance, ControlledShutdownRequested, BrokerFailed, BrokerRegistered, ControllerFailover, ControllerResult, CreatePartitionState,
-    CreateTopic, DeleteTopic, Notice, PartitionsAdded, SetTopicAssignment, TopicCreated,
-    TopicDeleted, UpdatePartitionState, Write)
+    CreateTopic, DeleteTopic, Notice, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
+    TopicCreated, TopicDeleted, UpdatePartitionState, Write)
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.client import (
@@ -136,7 +136,8 @@ class ControllerService:
     Znodes (Kafka's ZooKeeper layout, see ``zk.znodes``): it creates the ephemeral
     ``/controller`` together with bumping ``/controller_epoch``; while active it watches
     ``/brokers/ids``, ``/brokers/topics`` (and each ``/brokers/topics/T``) and
-    ``/admin/delete_topics``, and writes topic znodes, partition state znodes and deletion marks.
+    ``/admin/delete_topics``, and writes topic znodes, partition state znodes, deletion marks
+    and ``/strata/broker_directories/N`` (the registrations it has handled, read at failover).
 
     Invariants:
     - it acts only while active, i.e. after its own election at an epoch higher than any
@@ -486,7 +487,8 @@ class ControllerService:
                 frozen_map({tp.partition: reg for tp, reg in states.items() if tp.topic == name}),
                 frozen_map(self.zk.get_entity_configs("topics", name)), adding, removing)
         return MetadataImage(frozen_map(brokers), frozen_map(topics), self._epoch - 1,
-                             self._unclean, self._imbalance)
+                             self._unclean, self._imbalance,
+                             broker_directories=frozen_map(self.zk.get_all_broker_directories()))
 
     def _set_topic_id(self, found: z.TopicAssignment) -> uuid.UUID:
         topic_id = uuid.uuid4()
@@ -572,11 +574,15 @@ class ControllerService:
         self.zk.delete_topic_deletions([w.topic], self._epoch_zk_version)
         self._watched_topics.discard(w.topic)
 
+    def _set_broker_directories(self, w: SetBrokerDirectories) -> None:
+        self.zk.set_broker_directories(w.broker_id, w.directories, self._epoch_zk_version)
+
 
 _TOPIC_WRITERS: dict[type, Callable[[ControllerService, object], None]] = {
     CreateTopic: ControllerService._create_topic,
     SetTopicAssignment: ControllerService._set_topic_assignment,
     DeleteTopic: ControllerService._delete_topic,
+    SetBrokerDirectories: ControllerService._set_broker_directories,
 }
 
 

@@ -9,7 +9,8 @@ Writes map onto Kafka's ZooKeeper layout: ``CreateTopic``/``SetTopicAssignment``
 on ``/brokers/topics/T``; ``CreatePartitionState`` creates
 ``/brokers/topics/T/partitions/P/state`` (it must not exist); ``UpdatePartitionState`` sets it
 only if its version is still ``expected_version`` (the registration's new ``partition_epoch``
-is ``expected_version + 1``). The store applies them in order, each guarded by the controller
+is ``expected_version + 1``); ``SetBrokerDirectories`` writes Strata's
+``/strata/broker_directories/N``. The store applies them in order, each guarded by the controller
 epoch; a refused write means this controller's image is stale and must be reloaded.
 
 Notices are Kafka's LeaderAndIsr and StopReplica requests: ``LeaderAndIsr`` tells one broker
@@ -27,7 +28,8 @@ from enum import IntEnum
 from typing import Any, Mapping
 
 from strata.cluster.image import (
-    BrokerRegistration, LeaderRecoveryState, MetadataImage, PartitionRegistration, frozen_map)
+    BrokerDirectories, BrokerRegistration, LeaderRecoveryState, MetadataImage,
+    PartitionRegistration, frozen_map)
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 
@@ -89,7 +91,9 @@ class TopicDeleted:
 
 @dataclass(frozen=True)
 class AlterPartition:
-    """A leader's ISR proposal (AlterPartition), stamped with the epochs it was based on."""
+    """A leader's ISR proposal (AlterPartition), stamped with the epochs it was based on.
+    ``new_isr_broker_epochs`` (v3, KIP-903) is each member's broker epoch as the leader saw it
+    fetch, -1 for unchecked; None (v2) checks none."""
 
     broker_id: int
     broker_epoch: int
@@ -100,6 +104,7 @@ class AlterPartition:
     new_isr: tuple[int, ...]
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
     topic_id: uuid.UUID | None = None  # checked when given (AlterPartition v2+)
+    new_isr_broker_epochs: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,16 @@ class UpdatePartitionState:
     expected_version: int
 
 
-Write = CreateTopic | SetTopicAssignment | DeleteTopic | CreatePartitionState | UpdatePartitionState
+@dataclass(frozen=True)
+class SetBrokerDirectories:
+    """The controller has handled broker ``broker_id``'s registration ``directories`` names."""
+
+    broker_id: int
+    directories: BrokerDirectories
+
+
+Write = (CreateTopic | SetTopicAssignment | DeleteTopic | CreatePartitionState
+         | UpdatePartitionState | SetBrokerDirectories)
 
 
 # --- notices ------------------------------------------------------------------------------------

@@ -10,10 +10,23 @@ ZooKeeper-mode controller (``KafkaController``, ``PartitionStateMachine``,
   a broker registers, a broker fails, unclean election is enabled or a controller takes over;
 - a failed broker then leaves every ISR it is in, except the last member of one, and a leader
   that cannot be replaced becomes -1 (NoLeader);
+- a registration the controller has not handled yet (``image.broker_directories`` holds an
+  older broker epoch) whose broker lost a log directory (KIP-858: a directory id it last
+  registered with is missing) leaves every ISR it is in, the last member's included (the ISR
+  is then empty and the partition waits, without unclean election, for a replica with the
+  data); one after an unclean shutdown (KIP-966: no clean-shutdown marker) leaves every ISR
+  but those it is the only member of (it holds all there is). Both happen before any election
+  of the event, at registration and at failover alike; a partition it led gets the first live
+  remaining ISR member, else -1; the broker rejoins ISRs only through AlterPartition, once
+  its leader sees it caught up. The handled registration is then recorded
+  (``SetBrokerDirectories``);
 - controlled shutdown moves leadership off the broker where another ISR member can take it and
   takes the broker out of the ISRs it follows;
 - every partition state change bumps the leader epoch except an accepted AlterPartition, and
   every write bumps the partition epoch (the znode version) by exactly one;
+- AlterPartition refuses a new ISR with a member that is not alive and eligible, or (v3,
+  KIP-903) whose broker epoch as the leader saw it fetch is not its registration's
+  (INELIGIBLE_REPLICA): a fetch state from an earlier incarnation never admits a new one;
 - a reassignment (KIP-455, ``onPartitionReassignment``) makes the replicas target + original
   with adding/removing recorded in the topic znode; once every target replica is in the ISR
   (checked after every event, in ``handle``) the replicas become the target, the
@@ -35,11 +48,11 @@ from strata.cluster.controller_events import (
     AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr,
-    PartitionReassignmentRequested, PartitionsAdded, SetTopicAssignment, StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
-    UpdatePartitionState)
+    PartitionReassignmentRequested, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
+    StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged, UpdatePartitionState)
 from strata.cluster.image import (
-    NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerRegistration, LeaderRecoveryState, MetadataImage,
-    PartitionRegistration, TopicImage, frozen_map)
+    NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerDirectories, BrokerRegistration,
+    LeaderRecoveryState, MetadataImage, PartitionRegistration, TopicImage, frozen_map)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment,
     validate_new_topic_assignment)
@@ -66,6 +79,11 @@ class _Change:
 
     def set_broker(self, broker: BrokerRegistration) -> None:
         self.image = replace(self.image, brokers=frozen_map({**self.image.brokers, broker.id: broker}))
+
+    def set_broker_directories(self, broker_id: int, value: BrokerDirectories) -> None:
+        self.image = replace(self.image, broker_directories=frozen_map(
+            {**self.image.broker_directories, broker_id: value}))
+        self.writes.append(SetBrokerDirectories(broker_id, value))
 
     def set_topic(self, name: str, topic: TopicImage | None) -> None:
         topics = dict(self.image.topics)
@@ -166,6 +184,35 @@ def _remove_replica_from_isrs(change: _Change, broker_id: int,
         change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
 
 
+def _leave_isrs_after_restart(change: _Change, broker_id: int, keep_last: bool) -> None:
+    """The broker leaves every ISR it is in (but those it alone is in, with ``keep_last``); a
+    partition it led gets the first live remaining member in assignment order, else -1."""
+    image = change.image
+    for tp in image.all_partitions():
+        reg = change.registration(tp)
+        if reg is None or broker_id not in reg.isr or (keep_last and len(reg.isr) == 1):
+            continue
+        isr = tuple(r for r in reg.isr if r != broker_id)
+        leader = reg.leader
+        if leader in (broker_id, NO_LEADER):
+            leader = next((r for r in image.replicas(tp) if r in isr and image.is_eligible(r)),
+                          NO_LEADER)
+        change.update(tp, reg.with_leader_and_isr(leader, isr))
+
+
+def _admit_registration(change: _Change, reg: BrokerRegistration) -> None:
+    """A registration not handled yet: a broker that lost a log directory or shut down
+    uncleanly leaves the ISRs (see the module docstring), then the registration is recorded."""
+    known = change.image.broker_directories.get(reg.id)
+    if known is not None and known.broker_epoch == reg.epoch:
+        return
+    lost = known is not None and bool(reg.directory_ids) \
+        and not set(known.directory_ids) <= set(reg.directory_ids)
+    if lost or not reg.clean_shutdown:
+        _leave_isrs_after_restart(change, reg.id, keep_last=not lost)
+    change.set_broker_directories(reg.id, BrokerDirectories(reg.directory_ids, reg.epoch))
+
+
 def _announce_all(change: _Change, broker_ids: Iterable[int]) -> None:
     """Send brokers the whole state of every partition they host (after they (re)join)."""
     wanted = set(broker_ids)
@@ -194,6 +241,7 @@ def on_broker_registered(image: MetadataImage, event: BrokerRegistered) -> Contr
     if old is not None and old.alive:
         _fail_broker(change, reg.id)
     change.set_broker(replace(reg, fenced=False, in_controlled_shutdown=False))
+    _admit_registration(change, change.image.brokers[reg.id])
     _online_partition_state_change(change)
     _announce_all(change, [reg.id])
     return change.result()
@@ -328,6 +376,10 @@ def _alter_partition_error(image: MetadataImage, event: AlterPartition) -> Error
         return ErrorCode.INVALID_REQUEST
     if any(not image.is_eligible(r) for r in event.new_isr):
         return ErrorCode.INELIGIBLE_REPLICA
+    if event.new_isr_broker_epochs is not None and any(
+            epoch != -1 and image.brokers[r].epoch != epoch
+            for r, epoch in zip(event.new_isr, event.new_isr_broker_epochs)):
+        return ErrorCode.INELIGIBLE_REPLICA  # KIP-903: a fetch of another incarnation
     return None
 
 
@@ -426,13 +478,16 @@ def _bounced_leaders(image: MetadataImage) -> list[int]:
 
 
 def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> ControllerResult:
-    """``onControllerFailover`` over an image just read from the store: replicas on brokers that
-    are not alive leave the ISRs, offline and new partitions get leaders, and every alive broker
-    is sent the state of everything it hosts."""
+    """``onControllerFailover`` over an image just read from the store: registrations not
+    handled yet are (first, so that a broker that lost its log never inherits an ISR from a
+    dead member), replicas on brokers that are not alive leave the ISRs, offline and new
+    partitions get leaders, and every alive broker is sent the state of everything it hosts."""
     if event.controller_epoch <= image.controller_epoch:
         raise KafkaError(f"Controller epoch {event.controller_epoch} is not newer than "
                          f"{image.controller_epoch}.", ErrorCode.STALE_CONTROLLER_EPOCH)
     change = _Change(replace(image, controller_epoch=event.controller_epoch))
+    for broker in sorted(image.alive_broker_ids()):
+        _admit_registration(change, image.brokers[broker])
     dead_in_isrs = sorted({r for tp in image.all_partitions() if (reg := image.registration(tp))
                            for r in reg.isr if not image.is_alive(r)})
     for broker in dead_in_isrs:

@@ -11,10 +11,12 @@ znodes onto these types one to one:
   the znode's version, so every conditional write moves it up by one)
 - ``/config/topics/T``                    -> ``TopicImage.configs``
 - ``/controller_epoch``                   -> ``MetadataImage.controller_epoch``
+- ``/strata/broker_directories/N``        -> ``BrokerDirectories`` (the controller's memory of
+  the log directories broker N last registered with)
 
 Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
-every partition's ISR is a non-empty subset of its replicas that holds the leader when there is
-one; leader and partition epochs only grow for a given topic id; a partition without a
+every partition's ISR is a subset of its replicas that holds the leader when there is one,
+empty only while the partition has no leader (its last member lost its log directory); leader and partition epochs only grow for a given topic id; a partition without a
 ``PartitionRegistration`` has no state znode yet (no assigned replica was alive at creation).
 
 Threads: the values are immutable, so any thread may read them.
@@ -63,7 +65,10 @@ class BrokerRegistration:
 
     ``epoch`` is the registration znode's czxid, new at every session. ``fenced`` is set when
     the session is lost (the znode vanished) and kept so the rack and endpoints stay known;
-    ``in_controlled_shutdown`` while it drains. Immutable; any thread may read it.
+    ``in_controlled_shutdown`` while it drains. ``directory_ids`` are the ``directory.id``s of
+    its log directories (KIP-858; empty when the broker does not say) and ``clean_shutdown``
+    whether its logs were closed cleanly before this registration (KIP-966's unclean shutdown
+    detection; True when the broker does not say). Immutable; any thread may read it.
     """
 
     id: int
@@ -72,6 +77,8 @@ class BrokerRegistration:
     epoch: int = 0
     fenced: bool = False
     in_controlled_shutdown: bool = False
+    directory_ids: tuple[uuid.UUID, ...] = ()
+    clean_shutdown: bool = True
 
     @property
     def alive(self) -> bool:
@@ -85,13 +92,24 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True)
+class BrokerDirectories:
+    """What the controller last accepted of a broker's registration: its log directory ids and
+    the broker epoch of that registration (``/strata/broker_directories/N``). A registration
+    at another epoch is one the controller has not handled yet; one whose directory ids lack
+    one of these lost that directory. Immutable; any thread may read it."""
+
+    directory_ids: tuple[uuid.UUID, ...] = ()
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True)
 class PartitionRegistration:
     """One partition's state znode: ``{"version":1,"leader":1,"leader_epoch":4,
     "controller_epoch":2,"isr":[1,2]}`` plus ``"leader_recovery_state":1`` while RECOVERING.
 
     ``partition_epoch`` is the znode's version (not in the JSON). The replicas live in the
-    topic's assignment. Invariants: ``isr`` is non-empty; ``leader`` is in ``isr`` or is
-    ``NO_LEADER``; RECOVERING only with a one-member ISR. Immutable; any thread may read it.
+    topic's assignment. Invariants: ``leader`` is in ``isr`` or is ``NO_LEADER``; ``isr`` is
+    empty only without a leader; RECOVERING only with an ISR of at most one member. Immutable; any thread may read it.
     """
 
     leader: int
@@ -165,6 +183,8 @@ class MetadataImage:
     leader_imbalance_per_broker_percentage: int = 10
     # /config/brokers/<name>: dynamic broker configs by entity name ("<default>", "1", ...)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=frozen_map)
+    # the controller's only: by broker id, the registration it last handled (KIP-858)
+    broker_directories: Mapping[int, BrokerDirectories] = field(default_factory=frozen_map)
 
     def is_alive(self, broker_id: int) -> bool:
         b = self.brokers.get(broker_id)

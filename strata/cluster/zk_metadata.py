@@ -270,7 +270,8 @@ class ZkClusterMetadata(ClusterMetadata):
             pending.append((i, controller.submit(AlterPartition(
                 broker_id, broker_epoch, names[item.topic_id], item.partition, item.leader_epoch,
                 item.partition_epoch, tuple(item.new_isr),
-                LeaderRecoveryState(item.leader_recovery_state), item.topic_id))))
+                LeaderRecoveryState(item.leader_recovery_state), item.topic_id,
+                item.isr_broker_epochs))))
         deadline = time.monotonic() + self._wait_s
         for i, future in pending:
             item = items[i]

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from zk_server import ZooKeeperServer, zookeeper_available
 
 from strata.cluster.image import (
-    BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
+    BrokerDirectories, BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.client import (
     ControllerMovedError, StateChangeHandler, StrataZkClient, ZkConnectionTimeoutError,
@@ -236,6 +236,25 @@ def test_a_stale_controller_cannot_change_partition_state(new_client):
                                       new_epoch, new_version)
     assert again.to_retry == (tp,) and not again.finished
     assert new.get_partition_states([tp]) == {tp: written}
+
+
+def test_only_the_current_controller_records_the_registrations_it_handled(new_client, raw,
+                                                                        chroot):
+    old, new = new_client(), new_client()
+    _, old_version = old.register_controller_and_increment_controller_epoch(1)
+    first = BrokerDirectories((uuid.UUID(int=7),), 4294967312)
+    old.set_broker_directories(2, first, old_version)          # created
+    again = BrokerDirectories((uuid.UUID(int=8),), 4294967400)
+    old.set_broker_directories(2, again, old_version)          # replaced
+    data, _ = raw.get(f"{chroot}/strata/broker_directories/2")
+    assert json.loads(data) == {"version": 1, "directory_ids": [uuid_to_kafka_str(uuid.UUID(int=8))],
+                                "broker_epoch": 4294967400}
+    old.delete_controller(old_version)
+    _, new_version = new.register_controller_and_increment_controller_epoch(2)
+    with pytest.raises(ControllerMovedError):
+        old.set_broker_directories(3, first, old_version)
+    raw.create(f"{chroot}/strata/broker_directories/4", b"not json")  # read as never handled
+    assert new.get_all_broker_directories() == {2: again}
 
 
 def expire_session(zk_server: ZooKeeperServer, client: StrataZkClient) -> None:

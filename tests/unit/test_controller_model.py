@@ -1,8 +1,10 @@
 """The controller's decisions against a small model, driven by a hypothesis state machine.
 
-Random sequences of broker registrations, failures, bounces and controlled shutdowns, topic
-creations (placed or manual), partition additions and deletions, ISR proposals (current and
-stale), preferred/unclean/automatic elections, unclean election switched on and off and
+Random sequences of broker registrations, failures, bounces and controlled shutdowns, restarts
+after an unclean shutdown or with a new log directory (seen by the controller, or only by the
+next one at failover), topic creations (placed or manual), partition additions and deletions,
+ISR proposals (current and stale, with broker epochs current, unchecked or of an earlier
+incarnation), preferred/unclean/automatic elections, unclean election switched on and off and
 controller failovers (the new controller reloads the image from the writes alone) run through
 ``controller_logic.handle``. After every step:
 
@@ -14,7 +16,14 @@ controller failovers (the new controller reloads the image from the writes alone
   from an unclean election (then the ISR is exactly the leader, RECOVERING);
 - a partition is leaderless (or has no state yet) only while no replica may lead it: with
   unclean election off, until an ISR member is back;
-- the ISR is a non-empty subset of the replicas, of one member while the leader is RECOVERING;
+- the ISR is a subset of the replicas, empty only without a leader, of at most one member
+  while the leader is RECOVERING;
+- a replica that registered with a new directory id, or after an unclean shutdown while another
+  ISR member held the data, is in no ISR and leads nothing until an accepted ISR proposal takes
+  it back (it caught up) or an unclean election picks it (KIP-858, KIP-966); and an ISR that
+  held a replica with the data keeps one (but through an unclean election);
+- an ISR proposal naming a member at a broker epoch other than its registration's is refused
+  with INELIGIBLE_REPLICA (KIP-903);
 - after a broker failure, each partition's leader is what the model predicts (first live ISR
   member in assignment order, else the first live replica when unclean election is on, else -1);
 - a refused or stale ISR proposal changes nothing; a valid one is accepted;
@@ -37,8 +46,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from strata.cluster.controller_events import (
     AlterPartition, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, CreatePartitionState, CreateTopic,
-    DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, PartitionsAdded, SetTopicAssignment,
-    TopicCreated, TopicDeleted, UncleanLeaderElectionChanged, UpdatePartitionState)
+    DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, PartitionsAdded, SetBrokerDirectories,
+    SetTopicAssignment, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
+    UpdatePartitionState)
 from strata.cluster.controller_logic import handle
 from strata.cluster.image import (
     NO_LEADER, BrokerRegistration, LeaderRecoveryState, MetadataImage, TopicImage, frozen_map)
@@ -60,9 +70,12 @@ class VersionedStore:
     def __init__(self):
         self.topics: dict[str, tuple[uuid.UUID, tuple]] = {}
         self.states: dict[tuple[uuid.UUID, int], tuple] = {}
+        self.directories: dict[int, object] = {}
 
     def apply(self, write) -> None:
-        if isinstance(write, CreateTopic):
+        if isinstance(write, SetBrokerDirectories):
+            self.directories[write.broker_id] = write.directories
+        elif isinstance(write, CreateTopic):
             assert write.topic not in self.topics
             self.topics[write.topic] = (write.topic_id, write.assignment)
         elif isinstance(write, SetTopicAssignment):
@@ -91,7 +104,8 @@ class VersionedStore:
             topics[name] = TopicImage(name, topic_id, assignment, frozen_map(parts),
                                       image.topics[name].configs)
         alive = {i: b for i, b in image.brokers.items() if b.alive}
-        return replace(image, brokers=frozen_map(alive), topics=frozen_map(topics))
+        return replace(image, brokers=frozen_map(alive), topics=frozen_map(topics),
+                       broker_directories=frozen_map(self.directories))
 
 
 class ControllerMatchesModel(RuleBasedStateMachine):
@@ -104,6 +118,10 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         self.next_topic_id = 1
         self.leaders_by_epoch: dict[tuple[uuid.UUID, int, int], int] = {}
         self.seen_states: dict[tuple[uuid.UUID, int], list] = {}
+        self.disk = {b: uuid.UUID(int=b) for b in BROKERS}  # each broker's directory id
+        # (topic id, partition) -> replicas that restarted without the data and have not
+        # caught up since: never in the ISR, never leader but by an unclean election
+        self.stale: dict[tuple[uuid.UUID, int], set[int]] = {}
 
     # --- applying a result and checking the transition -----------------------------------------
 
@@ -143,6 +161,15 @@ class ControllerMatchesModel(RuleBasedStateMachine):
                     event("unclean election")
                     assert reg.isr == (reg.leader,)
                     assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+            elected_unclean = unclean_allowed and reg.leader != NO_LEADER \
+                and reg.leader_recovery_state == LeaderRecoveryState.RECOVERING \
+                and (old is None or old.leader_epoch != reg.leader_epoch)
+            stale = self.stale.get(key, set())
+            if elected_unclean:
+                stale.discard(reg.leader)  # its log is the truth now
+            elif old is not None and set(old.isr) - stale:
+                assert set(reg.isr) - stale, \
+                    f"{tp}: the ISR {old.isr} -> {reg.isr} lost every replica with the data"
             self.record_leader(key, reg.leader_epoch, reg.leader)
         for notice in result.notices:
             assert after.is_alive(notice.broker_id)
@@ -171,11 +198,61 @@ class ControllerMatchesModel(RuleBasedStateMachine):
 
     # --- brokers -------------------------------------------------------------------------------
 
+    def registration(self, broker, clean: bool = True) -> BrokerRegistration:
+        self.next_epoch += 1
+        return BrokerRegistration(broker, RACKS[broker], epoch=self.next_epoch,
+                                  directory_ids=(self.disk[broker],), clean_shutdown=clean)
+
     @rule(broker=brokers)
     def register_or_bounce_broker(self, broker):
-        self.next_epoch += 1
-        self.apply(BrokerRegistered(BrokerRegistration(broker, RACKS[broker], epoch=self.next_epoch)))
+        self.apply(BrokerRegistered(self.registration(broker)))
         self.alive.add(broker)
+
+    def restarted_without_data(self, broker, lose_disk: bool, clean: bool,
+                               isrs: dict | None = None) -> BrokerRegistration:
+        """The broker's new registration; its replicas are stale where it may lack data: all
+        of them when its disk is new; after an unclean shutdown, all but those whose ISR it is
+        the last one left in (nobody holds more). ``isrs`` carries the ISRs, as these restarts
+        leave them, across the restarts one controller handles together (in broker order).
+        Partitions without state have no data yet."""
+        if lose_disk:
+            self.disk[broker] = uuid.uuid4()
+        isrs = {} if isrs is None else isrs
+        for tp in self.image.all_partitions():
+            reg = self.image.registration(tp)
+            if reg is None or broker not in self.image.replicas(tp) or (not lose_disk and clean):
+                continue
+            key = (self.image.topics[tp.topic].topic_id, tp.partition)
+            isr = isrs.setdefault(key, set(reg.isr))
+            if not lose_disk and isr == {broker}:
+                continue
+            isr.discard(broker)
+            self.stale.setdefault(key, set()).add(broker)
+        return self.registration(broker, clean)
+
+    @rule(broker=brokers, lose_disk=st.booleans(), clean=st.booleans())
+    def restart_broker(self, broker, lose_disk, clean):
+        event("restart, disk lost" if lose_disk else "restart, clean" if clean else "restart, unclean")
+        self.apply(BrokerRegistered(self.restarted_without_data(broker, lose_disk, clean)))
+        self.alive.add(broker)
+
+    @rule(died=st.sets(brokers), restarted=st.dictionaries(
+        brokers, st.tuples(st.booleans(), st.booleans()), max_size=2))
+    def brokers_die_and_restart_while_no_controller_watches(self, died, restarted):
+        """Between two controllers (the old one among the dead, say) brokers die and others
+        restart, with or without their disk (lose_disk, clean); the next controller finds
+        ZooKeeper so at failover."""
+        brokers = dict(self.image.brokers)
+        for broker in died - set(restarted):
+            if broker in brokers:
+                brokers[broker] = replace(brokers[broker], fenced=True)
+            self.alive.discard(broker)
+        isrs: dict = {}
+        for broker, (lose_disk, clean) in sorted(restarted.items()):
+            brokers[broker] = self.restarted_without_data(broker, lose_disk, clean, isrs)
+            self.alive.add(broker)
+        self.image = replace(self.image, brokers=frozen_map(brokers))
+        self.controller_failover()
 
     @rule(broker=brokers)
     def fail_broker(self, broker):
@@ -281,23 +358,39 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         new_isr = tuple(dict.fromkeys([reg.leader, *others]))
         # a leader elected unclean proposes RECOVERING until it has recovered its log
         state = data.draw(st.sampled_from(sorted({reg.leader_recovery_state, LeaderRecoveryState.RECOVERED})))
+        # v2 (no epochs) or v3: each member's epoch as the leader saw it fetch, unchecked (-1),
+        # or one of an earlier incarnation
+        epochs = data.draw(st.none() | st.tuples(*(
+            st.sampled_from(["current", "unchecked", "earlier"]) for _ in new_isr)))
+        registered = {r: b.epoch for r, b in self.image.brokers.items()}
+        stale_epoch = epochs is not None and any(
+            e == "earlier" for r, e in zip(new_isr, epochs) if r in registered)
+        if epochs is not None:
+            epochs = tuple(-1 if e == "unchecked" or r not in registered
+                           else registered[r] - (e == "earlier") for r, e in zip(new_isr, epochs))
         self.remember(tp, reg)
         accepted_isr = self.isr_after_proposal(tp, new_isr)
         result = self.apply(AlterPartition(
             reg.leader, self.image.brokers[reg.leader].epoch, tp.topic, tp.partition,
-            reg.leader_epoch, reg.partition_epoch, new_isr, state))
+            reg.leader_epoch, reg.partition_epoch, new_isr, state, new_isr_broker_epochs=epochs))
         if new_isr == reg.isr and state == reg.leader_recovery_state:
             expected = ErrorCode.NONE  # an idempotent retry is accepted as is
         elif state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
             expected = ErrorCode.INVALID_REQUEST
         elif not all(self.image.is_eligible(r) for r in new_isr):
             expected = ErrorCode.INELIGIBLE_REPLICA
+        elif stale_epoch:
+            expected = ErrorCode.INELIGIBLE_REPLICA
+            event("ISR proposal with an earlier incarnation's epoch")
         else:
             expected = ErrorCode.NONE
         assert result.response.error == expected
         if expected == ErrorCode.NONE:
             assert self.image.registration(tp).isr == accepted_isr
             assert self.image.registration(tp).leader_recovery_state == state
+            # in the ISR through the leader: caught up
+            self.stale.get((self.image.topics[tp.topic].topic_id, tp.partition),
+                           set()).difference_update(accepted_isr)
         else:
             assert result.writes == ()
 
@@ -370,14 +463,24 @@ class ControllerMatchesModel(RuleBasedStateMachine):
             if reg.leader == NO_LEADER:  # leaderless only while no replica may lead
                 assert not set(eligible) & set(reg.isr)
                 assert not (eligible and image.unclean_enabled(tp.topic))
-            assert reg.isr and len(set(reg.isr)) == len(reg.isr) and set(reg.isr) <= set(replicas)
+            assert len(set(reg.isr)) == len(reg.isr) and set(reg.isr) <= set(replicas)
+            assert reg.isr or reg.leader == NO_LEADER
             if reg.leader_recovery_state == LeaderRecoveryState.RECOVERING:
-                assert len(reg.isr) == 1
+                assert len(reg.isr) <= 1
             if reg.leader != NO_LEADER:
                 assert reg.leader in reg.isr and image.is_alive(reg.leader)
             if not any(image.is_alive(r) for r in reg.isr):
                 assert reg.leader == NO_LEADER
             self.remember(tp, reg)
+
+    @invariant()
+    def a_replica_without_the_data_is_not_in_sync_until_it_catches_up(self):
+        for tp in self.image.all_partitions():
+            reg = self.image.registration(tp)
+            stale = self.stale.get((self.image.topics[tp.topic].topic_id, tp.partition), set())
+            if reg is not None:
+                assert not stale & set(reg.isr), f"{tp}: {stale} in the ISR {reg.isr}"
+                assert reg.leader not in stale, f"{tp}: {reg.leader} leads without the data"
 
     @invariant()
     def writes_replay_to_the_image(self):

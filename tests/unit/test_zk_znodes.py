@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from strata.cluster.image import (
-    NO_LEADER, BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
+    NO_LEADER, BrokerDirectories, BrokerRegistration, Endpoint, LeaderRecoveryState,
+    PartitionRegistration)
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.config import ZkClientConfig
 from strata.common.types import uuid_to_kafka_str
@@ -39,6 +41,38 @@ def test_a_broker_without_a_plaintext_listener_registers_a_null_host_and_ipv6_is
                     b'"jmx_port":-1,"timestamp":"5",'
                     b'"listener_security_protocol_map":{"INTERNAL":"SSL"},"features":{}}')
     assert z.decode_broker(1, data, 3) == reg
+
+
+def test_a_registration_says_its_directories_and_an_unclean_shutdown_in_fields_kafka_skips():
+    directory = uuid.UUID(int=42)
+    reg = BrokerRegistration(1, None, (Endpoint("PLAINTEXT", "h", 9092),), epoch=3,
+                             directory_ids=(directory,), clean_shutdown=False)
+    data = z.encode_broker(reg, timestamp_ms=5)
+    assert data == (b'{"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],'
+                    b'"jmx_port":-1,"timestamp":"5",'
+                    b'"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"features":{},'
+                    b'"directory_ids":["' + uuid_to_kafka_str(directory).encode() + b'"],'
+                    b'"clean_shutdown":false}')
+    assert z.decode_broker(1, data, 3) == reg
+    clean = replace(reg, clean_shutdown=True)
+    assert b"clean_shutdown" not in z.encode_broker(clean)
+    assert z.decode_broker(1, z.encode_broker(clean), 3) == clean
+
+
+def test_a_kafka_registration_reads_as_no_directory_known_and_a_clean_shutdown():
+    data = (b'{"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],'
+            b'"jmx_port":-1,"timestamp":"5","listener_security_protocol_map":'
+            b'{"PLAINTEXT":"PLAINTEXT"},"features":{}}')
+    reg = z.decode_broker(1, data, 3)
+    assert (reg.directory_ids, reg.clean_shutdown) == ((), True)
+
+
+def test_the_controllers_record_of_a_registration_round_trips():
+    value = BrokerDirectories((uuid.UUID(int=1), uuid.UUID(int=2)), 4294967312)
+    assert z.decode_broker_directories(z.encode_broker_directories(value)) == value
+    assert z.broker_directories_path(3) == "/strata/broker_directories/3"
+    with pytest.raises(ValueError):
+        z.decode_broker_directories(b'{"version":2,"directory_ids":[],"broker_epoch":1}')
 
 
 def test_partition_state_round_trips_and_recovery_state_is_written_only_while_recovering():

@@ -372,6 +372,33 @@ class StrataZkClient:
     def watch_controlled_shutdowns(self, callback: Callable[[list[str]], None]) -> None:
         self._watch_children(z.CONTROLLED_SHUTDOWN_PATH, callback)
 
+    def get_all_broker_directories(self) -> dict[int, z.BrokerDirectories]:
+        """Broker id -> what the controller last accepted of its registration (KIP-858)."""
+        ids = [c for c in self._children(z.BROKER_DIRECTORIES_PATH) if c.isdigit()]
+        found = self._get_many([z.broker_directories_path(int(i)) for i in ids])
+        out = {}
+        for i, f in zip(ids, found):
+            if f is None:
+                continue
+            try:
+                out[int(i)] = z.decode_broker_directories(f[0])
+            except (ValueError, KeyError, TypeError) as exc:  # as if never handled
+                log.error("ignoring unreadable %s: %s", z.broker_directories_path(int(i)), exc)
+        return out
+
+    def set_broker_directories(self, broker_id: int, value: z.BrokerDirectories,
+                               expected_controller_epoch_zk_version: int) -> None:
+        """Writes (or creates) ``/strata/broker_directories/N``, fenced by the controller epoch."""
+        path, data = z.broker_directories_path(broker_id), z.encode_broker_directories(value)
+        result, = self._fenced(expected_controller_epoch_zk_version,
+                               [lambda tx: tx.set_data(path, data)])
+        if isinstance(result, NoNodeError):
+            self.make_sure_persistent_path_exists(z.BROKER_DIRECTORIES_PATH)
+            result, = self._fenced(expected_controller_epoch_zk_version,
+                                   [lambda tx: tx.create(path, data)])
+        if isinstance(result, Exception):
+            raise _error(result, f"writing {path}")
+
     # --- controller ----------------------------------------------------------------------
 
     def get_controller(self) -> z.ControllerRegistration | None:

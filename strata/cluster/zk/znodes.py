@@ -14,6 +14,8 @@ Kafka 3.9 ZooKeeper-mode tool reads what Strata writes and the other way round:
 - ``/admin/delete_topics/T`` (no data)
 - ``/latest_producer_id_block`` (:class:`ProducerIdsBlock`, version 1)
 - ``/cluster/id`` (``{"version":"1","id":"..."}``)
+- ``/strata/broker_directories/N`` (Strata's own, :class:`BrokerDirectories` as the controller
+  last accepted broker N's registration, version 1)
 
 Pure values and codecs only: nothing here talks to ZooKeeper (``client.py`` does). Brokers and
 partition states decode to ``strata.cluster.image`` types; fields Kafka stores that the image
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from strata.cluster.image import (
-    BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
+    BrokerDirectories, BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str
 
 # Paths (ZkData's *ZNode.path).
@@ -53,6 +55,10 @@ LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CLUSTER_ID_PATH = "/cluster/id"
 CONSUMERS_PATH = "/consumers"
+# Strata's, as KRaft's broker registrations remember log directories (KIP-858): per broker, the
+# directory ids and broker epoch of the registration the controller last handled, so that a
+# new controller knows which registrations are new and which brokers lost a directory.
+BROKER_DIRECTORIES_PATH = "/strata/broker_directories"
 
 # org.apache.kafka.server.config.ConfigType.ALL
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
@@ -121,7 +127,11 @@ def now_ms() -> int:
 #      "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"features":{}}
 #
 # ``host``/``port`` are the first PLAINTEXT endpoint's (null and -1 without one), for old
-# clients; ``rack`` is absent when unset. The broker epoch is the znode's czxid.
+# clients; ``rack`` is absent when unset. The broker epoch is the znode's czxid. Strata adds
+# two fields Kafka's readers skip, each only when it says something: ``"directory_ids":
+# ["<kafka uuid>",..]`` (the log directories' ``directory.id``) and ``"clean_shutdown":false``
+# (the logs were not closed cleanly before this registration). Without them (Kafka's, an
+# older Strata's, or nothing to say) a registration reads as no directory known, clean.
 
 BROKER_REGISTRATION_VERSION = 5
 
@@ -160,6 +170,10 @@ def encode_broker(broker: BrokerRegistration, *, jmx_port: int = -1,
     doc["listener_security_protocol_map"] = {e.listener: e.security_protocol
                                              for e in broker.endpoints}
     doc["features"] = {name: dict(r) for name, r in (features or {}).items()}
+    if broker.directory_ids:
+        doc["directory_ids"] = [uuid_to_kafka_str(d) for d in broker.directory_ids]
+    if not broker.clean_shutdown:
+        doc["clean_shutdown"] = False
     return encode_json(doc)
 
 
@@ -175,7 +189,33 @@ def decode_broker(broker_id: int, data: bytes, epoch: int) -> BrokerRegistration
         protocols = doc.get("listener_security_protocol_map") or {}
         endpoints = tuple(parse_endpoint(e, protocols) for e in doc["endpoints"])
     return BrokerRegistration(id=broker_id, rack=doc.get("rack"), endpoints=endpoints,
-                              epoch=epoch)
+                              epoch=epoch,
+                              directory_ids=tuple(uuid_from_kafka_str(d)
+                                                  for d in doc.get("directory_ids") or ()),
+                              clean_shutdown=doc.get("clean_shutdown") is not False)
+
+
+# --- /strata/broker_directories/N -------------------------------------------------------------
+#
+# Version 1: ``{"version":1,"directory_ids":["<kafka uuid>"],"broker_epoch":4294967312}``,
+# written by the controller (fenced by its epoch) once it has handled a registration.
+
+def broker_directories_path(broker_id: int) -> str:
+    return f"{BROKER_DIRECTORIES_PATH}/{broker_id}"
+
+
+def encode_broker_directories(value: BrokerDirectories) -> bytes:
+    return encode_json({"version": 1,
+                        "directory_ids": [uuid_to_kafka_str(d) for d in value.directory_ids],
+                        "broker_epoch": value.broker_epoch})
+
+
+def decode_broker_directories(data: bytes) -> BrokerDirectories:
+    doc = decode_json(data)
+    if int(doc["version"]) != 1:
+        raise ValueError(f"Unsupported version of broker directories: {data!r}")
+    return BrokerDirectories(tuple(uuid_from_kafka_str(d) for d in doc["directory_ids"]),
+                             int(doc["broker_epoch"]))
 
 
 # --- /controller and /controller_epoch ---------------------------------------------------
