@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
-from strata.tiered.manager.expirer import LogView, _within_lineage, plan_expiration
+from strata.tiered.manager.expirer import LogView, plan_expiration
+from strata.tiered.manager.lineage import within_lineage
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(uuid.UUID(int=7), TopicPartition("t", 0))
@@ -77,7 +78,7 @@ def test_a_broker_deletes_only_what_its_own_view_of_the_log_rules_out(case):
             # Kafka's rule: below the log start, an older lineage, or retention in the lineage
             below_start = m.end_offset < view.log_start
             older = all(e < earliest for e in m.segment_leader_epochs)
-            inside = _within_lineage(m, view.lineage, earliest, view.log_end)
+            inside = within_lineage(m, view.lineage, earliest, view.log_end)
             assert below_start or older or (inside and new_start > m.end_offset)
     assert new_start >= view.log_start
     moved = [m for m in doomed if m.end_offset + 1 == new_start]
@@ -111,7 +112,7 @@ def test_a_segment_outside_the_lineage_is_kept_unless_below_the_start_or_older(c
     earliest = min(view.lineage)
     for m in segs:
         if m.state is S.COPY_SEGMENT_FINISHED \
-                and not _within_lineage(m, view.lineage, earliest, view.log_end) \
+                and not within_lineage(m, view.lineage, earliest, view.log_end) \
                 and m.end_offset >= view.log_start \
                 and any(e >= earliest for e in m.segment_leader_epochs):
             assert m.remote_log_segment_id not in doomed

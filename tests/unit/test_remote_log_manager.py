@@ -191,7 +191,7 @@ def test_expirer_deletes_segments_below_the_log_start_offset_after_delete_record
     env.log.maybe_increment_log_start_offset(target, "DeleteRecords")
     env.expire()
     assert [m.start_offset for m in env.remote()] == [m.start_offset for m in remote[2:]]
-    assert env.rlm.segment_for_offset(env.log, remote[0].start_offset).start_offset \
+    assert env.rlm.segment_for_offset(env.log, remote[0].start_offset)[0].start_offset \
         == remote[2].start_offset
     assert env.read_all(target)[0] == target
 

@@ -17,6 +17,7 @@ from strata.tiered.api import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState)
 from strata.tiered.manager import copier, expirer
+from strata.tiered.manager.lineage import lineage_end, within_lineage
 from strata.tiered.manager.remote_log_manager import RemoteLogManager
 from tiered_env import TIP, TieredEnv
 
@@ -30,7 +31,7 @@ def segment(start: int, end: int, epochs: dict[int, int], broker: int = 1) -> Re
 
 
 def within(meta: RemoteLogSegmentMetadata, lineage: dict[int, int], log_end: int) -> bool:
-    return expirer._within_lineage(meta, lineage, min(lineage), log_end)
+    return within_lineage(meta, lineage, min(lineage), log_end)
 
 
 @pytest.mark.parametrize(("start", "end", "epochs", "expected"), [
@@ -60,6 +61,28 @@ def test_overlapping_copies_of_two_leaders_of_one_lineage_are_both_in_it():
     lineage = {5: 10, 7: 15, 9: 100}
     assert within(segment(10, 50, {5: 10, 7: 15}), lineage, 200)
     assert within(segment(14, 150, {5: 14, 7: 15, 9: 100}), lineage, 200)
+
+
+@pytest.mark.parametrize(("start", "end", "epochs", "expected"), [
+    (0, 4, {0: 0}, 5),                   # all the log's
+    (0, 7, {0: 0}, 5),                   # an old leader's epoch 0 past where the log's ends
+    (2, 9, {0: 2, 3: 5}, 10),            # both epochs where the log has them
+    (2, 9, {0: 2, 2: 5}, 5),             # an epoch the log never had: ends where it starts
+    (2, 9, {0: 2, 3: 6}, 5),             # epoch 0 followed by 3 at 6: the log's 3 starts at 5
+    (12, 19, {3: 12}, 20),
+    (6, 9, {2: 6}, 6),                   # nothing of it
+])
+def test_a_segment_is_the_logs_up_to_where_its_epochs_part_from_the_logs(start, end, epochs,
+                                                                         expected):
+    assert lineage_end(segment(start, end, epochs), [(0, 0), (3, 5)]) == expected
+
+
+def test_epochs_below_the_logs_earliest_are_passed_over():
+    # the log start moved to 100 and the cache lost epoch 0: the segment's epoch 0 part is
+    # below the log start, never read; its epoch 3 part is the log's
+    assert lineage_end(segment(50, 150, {0: 50, 3: 90}), [(3, 90), (5, 200)]) == 151
+    # ... and so when the log start moved into epoch 3, taking its cache entry's start along
+    assert lineage_end(segment(50, 150, {0: 50, 3: 90}), [(3, 120), (5, 200)]) == 151
 
 
 def append(env: TieredEnv, epoch: int, n: int) -> None:

@@ -226,3 +226,41 @@ def test_a_new_leaders_first_size_pass_counts_the_records_in_both_tiers_once(clu
     assert new.log.highest_offset_in_remote_storage == old.log.highest_offset_in_remote_storage
     assert new.log.log_start_offset == 0
     assert set(new.states().values()) == {S.COPY_SEGMENT_FINISHED}
+
+
+def test_a_remote_read_never_serves_an_old_leaders_copy_past_where_the_log_parted_from_it(
+        cluster):
+    """Kafka's expirer keeps an old leader's copy that runs past where the log's lineage
+    parts from it (an unclean election, a lost tail). The read of an offset that copy holds
+    as the log does stops where the log parted from it, and the next read is served by the
+    log's own copy: every offset gives the log's record."""
+    from strata.log.unified_log import FetchIsolation
+    from strata.protocol.records import iter_records
+    old = cluster["broker"](1, 0)
+    old.produce(25, epoch=0, size=100)
+    old.log.roll()                             # its segments are cut elsewhere than the log's
+    old.produce(35, epoch=0, size=100)
+    old.log.roll()
+    assert old.copy() > 0                      # epoch 0 up to 59, in ~2 KiB segments
+    new = cluster["broker"](2, 1)
+    new.produce(30, epoch=0, size=100)         # the log: epoch 0 ends at 30 ...
+    new.produce(30, epoch=1, size=60)          # ... and epoch 1 holds other records from 30
+    expected = {}
+    while len(expected) < 60:
+        data = new.log.read(len(expected), 1 << 20).records
+        expected.update((r.offset, r.value) for r in iter_records(data))
+    new.log.roll()
+    new.rlm._ensure_initialized(new.part)
+    assert new.log.highest_offset_in_remote_storage <= 29
+    assert new.copy() > 0
+    old_copy = next(m for m in new.rlmm.list_remote_log_segments(TIP)
+                    if m.start_offset < 30 <= m.end_offset and m.broker_id == 1)
+    assert new.rlm.segment_for_offset(new.log, 27) == (old_copy, 30)   # the lookup finds it
+    got, offset = {}, 0
+    while offset < 60:
+        data = new.rlm.read(new.log, offset, 10_000, FetchIsolation.HIGH_WATERMARK, True).records
+        records = [r for r in iter_records(data) if r.offset >= offset]
+        assert records, f"no progress at {offset}"
+        got.update((r.offset, r.value) for r in records)
+        offset = records[-1].offset + 1
+    assert got == expected

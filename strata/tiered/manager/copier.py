@@ -35,6 +35,7 @@ from strata.tiered.api import (
     RemoteLogSegmentState)
 
 from strata.tiered.manager.leadership import LeadershipLost
+from strata.tiered.manager.lineage import within_lineage
 
 if TYPE_CHECKING:
     from strata.log.segment import LogSegment
@@ -76,14 +77,13 @@ def _copied_in_lineage(ctx: TieringContext, part: PartitionTiering, log_end: int
     """The end of the copied segments of the log's epoch lineage, from the first one on
     without a gap (-1: none). Segments gone by retention lie below the log start offset, where
     the copier never goes back."""
-    from strata.tiered.manager.expirer import _within_lineage
     entries = part.log.leader_epoch_cache.epoch_entries()
     epochs = {e.epoch: e.start_offset for e in entries}
     earliest = entries[0].epoch if entries else -1
     covered = -1
     copied = sorted((m for m in ctx.rlmm.list_remote_log_segments(part.tip)
                      if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                     and _within_lineage(m, epochs, earliest, log_end)),
+                     and within_lineage(m, epochs, earliest, log_end)),
                     key=lambda m: m.start_offset)
     for m in copied:
         if covered >= 0 and m.start_offset > covered + 1:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Callable
 from strata.tiered.api import (
     RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState, RemoteResourceNotFoundException)
+from strata.tiered.manager.lineage import within_lineage
 
 if TYPE_CHECKING:
     from strata.tiered.manager.remote_log_manager import PartitionTiering, TieringContext
@@ -79,46 +80,6 @@ def delete_remote_segment(ctx: TieringContext, meta: RemoteLogSegmentMetadata,
     ctx.metrics.deleted(seg_id.topic_id_partition.topic)
 
 
-def _with_records(entries: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(epoch, start offset) entries of the epochs that hold records: an entry the next one
-    starts at the same offset as is dropped (Kafka's ``buildFilteredLeaderEpochMap``)."""
-    return [e for e, nxt in zip(entries, [*entries[1:], None]) if nxt is None or nxt[1] > e[1]]
-
-
-def _within_lineage(meta: RemoteLogSegmentMetadata, epochs: dict[int, int], earliest_epoch: int,
-                    log_end_offset: int) -> bool:
-    """Whether the segment is part of the log's epoch lineage (Kafka's
-    ``isRemoteSegmentWithinLeaderEpochs``): every epoch of the segment is one the log still
-    has, at the same start offset, and ends in the segment where it ends in the log -- the
-    log's next epoch is the segment's next one, and the segment's last epoch ends no later
-    than the log's (a segment an old leader tiered past the offset where the log's next epoch
-    starts holds records the log no longer has); and the segment ends below the log end."""
-    if meta.end_offset >= log_end_offset:
-        return False
-    seg_epochs = _with_records(sorted(meta.segment_leader_epochs.items()))
-    lineage = _with_records(sorted(epochs.items()))
-    if all(epoch < earliest_epoch for epoch, _ in seg_epochs):
-        return False  # the log's earliest epoch covers its start: this is no part of it
-    if seg_epochs[-1][0] > max(epochs, default=-1):
-        return False
-    starts = dict(lineage)
-    for i, (epoch, start) in enumerate(seg_epochs):
-        if epoch < earliest_epoch:
-            continue  # truncated from the start of the cache with the log start offset
-        cached = starts.get(epoch)
-        if cached is None:
-            return False
-        if i > 0 and cached != start:
-            return False
-        later = next(((e, s) for e, s in lineage if e > epoch), None)
-        if i + 1 < len(seg_epochs):
-            if later != seg_epochs[i + 1]:
-                return False
-        elif later is not None and meta.end_offset >= later[1]:
-            return False
-    return True
-
-
 @dataclasses.dataclass(frozen=True)
 class LogView:
     """What the expirer knows of the log: its offsets, its leader-epoch lineage (epoch ->
@@ -154,7 +115,7 @@ def plan_expiration(segments: list[RemoteLogSegmentMetadata], view: LogView, now
         elif m.state is _S.DELETE_SEGMENT_STARTED:
             if m.remote_log_segment_id != copying:  # else the copier is cleaning up its attempt
                 doomed.append(m)
-        elif _within_lineage(m, epochs, earliest, view.log_end):
+        elif within_lineage(m, epochs, earliest, view.log_end):
             live.append(m)
         elif m.end_offset < view.log_start or all(e < earliest for e in m.segment_leader_epochs):
             doomed.append(m)

@@ -51,6 +51,7 @@ from strata.tiered.api import (
 from strata.tiered.config import inherited_tiering_remote_data_message
 from strata.tiered.manager import copier, expirer
 from strata.tiered.manager.leadership import LeadershipLost
+from strata.tiered.manager.lineage import lineage_end
 from strata.tiered.manager.quota import RemoteLogQuotas
 from strata.tiered.manager.retry import Backoff
 
@@ -863,15 +864,24 @@ class RemoteLogManager:
                              code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return TopicIdPartition(topic_id, ulog.topic_partition)
 
-    def segment_for_offset(self, ulog: UnifiedLog, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The copied segment holding ``offset`` or, past a gap, the next one above it."""
+    def segment_for_offset(self, ulog: UnifiedLog, offset: int
+                           ) -> tuple[RemoteLogSegmentMetadata, int] | None:
+        """The copied segment holding ``offset`` as the log has it or, past a gap, the next
+        one above it; with the offset after the last one of it that is the log's
+        (``lineage.lineage_end``: an old leader's copy may go on past where the log parted
+        from its records, and Kafka's expirer leaves such copies to retention)."""
         tip = self._tip(ulog)
+        entries = [(e.epoch, e.start_offset) for e in ulog.leader_epoch_cache.epoch_entries()]
         epoch = ulog.leader_epoch_cache.epoch_for_offset(offset)
         if epoch is not None:
             meta = self.ctx.rlmm.remote_log_segment_metadata(tip, epoch, offset)
-            if meta is not None:
-                return meta
-        return next((m for m in self.copied_segments(tip) if m.end_offset >= offset), None)
+            if meta is not None and (end := lineage_end(meta, entries)) > offset:
+                return meta, end
+        for m in self.copied_segments(tip):
+            if m.end_offset >= offset \
+                    and (end := lineage_end(m, entries)) > max(offset, m.start_offset):
+                return m, end
+        return None
 
     def read(self, ulog: UnifiedLog, fetch_offset: int, max_bytes: int,
              isolation: FetchIsolation, min_one_message: bool) -> FetchDataInfo:
@@ -879,21 +889,23 @@ class RemoteLogManager:
         from strata.tiered.manager.remote_log_reader import read_remote_segment
         topic = ulog.topic_partition.topic
         try:
-            meta = self.segment_for_offset(ulog, fetch_offset)
+            found = self.segment_for_offset(ulog, fetch_offset)
             window, continues = self._read_ahead_window(ulog.topic_partition, fetch_offset)
-            if window and not continues and meta is not None:
+            if window and not continues and found is not None:
                 # a reader starting here: its read-ahead loads alongside its first chunk
-                self._read_ahead_from(ulog, meta, fetch_offset, None, max(max_bytes, 0) + window)
+                self._read_ahead_from(ulog, found[0], fetch_offset, None,
+                                      max(max_bytes, 0) + window)
             while True:
-                if meta is None:
+                if found is None:
                     raise OffsetOutOfRangeError(
                         f"offset {fetch_offset} of {ulog.topic_partition} is not in remote storage")
+                meta, upto = found
                 result = read_remote_segment(self.ctx.rsm, self.ctx.index_cache, meta,
-                                             fetch_offset, max_bytes, min_one_message)
+                                             fetch_offset, max_bytes, min_one_message, upto=upto)
                 if not result.end_of_segment:
                     break
-                # no batch of this segment reaches the offset: it is in the next one
-                meta = self.segment_for_offset(ulog, meta.end_offset + 1)
+                # no batch of this segment (of the log's part of it) reaches the offset
+                found = self.segment_for_offset(ulog, upto)
             aborted = None
             if isolation is FetchIsolation.TXN_COMMITTED:
                 aborted = self._aborted_transactions(ulog, meta, fetch_offset, result.next_offset) \
@@ -950,9 +962,10 @@ class RemoteLogManager:
                 past_end = self.ctx.rsm.prefetch(meta, position, length)
                 if past_end == 0 and position + length + most < meta.segment_size_in_bytes:
                     return
-                meta = self.segment_for_offset(ulog, meta.end_offset + 1)
-                if meta is None:
+                found = self.segment_for_offset(ulog, meta.end_offset + 1)
+                if found is None:
                     return
+                meta = found[0]
                 # the reader's first fetch there looks up its offset index: have it ready too
                 self.ctx.index_cache.prefetch(meta)
                 if past_end == 0:
@@ -982,16 +995,19 @@ class RemoteLogManager:
         return out
 
     def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int):
-        """The first offset with a timestamp ≥ ``timestamp`` in the remote tier, or None."""
+        """The first offset with a timestamp ≥ ``timestamp`` in the remote tier, or None
+        (only records the log has: not those of an old leader's copy past where the log
+        parted from it)."""
         from strata.tiered.manager.remote_log_reader import find_offset_by_timestamp
         tip = self._tip(ulog)
         start = ulog.log_start_offset
+        entries = [(e.epoch, e.start_offset) for e in ulog.leader_epoch_cache.epoch_entries()]
         for m in self.copied_segments(tip):
             if m.end_offset < start or m.max_timestamp_ms < timestamp:
                 continue
             found = find_offset_by_timestamp(self.ctx.rsm, self.ctx.index_cache, m, timestamp,
                                              start)
-            if found is not None:
+            if found is not None and found.offset < lineage_end(m, entries):
                 return found
         return None
 

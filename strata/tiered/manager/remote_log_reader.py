@@ -217,13 +217,17 @@ def _read_batch(stream: _SegmentStream, meta: RemoteLogSegmentMetadata, header: 
 def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache,
                         meta: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int,
                         min_one_message: bool = True, *,
-                        slack_bytes: int = DEFAULT_READ_SLACK_BYTES) -> RemoteReadResult:
+                        slack_bytes: int = DEFAULT_READ_SLACK_BYTES,
+                        upto: int | None = None) -> RemoteReadResult:
     """Whole batches of one remote segment from the batch holding ``fetch_offset``.
 
     At most ``max_bytes``, except that with ``min_one_message`` the first batch is returned
     whole however large (KIP-74). The first range fetched ends ``slack_bytes`` past
-    ``max_bytes`` from the indexed position; more is fetched only when needed.
+    ``max_bytes`` from the indexed position; more is fetched only when needed. ``upto``: no
+    batch starting at or after it (where the segment's records stop being the log's,
+    ``lineage.lineage_end``); a read that reaches it is ``end_of_segment``.
     """
+    upto = meta.end_offset + 1 if upto is None else upto
     position = index_cache.lookup_offset(meta, fetch_offset)
     nothing = RemoteReadResult(b"", fetch_offset, -1, fetch_offset, -1, meta.start_offset)
     with _SegmentStream(rsm, meta, position, max(max_bytes, 0) + slack_bytes) as stream:
@@ -232,6 +236,8 @@ def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache
             if found is None:
                 return nothing._replace(end_of_segment=True)
             first, head = found
+            if first.base_offset >= upto:
+                return nothing._replace(end_of_segment=True)
             if first.last_offset >= fetch_offset:
                 break
             _skip_batch(stream, meta, first)
@@ -251,14 +257,19 @@ def read_remote_segment(rsm: RemoteStorageManager, index_cache: RemoteIndexCache
     # Whole batches within the limit; a partial batch is only allowed where the limit cut it.
     end, last_at, n = 0, 0, len(data)
     unpack = BASE_OFFSET_LENGTH.unpack_from
+    cut = False
     while end + HEADER_SIZE <= n:
-        size = unpack(data, end)[1] + LOG_OVERHEAD
+        base, size = unpack(data, end)
+        size += LOG_OVERHEAD
+        if end and base >= upto:
+            cut = True
+            break
         if size < HEADER_SIZE or data[end + MAGIC_OFFSET] != CURRENT_MAGIC:
             _check_header(meta, data, end, first.position + end)     # raises, naming the fault
         if end + size > n:
             break
         last_at, end = end, end + size
-    if n < limit and end < n:
+    if n < limit and end < n and not cut:
         raise _corrupt(meta, first.position + end, "truncated batch at the end of the segment")
     last = read_header(data, last_at)
     return RemoteReadResult(data[:end], fetch_offset, first.base_offset, last.next_offset,
