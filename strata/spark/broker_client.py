@@ -311,6 +311,64 @@ class BrokerClient:
             pending = [p for p, _ in failed]
         raise AssertionError("unreachable")
 
+    # ---- OffsetForLeaderEpoch ---------------------------------------------------------------
+
+    def epoch_end_offsets(self, topic: str, asks: list[tuple[int, int]]
+                          ) -> dict[tuple[int, int], tuple[int, int]]:
+        """For each (partition, leader epoch) asked, the leader's answer as a consumer gets it
+        (OffsetForLeaderEpoch v4): (the largest epoch of its log at or below the one asked,
+        where that epoch ends), or (-1, -1) when its log has none."""
+        from kio.schema.offset_for_leader_epoch.v4.request import (
+            OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic)
+        from kio.schema.offset_for_leader_epoch.v4.response import OffsetForLeaderEpochResponse
+        from kio.schema.types import BrokerId, TopicName
+        from kio.static.primitive import i32
+        result: dict[tuple[int, int], tuple[int, int]] = {}
+        pending = sorted(set(asks))
+        for attempt in range(_RETRIES + 1):
+            failed: list[tuple[tuple[int, int], int]] = []
+            # a request asks each partition once: round k asks each partition's k-th epoch
+            by_partition: dict[int, list[int]] = {}
+            for p, e in pending:
+                by_partition.setdefault(p, []).append(e)
+            depth = max((len(v) for v in by_partition.values()), default=0)
+            for k in range(depth):
+                by_leader: dict[tuple[str, int], list[tuple[int, int]]] = {}
+                for p, epochs in by_partition.items():
+                    if k < len(epochs):
+                        try:
+                            by_leader.setdefault(self._leader_address(topic, p), []).append(
+                                (p, epochs[k]))
+                        except BrokerRequestError as exc:
+                            failed.append(((p, epochs[k]), exc.error_code))
+                for address, parts in by_leader.items():
+                    req = OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+                        OffsetForLeaderTopic(topic=TopicName(topic), partitions=tuple(
+                            OffsetForLeaderPartition(partition=i32(p), leader_epoch=i32(e))
+                            for p, e in parts)),))
+                    asked = dict(parts)
+                    resp = self._send(address, req, OffsetForLeaderEpochResponse)
+                    for t in resp.topics:
+                        for r in t.partitions:
+                            key = (int(r.partition), asked.get(int(r.partition), -1))
+                            code = code_of(r.error_code)
+                            if code:
+                                failed.append((key, code))
+                            else:
+                                result[key] = (int(r.leader_epoch), int(r.end_offset))
+            missing = [k for k in pending if k not in result and k not in dict(failed)]
+            failed += [(k, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for k in missing]
+            if not failed:
+                return result
+            errors = [BrokerRequestError(f"OffsetForLeaderEpoch({e}) of {topic}-{p}", c)
+                      for (p, e), c in failed]
+            fatal = next((e for e in errors if not e.retriable), None)
+            if fatal is not None or attempt == _RETRIES:
+                raise fatal or errors[0]
+            self._after_error(topic, [c for _, c in failed], attempt)
+            pending = [k for k, _ in failed]
+        raise AssertionError("unreachable")
+
     def _after_error(self, topic: str, codes: list[int], attempt: int) -> None:
         time.sleep(_RETRY_BACKOFF_S * (attempt + 1))
         if any(c in _LEADERSHIP_ERRORS for c in codes):

@@ -77,7 +77,10 @@ def remote_segments(client: BrokerClient, topic: str) -> dict[int, list[RemoteLo
     offset order: COPY_SEGMENT_FINISHED segments of the current leader-epoch lineage, read
     from ``__remote_log_metadata`` through Fetch and replayed as the broker's metadata
     manager replays it (events it would refuse are skipped). A copy superseded by a later
-    upload of the same offsets (a new leader re-copying) is left out.
+    upload of the same offsets (a new leader re-copying) is left out, and so is a segment
+    outside the partition leader's epoch lineage (``within_leader_lineage``: an old leader's
+    records that an unclean election or a lost tail took out of the log, which Kafka's
+    expirer leaves to retention): those offsets are the leader's to serve.
 
     Raises BrokerRequestError (UNKNOWN_TOPIC_OR_PARTITION) for an unknown topic.
     """
@@ -85,8 +88,32 @@ def remote_segments(client: BrokerClient, topic: str) -> dict[int, list[RemoteLo
     if info is None:
         raise BrokerRequestError(f"topic {topic}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     store = replay_remote_log_metadata(client, [info])
-    return {p: _current_lineage(store, TopicIdPartition(info.topic_id, TopicPartition(topic, p)))
-            for p in range(info.partitions)}
+    finished = {p: _finished(store, TopicIdPartition(info.topic_id, TopicPartition(topic, p)))
+                for p in range(info.partitions)}
+    asks = sorted({(p, e) for p, metas in finished.items() for m in metas
+                   for e in m.segment_leader_epochs})
+    ends = client.epoch_end_offsets(topic, asks) if asks else {}
+    return {p: _current_lineage([m for m in metas if within_leader_lineage(m, p, ends)])
+            for p, metas in finished.items()}
+
+
+def within_leader_lineage(meta: RemoteLogSegmentMetadata, partition: int,
+                          ends: Mapping[tuple[int, int], tuple[int, int]]) -> bool:
+    """Whether the leader's log holds the segment's records: each epoch of the segment is
+    one of the leader's, and ends in its log where the segment's next epoch starts (the last
+    one: after the segment's end). ``ends``: OffsetForLeaderEpoch's answers by (partition,
+    epoch), as ``BrokerClient.epoch_end_offsets`` gives them."""
+    epochs = sorted(meta.segment_leader_epochs.items())
+    for i, (epoch, _) in enumerate(epochs):
+        found, end = ends.get((partition, epoch), (-1, -1))
+        if found != epoch:
+            return False
+        if i + 1 < len(epochs):
+            if end != epochs[i + 1][1]:
+                return False
+        elif end <= meta.end_offset:
+            return False
+    return True
 
 
 def replay_remote_log_metadata(client: BrokerClient,
@@ -139,17 +166,22 @@ def _replay(chunk: bytes, start: int, end: int, topic_ids: set[uuid.UUID],
     return skipped
 
 
-def _current_lineage(store: RemotePartitionMetadataStore,
-                     tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-    """The finished segments some leader epoch still refers to, by start offset; where two
-    overlap, the one reaching further (then of the later epoch) wins the offsets both hold,
-    and an older one is kept only for offsets nothing newer covers."""
+def _finished(store: RemotePartitionMetadataStore,
+              tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    """The finished segments some leader epoch still refers to."""
     cache = store.cache_copy(tip)
     if cache is None:
         return []
     referenced = {seg_id for state in cache.epochs.values() for seg_id in state.offset_to_id.values()}
-    finished = [cache.segments[i] for i in referenced
-                if cache.segments[i].state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    return [cache.segments[i] for i in referenced
+            if cache.segments[i].state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def _current_lineage(finished: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """``finished`` by start offset; where two overlap, the one reaching further (then of the
+    later epoch) wins the offsets both hold, and an older one is kept only for offsets
+    nothing newer covers."""
+    finished = list(finished)
     finished.sort(key=lambda m: (m.end_offset, max(m.segment_leader_epochs), m.event_timestamp_ms),
                   reverse=True)
     chosen: list[RemoteLogSegmentMetadata] = []

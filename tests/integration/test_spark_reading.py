@@ -220,7 +220,7 @@ def test_lineage_drops_superseded_copies_and_clips_partly_overlapped_ones():
     import uuid
 
     from strata.common.types import TopicIdPartition, TopicPartition
-    from strata.spark.remote_segments import _current_lineage
+    from strata.spark.remote_segments import _current_lineage, _finished
     from strata.tiered.api import (
         RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
         RemoteLogSegmentState)
@@ -240,11 +240,37 @@ def test_lineage_drops_superseded_copies_and_clips_partly_overlapped_ones():
     b = copied(100, 199, {0: 100})
     again = copied(100, 199, {0: 100})              # the same range copied again: wins
     newer = copied(150, 249, {0: 150, 1: 200})      # a new leader's epoch from 200
-    lineage = _current_lineage(store, tip)
+    lineage = _current_lineage(_finished(store, tip))
     ids = [m.remote_log_segment_id for m in lineage]
     assert ids == [x.remote_log_segment_id for x in (a, again, newer)]
     assert b.remote_log_segment_id not in ids
     assert [(s, e) for _, s, e in segment_read_ranges(lineage)] == [(0, 100), (100, 150), (150, 250)]
+
+
+def test_segments_outside_the_leaders_epoch_lineage_are_not_read_directly():
+    """An unclean election leaves an old leader's copies of offsets the new leader's log
+    holds other records at; Kafka's expirer keeps them until retention. The planner reads a
+    segment straight from the bucket only where the leader's OffsetForLeaderEpoch answers
+    say its log holds the segment's epochs exactly there."""
+    import uuid
+
+    from strata.common.types import TopicIdPartition, TopicPartition
+    from strata.spark.remote_segments import within_leader_lineage
+    from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata
+    tip = TopicIdPartition(uuid.uuid4(), TopicPartition(TOPIC, 0))
+
+    def seg(start: int, end: int, epochs: dict[int, int]) -> RemoteLogSegmentMetadata:
+        return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), start, end, 0, 1,
+                                        0, 100, segment_leader_epochs=epochs)
+    # the leader's log: epoch 0 on [0, 1000), epoch 4 from 1000 (epoch 3 was the old leader's,
+    # whose records past 1000 the leader never had), log end 3000
+    ends = {(0, 0): (0, 1000), (0, 3): (0, 1000), (0, 4): (4, 3000)}
+    assert within_leader_lineage(seg(0, 999, {0: 0}), 0, ends)
+    assert within_leader_lineage(seg(900, 1999, {0: 900, 4: 1000}), 0, ends)
+    assert not within_leader_lineage(seg(0, 1499, {0: 0}), 0, ends)        # epoch 0 past 1000
+    assert not within_leader_lineage(seg(800, 1499, {0: 800, 3: 1000}), 0, ends)  # epoch 3
+    assert not within_leader_lineage(seg(2000, 3000, {4: 2000}), 0, ends)  # past the log end
+    assert not within_leader_lineage(seg(0, 99, {0: 0}), 1, ends)          # nothing asked
 
 
 def test_segment_metadata_pickles_and_the_reader_refuses_to(cluster):
