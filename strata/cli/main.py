@@ -374,6 +374,9 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         reader_threads=cfg.reader_threads, reader_max_pending_tasks=cfg.reader_max_pending_tasks,
         **quota_settings(cfg))   # static values overlaid with the stored dynamic ones
     def leader_epoch_of(tp: TopicPartition) -> int | None:
+        # not while the ZooKeeper session is in doubt: another broker may lead it already
+        if replica_manager.lease.in_doubt():
+            return None
         st = replica_manager.state(tp)
         return st.leader_epoch if st is not None and st.leader == node_id else None
 
