@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -274,42 +274,17 @@ class BrokerClient:
         from kio.schema.list_offsets.v9.response import ListOffsetsResponse
         from kio.schema.types import BrokerId, TopicName
         from kio.static.primitive import i8, i32, i64
-        result: dict[int, int] = {}
-        pending = sorted(set(partitions))
-        for attempt in range(_RETRIES + 1):
-            by_leader: dict[tuple[str, int], list[int]] = {}
-            failed: list[tuple[int, int]] = []
-            for p in pending:
-                try:
-                    by_leader.setdefault(self._leader_address(topic, p), []).append(p)
-                except BrokerRequestError as exc:
-                    failed.append((p, exc.error_code))
-            for address, parts in by_leader.items():
-                req = ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
-                    ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
-                        ListOffsetsPartition(partition_index=i32(p), timestamp=i64(timestamp))
-                        for p in parts)),))
-                resp = self._send(address, req, ListOffsetsResponse)
-                for t in resp.topics:
-                    for r in t.partitions:
-                        code = code_of(r.error_code)
-                        if code:
-                            failed.append((int(r.partition_index), code))
-                        else:
-                            result[int(r.partition_index)] = int(r.offset)
-            missing = [p for p in pending if p not in result and p not in dict(failed)]
-            if missing:
-                failed += [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in missing]
-            if not failed:
-                return result
-            errors = [BrokerRequestError(f"ListOffsets({timestamp}) of {topic}-{p}", c)
-                      for p, c in failed]
-            fatal = next((e for e in errors if not e.retriable), None)
-            if fatal is not None or attempt == _RETRIES:
-                raise fatal or errors[0]
-            self._after_error(topic, [c for _, c in failed], attempt)
-            pending = [p for p, _ in failed]
-        raise AssertionError("unreachable")
+
+        def ask(address: tuple[str, int], parts: list[int]) -> Iterator[tuple[int, int, Any]]:
+            req = ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
+                ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                    ListOffsetsPartition(partition_index=i32(p), timestamp=i64(timestamp))
+                    for p in parts)),))
+            for t in self._send(address, req, ListOffsetsResponse).topics:
+                for r in t.partitions:
+                    yield int(r.partition_index), code_of(r.error_code), int(r.offset)
+        return self._ask_leaders(topic, partitions, lambda p: p, ask,
+                                 lambda p: f"ListOffsets({timestamp}) of {topic}-{p}")
 
     # ---- OffsetForLeaderEpoch ---------------------------------------------------------------
 
@@ -323,45 +298,55 @@ class BrokerClient:
         from kio.schema.offset_for_leader_epoch.v4.response import OffsetForLeaderEpochResponse
         from kio.schema.types import BrokerId, TopicName
         from kio.static.primitive import i32
-        result: dict[tuple[int, int], tuple[int, int]] = {}
-        pending = sorted(set(asks))
+
+        def ask(address: tuple[str, int], keys: list[tuple[int, int]]
+                ) -> Iterator[tuple[tuple[int, int], int, Any]]:
+            req = OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+                OffsetForLeaderTopic(topic=TopicName(topic), partitions=tuple(
+                    OffsetForLeaderPartition(partition=i32(p), leader_epoch=i32(e))
+                    for p, e in keys)),))
+            asked = dict(keys)
+            for t in self._send(address, req, OffsetForLeaderEpochResponse).topics:
+                for r in t.partitions:
+                    p = int(r.partition)
+                    yield ((p, asked.get(p, -1)), code_of(r.error_code),
+                           (int(r.leader_epoch), int(r.end_offset)))
+        return self._ask_leaders(topic, asks, lambda k: k[0], ask,
+                                 lambda k: f"OffsetForLeaderEpoch({k[1]}) of {topic}-{k[0]}")
+
+    def _ask_leaders(self, topic: str, keys: Iterable[Any], partition_of: Callable[[Any], int],
+                     ask: Callable[[tuple[str, int], list[Any]], Iterable[tuple[Any, int, Any]]],
+                     what: Callable[[Any], str]) -> dict[Any, Any]:
+        """Each key's answer from its partition's leader: ``ask(leader, keys)`` sends one
+        request and yields (key, error code, answer); a request names a partition once, so
+        keys of one partition go in successive requests. Retriable errors (a leader moved)
+        are retried after a metadata refresh; others raise BrokerRequestError."""
+        result: dict[Any, Any] = {}
+        pending = sorted(set(keys))
         for attempt in range(_RETRIES + 1):
-            failed: list[tuple[tuple[int, int], int]] = []
-            # a request asks each partition once: round k asks each partition's k-th epoch
-            by_partition: dict[int, list[int]] = {}
-            for p, e in pending:
-                by_partition.setdefault(p, []).append(e)
-            depth = max((len(v) for v in by_partition.values()), default=0)
-            for k in range(depth):
-                by_leader: dict[tuple[str, int], list[tuple[int, int]]] = {}
-                for p, epochs in by_partition.items():
-                    if k < len(epochs):
-                        try:
-                            by_leader.setdefault(self._leader_address(topic, p), []).append(
-                                (p, epochs[k]))
-                        except BrokerRequestError as exc:
-                            failed.append(((p, epochs[k]), exc.error_code))
-                for address, parts in by_leader.items():
-                    req = OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
-                        OffsetForLeaderTopic(topic=TopicName(topic), partitions=tuple(
-                            OffsetForLeaderPartition(partition=i32(p), leader_epoch=i32(e))
-                            for p, e in parts)),))
-                    asked = dict(parts)
-                    resp = self._send(address, req, OffsetForLeaderEpochResponse)
-                    for t in resp.topics:
-                        for r in t.partitions:
-                            key = (int(r.partition), asked.get(int(r.partition), -1))
-                            code = code_of(r.error_code)
-                            if code:
-                                failed.append((key, code))
-                            else:
-                                result[key] = (int(r.leader_epoch), int(r.end_offset))
-            missing = [k for k in pending if k not in result and k not in dict(failed)]
-            failed += [(k, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for k in missing]
+            failed: list[tuple[Any, int]] = []
+            requests: dict[tuple[tuple[str, int], int], list[Any]] = {}
+            rounds: dict[int, int] = {}
+            for k in pending:
+                p = partition_of(k)
+                try:
+                    address = self._leader_address(topic, p)
+                except BrokerRequestError as exc:
+                    failed.append((k, exc.error_code))
+                    continue
+                requests.setdefault((address, rounds.get(p, 0)), []).append(k)
+                rounds[p] = rounds.get(p, 0) + 1
+            for (address, _), batch in requests.items():
+                for k, code, answer in ask(address, batch):
+                    if code:
+                        failed.append((k, code))
+                    else:
+                        result[k] = answer
+            failed += [(k, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for k in pending
+                       if k not in result and k not in dict(failed)]
             if not failed:
                 return result
-            errors = [BrokerRequestError(f"OffsetForLeaderEpoch({e}) of {topic}-{p}", c)
-                      for (p, e), c in failed]
+            errors = [BrokerRequestError(what(k), c) for k, c in failed]
             fatal = next((e for e in errors if not e.retriable), None)
             if fatal is not None or attempt == _RETRIES:
                 raise fatal or errors[0]

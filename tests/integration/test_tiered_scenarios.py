@@ -705,8 +705,9 @@ def test_s3_multiple_hard_failures_converge_on_the_survivors_log_in_both_tiers(c
     takes new records and tiers them; A comes back, truncates what B lost and follows. Then
     both tiers hold B's log: the leader's epoch cache says which epoch each offset belongs to,
     a consumer reading from 0 gets B's records at every offset (remote and local), the epoch
-    B lost is fenced at the cut (KIP-320), and the remote segments of A's lost lineage are
-    expired, leaving remote segments that cover the log once."""
+    B lost is fenced at the cut (KIP-320), and the remote segments of B's lineage cover the
+    log once; those of A's lost lineage stay (Kafka's expirer deletes only what breaches
+    retention or the log start offset) and are never read."""
     topic = "s3-hard-failures"
     create(cluster, topic, [[A, B]], local_retention_bytes="-2",   # both keep every segment
            unclean_leader_election_enable="true")
@@ -744,33 +745,47 @@ def test_s3_multiple_hard_failures_converge_on_the_survivors_log_in_both_tiers(c
     wait_settled(b, topic, above=cut + 2000)
     # the epoch B lost past the cut is fenced there (KIP-320), the new one starts there
     assert offset_for_leader_epoch(b, topic, 0) == (0, cut)
-    # the remote segments of the lost lineage expire; what stays covers B's log once
-    lineage = epochs(b, topic)
-    log_end = cut + 3000
-    wait_for("remote segments outside B's lineage expired", lambda: all(
-        within_lineage(s, lineage, log_end) for s in remote_metadata(cluster, topic).copied()),
-        timeout=60)
-    copied = remote_metadata(cluster, topic).copied()
+    # the remote segments of B's lineage cover its log once; A's past the cut stay, unread
+    copied = wait_lineage(cluster, topic, b)
     assert contiguous(copied) == tiered_state(b, topic)["local_log_start_offset"] - 1
+    assert outside_lineage(cluster, topic, b)
     # a consumer from offset 0 reads B's log, the remote tier first: at the cut, B's record
     expected = numbered(first[:cut] + second)
     assert consume(cluster.bootstrap, topic, len(expected)) == expected
     assert consume(cluster.bootstrap, topic, 1, start=cut) == [(cut, second[0])]
 
 
-def wait_lineage(cluster, topic: str, leader) -> list[RemoteSegment]:
-    """Waits until every copied remote segment of ``topic`` is within ``leader``'s epoch
-    lineage (the leader's expirer deletes the others); the copied segments."""
+def in_lineage(cluster, topic: str, leader, inside: bool = True) -> list[RemoteSegment]:
+    """The copied remote segments of ``topic`` within ``leader``'s epoch lineage (outside it
+    with ``inside`` False), by start offset."""
     lineage = epochs(leader, topic)
     log_end = tiered_state(leader, topic)["log_end_offset"]
+    return [s for s in remote_metadata(cluster, topic).copied()
+            if within_lineage(s, lineage, log_end) is inside]
+
+
+def outside_lineage(cluster, topic: str, leader) -> list[RemoteSegment]:
+    return in_lineage(cluster, topic, leader, inside=False)
+
+
+def wait_lineage(cluster, topic: str, leader) -> list[RemoteSegment]:
+    """Waits until the copied remote segments within ``leader``'s epoch lineage cover its log
+    from 0 to below its local log start without gap or overlap; those segments. Segments of
+    another lineage stay (Kafka's rule: the expirer deletes only what breaches retention or
+    the log start offset, and never a segment a later leader may own); reads never use them."""
+    def covered():
+        copied = in_lineage(cluster, topic, leader)
+        local_start = tiered_state(leader, topic)["local_log_start_offset"]
+        try:
+            return copied and contiguous(copied) == local_start - 1 and copied
+        except AssertionError:
+            return False
     try:
-        return wait_for("remote segments outside the leader's lineage expired", lambda: (
-            copied := remote_metadata(cluster, topic).copied()) and all(
-                within_lineage(s, lineage, log_end) for s in copied) and copied, timeout=60)
+        return wait_for("the leader's lineage covered by its remote segments", covered, timeout=60)
     except AssertionError as exc:
-        outside = [(s.start, s.end, s.epochs) for s in remote_metadata(cluster, topic).copied()
-                   if not within_lineage(s, lineage, log_end)]
-        raise AssertionError(f"{exc}; lineage {lineage}, outside it: {outside}") from None
+        inside = [(s.start, s.end, s.epochs) for s in in_lineage(cluster, topic, leader)]
+        raise AssertionError(f"{exc}; lineage {epochs(leader, topic)}, "
+                             f"segments in it: {inside}") from None
 
 
 def a_tiers_past_b(cluster, topic: str, count: int):
@@ -797,7 +812,7 @@ def test_s4_unclean_election_makes_the_out_of_sync_replicas_log_the_truth_in_bot
     out of sync; A alone takes more records and tiers past B's log end; A stops and B, out of
     sync, is elected. B's log is the truth: it leads at a new epoch from its shorter log, takes
     new records and tiers them from where its own epoch 0 ends; A's remote segments past that
-    expire; a consumer reads B's records at every offset (the offset's epoch in B's cache
+    stay, outside B's lineage, and are never read; a consumer reads B's records at every offset (the offset's epoch in B's cache
     decides, KIP table: offset 1 gives msg 4, not msg 1). A returns, truncates what B never had
     and ends with B's log and epochs, which it serves as a KIP-392 follower."""
     topic = "s4-unclean-election"
@@ -818,6 +833,16 @@ def test_s4_unclean_election_makes_the_out_of_sync_replicas_log_the_truth_in_bot
     copied = wait_lineage(cluster, topic, b)
     assert contiguous(copied) == tiered_state(b, topic)["local_log_start_offset"] - 1
     assert all(s.end < 1000 for s in copied if set(s.epochs) == {0})
+    assert any(s.end >= 1000 for s in outside_lineage(cluster, topic, b))   # A's, kept
+    # Spark's direct reads plan only segments of B's lineage: A's copies are never read
+    from strata.spark.broker_client import BrokerClient
+    from strata.spark.remote_segments import remote_segments
+    with BrokerClient(cluster.bootstrap) as spark_client:
+        planned = remote_segments(spark_client, topic)[0]
+    outside = outside_lineage(cluster, topic, b)
+    assert planned and not any((m.start_offset, m.end_offset, dict(m.segment_leader_epochs))
+                               in [(x.start, x.end, x.epochs) for x in outside] for m in planned)
+    assert all(m.end_offset < 1000 or max(m.segment_leader_epochs) == epoch for m in planned)
     assert offset_for_leader_epoch(b, topic, 0) == (0, 1000)   # LE-0 past 1000: fenced
     expected = numbered(first + second)
     assert consume(cluster.bootstrap, topic, len(expected)) == expected
@@ -841,7 +866,8 @@ def test_s5_remote_log_divergence_a_reimaged_broker_rebuilds_from_the_current_li
     (the KIP's LE-0; here the ISR shrink gave A's records an epoch of their own, LE-a);
     A stops, B is elected (LE-b), takes records and tiers them: the remote tier has held
     segments of two lineages for the same offsets. B stops, A comes back without knowing LE-b
-    and is elected (LE-c), takes records and tiers them; the LE-b segments expire. B is
+    and is elected (LE-c), takes records and tiers them; the LE-b segments stay outside its
+    lineage, unread (Kafka's expirer leaves them to retention). B is
     reimaged (empty disk): told OFFSET_MOVED_TO_TIERED_STORAGE it rebuilds from A's LE-c
     segment, with A's epochs (no LE-b), and joins the ISR. A consumer reading from 0, from A
     or from B (KIP-392), gets A's log: at offset 1000, A's record, not B's."""
@@ -860,8 +886,8 @@ def test_s5_remote_log_divergence_a_reimaged_broker_rebuilds_from_the_current_li
     assert eb > lineage_a[-1][0] and epochs(b, topic) == [(0, 0), (eb, 1000)]
     wait_for("B tiered its epoch", lambda: tiered_state(
         b, topic)["highest_offset_in_remote_storage"] >= 2000, timeout=60)
-    # the remote tier has held both lineages for offsets 1000 on: A's copies (which B, as
-    # leader, expires: they are not in its lineage) and B's
+    # the remote tier holds both lineages for offsets 1000 on: A's copies (outside B's
+    # lineage: B leaves them) and B's
     ever = [s for s in remote_metadata(cluster, topic).segments
             if S.COPY_SEGMENT_FINISHED in s.states]
     assert any(s.broker == B and eb in s.epochs and s.start <= 1000 for s in ever)
@@ -879,6 +905,7 @@ def test_s5_remote_log_divergence_a_reimaged_broker_rebuilds_from_the_current_li
     lead = wait_settled(a, topic, above=2500)
     copied = wait_lineage(cluster, topic, a)
     assert not any(eb in s.epochs for s in copied)
+    assert any(eb in s.epochs for s in outside_lineage(cluster, topic, a))   # B's, kept
     assert contiguous(copied) == lead["local_log_start_offset"] - 1
     # step 4: B is reimaged and comes back as a follower
     shutil.rmtree(b.log_dir)

@@ -81,17 +81,23 @@ def test_an_ex_leader_never_deletes_its_successors_remote_segments(cluster):
     assert stored(cluster, new, new.rlmm.list_remote_log_segments(TIP))
 
 
-def test_a_deposed_leaders_delete_is_refused_by_the_metadata_before_any_object_goes(cluster):
-    """Even a delete the ex-leader's rules would allow (here, forced) is fenced: its
-    DELETE_SEGMENT_STARTED at epoch 5 comes after the successor's epoch-6 records, every
-    reader refuses it, and the delete stops before the storage delete."""
+def successor_copied(cluster) -> tuple[Broker, Broker, object]:
+    """Broker 1 believes it leads at epoch 5; broker 2 leads at 6 and has copied segments:
+    (the ex-leader, the successor, the successor's first segment as the ex-leader lists it)."""
     old = cluster["broker"](1, 5)
     new = cluster["broker"](2, 6)
     new.produce(30, epoch=6)
     new.log.roll()
     new.copy()
     old.rlmm.poll()
-    victim = list(old.rlmm.list_remote_log_segments(TIP))[0]
+    return old, new, list(old.rlmm.list_remote_log_segments(TIP))[0]
+
+
+def test_a_deposed_leaders_delete_is_refused_by_the_metadata_before_any_object_goes(cluster):
+    """Even a delete the ex-leader's rules would allow (here, forced) is fenced: its
+    DELETE_SEGMENT_STARTED at epoch 5 comes after the successor's epoch-6 records, every
+    reader refuses it, and the delete stops before the storage delete."""
+    old, new, victim = successor_copied(cluster)
     with pytest.raises(FencedLeaderEpochException):
         expirer.delete_remote_segment(old.rlm.ctx, victim, lambda: 5)
     assert new.states()[victim.remote_log_segment_id] is S.COPY_SEGMENT_FINISHED
@@ -102,12 +108,7 @@ def test_a_deposed_leaders_delete_is_refused_by_the_metadata_before_any_object_g
 
 def test_a_stale_record_that_reaches_the_topic_is_refused_by_every_reader(cluster):
     """A deposed leader's record that reaches the topic anyway is skipped by every broker."""
-    old = cluster["broker"](1, 5)
-    new = cluster["broker"](2, 6)
-    new.produce(30, epoch=6)
-    new.log.roll()
-    new.copy()
-    seg = list(new.rlmm.list_remote_log_segments(TIP))[0]
+    old, new, seg = successor_copied(cluster)
     stale = RemoteLogSegmentMetadataUpdate(seg.remote_log_segment_id, 1, None,
                                            S.DELETE_SEGMENT_STARTED, 1, leader_epoch=5)
     partition = new.rlmm.metadata_partition(TIP)
