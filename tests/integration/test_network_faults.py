@@ -425,18 +425,24 @@ def check_remote_metadata(events: list, leadership: Leadership, found: Findings)
 
 
 def local_batches(log_dir: Path, p: int, below: int) -> dict[int, bytes]:
-    """The batches of a replica's local log of ``TOPIC``-p that end below ``below``."""
-    out = {}
-    for segment in sorted((log_dir / f"{TOPIC}-{p}").glob("*.log")):
-        data = segment.read_bytes()
-        for h in rec.iter_headers(data):
-            if h.last_offset < below:
-                out[h.base_offset] = data[h.position:h.position + h.size]
-    return out
+    """The batches of a replica's local log of ``TOPIC``-p that end below ``below``; read
+    again from the start when local retention removes a segment meanwhile (the broker may run)."""
+    for _ in range(50):
+        out = {}
+        try:
+            for segment in sorted((log_dir / f"{TOPIC}-{p}").glob("*.log")):
+                data = segment.read_bytes()
+                for h in rec.iter_headers(data):
+                    if h.last_offset < below:
+                        out[h.base_offset] = data[h.position:h.position + h.size]
+            return out
+        except FileNotFoundError:
+            continue
+    raise AssertionError(f"{log_dir}: segments of {TOPIC}-{p} kept going while read")
 
 
 def compare_replicas(cluster: StrataCluster, high_watermarks: dict[int, int],
-                     found: Findings) -> None:
+                     found: Findings, when: str) -> None:
     """Each replica's local log is contiguous, and batches at the same offset below the high
     watermark are the same bytes on every replica that still holds them."""
     for p, hw in high_watermarks.items():
@@ -446,7 +452,8 @@ def compare_replicas(cluster: StrataCluster, high_watermarks: dict[int, int],
             for prev, base in zip(bases, bases[1:]):
                 end = rec.read_header(batches[prev]).next_offset
                 if base != end:
-                    found.problem(f"partition {p} replica {node}: local log jumps from {end} to {base}")
+                    found.problem(f"{when}: partition {p} replica {node}: local log jumps from "
+                                  f"{end} to {base}")
         compared = 0
         nodes = sorted(logs)
         for i, a in enumerate(nodes):
@@ -456,12 +463,12 @@ def compare_replicas(cluster: StrataCluster, high_watermarks: dict[int, int],
                 differ = sorted(o for o in set(logs[a]) & set(logs[b]) if logs[a][o] != logs[b][o])
                 compared += len(set(logs[a]) & set(logs[b]))
                 if only:
-                    found.problem(f"partition {p}: batches at {only[:10]} on only one of replicas "
-                                  f"{a} and {b} (below the high watermark {hw})")
+                    found.problem(f"{when}: partition {p}: batches at {only[:10]} on only one of "
+                                  f"replicas {a} and {b} (below the high watermark {hw})")
                 if differ:
-                    found.problem(f"partition {p}: replicas {a} and {b} differ in the batches at "
-                                  f"{differ[:10]} ({len(differ)} batches)")
-        found.note(f"partition {p}: local logs below {hw} start at "
+                    found.problem(f"{when}: partition {p}: replicas {a} and {b} differ in the "
+                                  f"batches at {differ[:10]} ({len(differ)} batches)")
+        found.note(f"{when}: partition {p}: local logs below {hw} start at "
                    f"{ {n: min(bs, default=None) for n, bs in logs.items()} }; "
                    f"{compared} batch pairs compared")
 
@@ -533,8 +540,23 @@ def cut_leader_from_zookeeper(net: Network, cluster: StrataCluster, leadership: 
     leadership.cuts.append((leader, start_ms, time.time() * 1000 if back else float("inf")))
     if back:
         found.note(f"  every ISR whole again {time.monotonic() - start - seconds:.1f} s after healing")
+        # the ex-leader's log right away, before local retention takes what it appended when cut
+        marks = high_watermarks(cluster)
+        if wait("every replica at the high watermark after the cut", lambda: all(
+                log_end(b, TOPIC, q) >= marks[q] for b in cluster.brokers
+                for q in range(PARTITIONS)), 30, found):
+            compare_replicas(cluster, marks, found, f"after cutting broker {leader}")
     found.note(f"  longest time without an acknowledgement on {TOPIC}-{p} from the cut to now: "
                f"{producing.longest_wait(p, start, time.monotonic()):.1f} s")
+
+
+def high_watermarks(cluster: StrataCluster) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "watermarks"})
+    try:
+        return {p: consumer.get_watermark_offsets(CTopicPartition(TOPIC, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
 
 
 def settle(cluster: StrataCluster, leadership: Leadership, found: Findings) -> dict[int, int]:
@@ -625,7 +647,7 @@ def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
         history = {p: leadership.history_of(p) for p in range(PARTITIONS)}
         leadership.close()
         cluster.stop()                      # the local logs still, then compared
-        compare_replicas(cluster, ends, found)
+        compare_replicas(cluster, ends, found, "at the end")
     found.note(f"took {time.monotonic() - started:.0f} s")
     (tmp_path / "findings.json").write_text(json.dumps(
         {"problems": found.problems, "notes": found.notes, "leaders": history}, indent=1))
