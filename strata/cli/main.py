@@ -213,14 +213,19 @@ def _join_cluster(props: dict[str, str], node_id: int):
 
 
 def _register(zk, metadata, node_id: int, props: dict[str, str], host: str, port: int,
-              rack: str | None):
+              rack: str | None, clean_shutdown: bool = True):
     """``/brokers/ids/N`` now and again after every new session (Kafka's registration); the
-    metadata hears each registration's epoch (``on_registered``)."""
+    metadata hears each registration's epoch (``on_registered``). It names the log directory
+    (KIP-858) and whether the logs had been closed cleanly; a new session of this process
+    lost nothing, so it registers clean."""
     from strata.cluster.image import BrokerRegistration, Endpoint
+    from strata.cluster.metadata import ZERO_UUID
     from strata.cluster.zk.client import StateChangeHandler
     from strata.cluster.zk.client import ZkNodeExistsError
     listener = (props.get("inter.broker.listener.name") or "PLAINTEXT").strip()
-    registration = BrokerRegistration(node_id, rack, (Endpoint(listener, host, port),))
+    directories = () if metadata.directory_id == ZERO_UUID else (metadata.directory_id,)
+    registration = BrokerRegistration(node_id, rack, (Endpoint(listener, host, port),),
+                                      directory_ids=directories, clean_shutdown=clean_shutdown)
     # A broker restarted right after a crash finds its previous session's registration still
     # there; Kafka's ZooKeeper mode gives up at once, Strata waits (at most one session
     # timeout) for ZooKeeper to expire it. Another live broker with this id is still refused.
@@ -234,9 +239,10 @@ def _register(zk, metadata, node_id: int, props: dict[str, str], host: str, port
                 raise
             log.info("waiting for the previous registration of broker %d to expire: %s", node_id, exc)
             time.sleep(0.5)
+    again = dataclasses.replace(registration, clean_shutdown=True)
     zk.register_state_change_handler(StateChangeHandler(
         "broker-registration",
-        after_initializing_session=lambda: metadata.on_registered(zk.register_broker(registration))))
+        after_initializing_session=lambda: metadata.on_registered(zk.register_broker(again))))
 
 
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -519,6 +525,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             return None if found is None else (found.host, found.port)
         leader_quota, follower_quota = _replication_quotas(node_id, metadata)
         replica_manager.leader_quota = leader_quota
+        replica_manager.broker_epoch_of = lambda broker: (    # KIP-903
+            b.epoch if (b := metadata.view_image.brokers.get(broker)) is not None else -1)
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
             on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
@@ -557,7 +565,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if zk is not None:
         from strata.cluster.controller import ControllerService, LoggingNoticeSink
         await asyncio.to_thread(_register, zk, metadata, node_id, props, ctx.advertised_host,
-                                ctx.advertised_port, metadata.rack)
+                                ctx.advertised_port, metadata.rack,
+                                all(manager.had_clean_shutdown.values()))
         rebalance = _flag(props, "auto.leader.rebalance.enable")
         controller = ControllerService(
             zk, node_id, LoggingNoticeSink(),

@@ -18,8 +18,11 @@
 - nothing is sent while the broker's leadership lease is in doubt (its ZooKeeper session may
   have expired): what is queued waits, and goes once the lease is held again.
 
-Requests are v2 (``new_isr``): the controller's logic checks the ISR's members, not their broker
-epochs, which is all v3's ``new_isr_with_epochs`` adds; ``version=3`` sends v3 with epochs -1.
+Requests are v3 (``new_isr_with_epochs``, KIP-903): each member's broker epoch as the caller
+saw it fetch (``submit``'s ``broker_epochs``), -1 where none is given (not checked); the
+controller refuses a member at another epoch than its registration's (INELIGIBLE_REPLICA), so a
+fetch state of a broker's earlier incarnation never admits the new one. ``version=2`` sends
+``new_isr`` alone.
 
 Threads: ``submit`` and ``shutdown`` from any thread; ``start`` runs the rounds on the manager's
 thread, where futures complete (a callback may submit again for the same partition). A test
@@ -34,7 +37,7 @@ import threading
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from strata.common.backoff import ExponentialBackoff
 from strata.common.clock import SYSTEM_CLOCK, Clock
@@ -62,6 +65,7 @@ class _Item:
     new_isr: tuple[int, ...]
     leader_recovery_state: int
     future: Future
+    broker_epochs: tuple[int, ...] = ()   # per new ISR member, -1: not checked
 
 
 def _error(code: int, what: str) -> KafkaError:
@@ -83,7 +87,7 @@ class AlterPartitionManager:
                  controller: Callable[[], tuple[int, str, int] | None],
                  topic_id: Callable[[str], uuid.UUID | None],
                  connect: Callable[[str, int], Any] | None = None, *,
-                 version: int = 2, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 version: int = 3, request_timeout_s: float = REQUEST_TIMEOUT_S,
                  lease: LeadershipLease = ALWAYS_HELD,
                  backoff: ExponentialBackoff | None = None, clock: Clock = SYSTEM_CLOCK):
         if version not in (2, 3):
@@ -120,17 +124,19 @@ class AlterPartitionManager:
     # ---- any thread ----------------------------------------------------------------------
 
     def submit(self, tp: TopicPartition, leader_epoch: int, partition_epoch: int,
-               new_isr: tuple[int, ...], leader_recovery_state: int = 0) -> Future:
+               new_isr: tuple[int, ...], leader_recovery_state: int = 0,
+               broker_epochs: Mapping[int, int] | None = None) -> Future:
         """Queues the change; a Future of the partition's new ``PartitionState``, or of the
         ``KafkaError`` refusing it (OPERATION_NOT_ATTEMPTED: a change for ``tp`` is pending,
-        or the manager is shut down)."""
+        or the manager is shut down). ``broker_epochs``: member -> broker epoch (v3)."""
         future: Future = Future()
         topic_id = self._topic_id(tp.topic)
         if topic_id is None:
             future.set_exception(KafkaError(f"No topic id known for {tp}", ErrorCode.UNKNOWN_TOPIC_ID))
             return future
+        epochs = broker_epochs or {}
         item = _Item(tp, topic_id, leader_epoch, partition_epoch, tuple(new_isr),
-                     leader_recovery_state, future)
+                     leader_recovery_state, future, tuple(epochs.get(b, -1) for b in new_isr))
         with self._cond:
             if self._stopped:
                 refused = "the AlterPartition manager is shut down"
@@ -287,8 +293,8 @@ class AlterPartitionManager:
         for item in batch:
             if self.version >= 3:
                 isr = {"new_isr_with_epochs": tuple(
-                    make(cls, "topics.partitions.new_isr_with_epochs", broker_id=b, broker_epoch=-1)
-                    for b in item.new_isr)}
+                    make(cls, "topics.partitions.new_isr_with_epochs", broker_id=b, broker_epoch=e)
+                    for b, e in zip(item.new_isr, item.broker_epochs))}
             else:
                 isr = {"new_isr": item.new_isr}
             by_topic.setdefault(item.topic_id, []).append(make(

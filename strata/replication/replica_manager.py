@@ -12,9 +12,10 @@ invariants:
   maximal ISR (the ISR plus members a pending AlterPartition adds), so an acknowledged acks=all
   record is on every ISR member;
 - a follower joins the ISR only once it has reached the high watermark and this leader epoch's
-  start offset, and leaves it after ``replica.lag.time.max.ms`` without catching up; either
-  change is proposed to the controller (``alter_partition``), one at a time per partition, and
-  takes effect when the controller accepts it;
+  start offset (proposed with the broker epoch it fetched at, KIP-903, so the controller never
+  admits a later incarnation on it), and leaves it after ``replica.lag.time.max.ms`` without
+  catching up; either change is proposed to the controller (``alter_partition``), one at a time
+  per partition, and takes effect when the controller accepts it;
 - a follower whose last fetched epoch diverges from this log is told where (KIP-320) and
   appends nothing until it has truncated;
 - while the broker's leadership lease is in doubt (its ZooKeeper session may have expired, and
@@ -59,13 +60,15 @@ class PartitionState(NamedTuple):
 class _Follower:
     """What a leader knows of one follower (Kafka's Replica state)."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo",
+                 "broker_epoch")
 
     def __init__(self, now_ms: int, in_isr: bool):
         self.log_end_offset = -1
         self.last_caught_up_ms = now_ms if in_isr else 0
         self.last_fetch_ms = 0
         self.last_fetch_leader_leo = -1
+        self.broker_epoch = -1   # the follower's registration when it last fetched; -1 unknown
 
 
 class _Leadership:
@@ -147,6 +150,9 @@ class ReplicaManager:
         # remove_partitions) and the AlterPartition sender (submit -> Future of PartitionState).
         self.fetchers = None
         self.alter_partition = None
+        # KIP-903: a broker's registration epoch as this broker's metadata shows it now (-1:
+        # unknown), stamped on each follower fetch; Fetch v12 carries no ReplicaState (v15+)
+        self.broker_epoch_of: Callable[[int], int] = lambda broker_id: -1
         # KIP-392 (replica.selector.class RackAwareReplicaSelector): broker id -> rack of the
         # live brokers, or None when consumers read from leaders only
         self.broker_racks: Callable[[], Mapping[int, str | None]] | None = None
@@ -365,6 +371,7 @@ class ReplicaManager:
         f.log_end_offset = fetch_offset
         f.last_fetch_leader_leo = leader_leo
         f.last_fetch_ms = now
+        f.broker_epoch = self.broker_epoch_of(replica_id)
         if replica_id not in st.isr and leadership.pending_isr is None \
                 and self._may_join_isr(st, ulog, fetch_offset):
             self._propose_isr(tp, st, leadership, tuple(sorted(set(st.isr) | {replica_id})))
@@ -403,7 +410,14 @@ class ReplicaManager:
             return   # a follower's next fetch or the next expiration run proposes it again
         leadership.pending_isr = new_isr
         leadership.pending_partition_epoch = st.partition_epoch
-        future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
+        # KIP-903: a member joins at the epoch of the incarnation whose fetches it was judged by
+        epochs = {r: f.broker_epoch for r in set(new_isr) - set(st.isr)
+                  if (f := leadership.followers.get(r)) is not None and f.broker_epoch != -1}
+        if epochs:
+            future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr,
+                                   broker_epochs=epochs)
+        else:
+            future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
 
         def done(f) -> None:
             exc = f.exception()

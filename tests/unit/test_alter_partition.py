@@ -166,6 +166,17 @@ def test_an_accepted_change_resolves_to_the_new_state(managers, version):
     assert m.pending() == set()
 
 
+def test_v3_carries_the_broker_epochs_the_leader_saw_its_followers_fetch_at(managers):
+    """KIP-903: the members given an epoch are sent with it, the others with -1 (unchecked)."""
+    fake = FakeController()
+    m = managers(fake)   # v3 by default
+    m.submit(TopicPartition("t", 3), 5, 7, (1, 2, 3), broker_epochs={3: 700}).result(DEADLINE_S)
+    [(_, req)] = fake.requests
+    [p] = req.topics[0].partitions
+    assert [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs] == [
+        (1, -1), (2, -1), (3, 700)]
+
+
 def test_a_partition_error_fails_that_partition_only(managers):
     def answer(request, target):
         return response(request, {(TOPIC_ID, 0): dict(error_code=ErrorCode.INVALID_UPDATE_VERSION),

@@ -184,3 +184,28 @@ def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
     assert proposals == []
     rm.follower_fetch(TP, 4, end, -1, 1 << 20, 1)   # a Fetch that arrives: recorded
     assert proposals == [(ME, 3, 4)]
+
+
+def test_an_isr_expansion_names_the_broker_epoch_the_follower_fetched_at(rm):
+    """KIP-903: the follower's registration when its fetch arrived goes with the proposal, so
+    the controller refuses it if that incarnation is gone (the same broker id registered again,
+    say with an empty disk, before the proposal reached it)."""
+    from concurrent.futures import Future
+
+    proposals = []
+
+    class Sender:
+        def submit(self, tp, leader_epoch, partition_epoch, isr, broker_epochs=None):
+            proposals.append((isr, broker_epochs))
+            return Future()   # left pending
+
+    epochs = {3: 300, 4: 400}
+    rm.alter_partition = Sender()
+    rm.broker_epoch_of = lambda broker: epochs.get(broker, -1)
+    rm.apply_states({TP: PartitionState(ME, 1, (ME, 3), (ME, 3, 4))})   # 4 is out of sync
+    assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
+    end = rm.get_log(TP).log_end_offset
+    rm.follower_fetch(TP, 3, end, -1, 1 << 20, 1)
+    rm.follower_fetch(TP, 4, end, -1, 1 << 20, 1)   # caught up, fetching as epoch 400
+    epochs[4] = 401                                 # registered again since
+    assert proposals == [((ME, 3, 4), {4: 400})]    # only the member added is checked
