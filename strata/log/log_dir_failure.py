@@ -11,6 +11,11 @@ space returns. Other ``OSError``s pass through unchanged.
 Logging: the first failure of a dir is logged once at ERROR without a traceback, further
 failures at most once per ``repeat_interval_s`` with the count since, and the recovery once.
 
+Listeners (``add_listener``) hear each dir going offline and coming back, on the thread whose
+write changed it; a broker in a cluster reports its offline replicas from there
+(``strata.replication.log_dir_failure_handler``). A dir that nothing writes to can only come
+back through ``probe``: a small file written and fsynced in it.
+
 Thread-safe; the hot path of a healthy broker reads one dict and takes no lock.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,12 +31,15 @@ from pathlib import Path
 
 from strata.common.errors import KafkaStorageError
 
-__all__ = ["STORAGE_ERRNOS", "LogDirFailureChannel"]
+__all__ = ["PROBE_FILE", "STORAGE_ERRNOS", "LogDirFailureChannel"]
 
 log = logging.getLogger(__name__)
 
 # errnos of a disk that fails writes, rather than of a caller's mistake
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+# written and fsynced by ``probe``, then removed; one page, as a small append needs
+PROBE_FILE = ".strata-log-dir-probe"
+PROBE_BYTES = 4096
 
 
 class _DirLog:
@@ -53,6 +62,47 @@ class LogDirFailureChannel:
         self._failing: set[Path] = set()
         self._logs: dict[Path, _DirLog] = {}
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[Path, bool], None]] = []
+
+    def add_listener(self, listener: Callable[[Path, bool], None]) -> None:
+        """``listener(log_dir, online)`` after each change of a dir's state, on the writing
+        thread: it must not block."""
+        self._listeners.append(listener)
+
+    def offline_dirs(self) -> frozenset[Path]:
+        """The log dirs whose last write failed."""
+        with self._lock:
+            return frozenset(self._failing)
+
+    def probe(self, log_dir: Path) -> bool:
+        """Writes and fsyncs ``PROBE_FILE`` in ``log_dir`` under ``guard`` (so success brings
+        the dir back), then removes it; whether the write succeeded."""
+        path = Path(log_dir) / PROBE_FILE
+        try:
+            with self.guard(log_dir, "probing the log dir"):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    if os.write(fd, b"\0" * PROBE_BYTES) < PROBE_BYTES:   # a short write: full
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except (KafkaStorageError, OSError):
+            ok = False
+        else:
+            ok = True
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return ok
+
+    def _tell(self, log_dir: Path, online: bool) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(log_dir, online)
+            except Exception:  # noqa: BLE001 - a listener must not fail the write
+                log.exception("log dir listener failed for %s", log_dir)
 
     def offline_log_directory_count(self) -> int:
         """Log dirs whose last write failed (Kafka's ``OfflineLogDirectoryCount``)."""
@@ -68,15 +118,21 @@ class LogDirFailureChannel:
     def _failed(self, log_dir: Path, message: str, e: OSError) -> None:
         now = self._monotonic()
         with self._lock:
+            new = log_dir not in self._failing
             self._failing.add(log_dir)
             dl = self._logs.setdefault(log_dir, _DirLog())
             if dl.logged_at is not None and now - dl.logged_at < self.repeat_interval_s:
                 dl.unlogged += 1
-                return
-            suppressed, dl.unlogged, dl.logged_at, dl.recovery_owed = dl.unlogged, 0, now, True
-        more = f" ({suppressed} more failed write(s) since the last report)" if suppressed else ""
-        log.error("%s: %s; log dir %s is offline until a write succeeds, clients get "
-                  "KAFKA_STORAGE_ERROR meanwhile%s", message, e, log_dir, more)
+                logged = False
+            else:
+                suppressed, dl.unlogged, dl.logged_at, dl.recovery_owed = dl.unlogged, 0, now, True
+                logged = True
+        if logged:
+            more = f" ({suppressed} more failed write(s) since the last report)" if suppressed else ""
+            log.error("%s: %s; log dir %s is offline until a write succeeds, clients get "
+                      "KAFKA_STORAGE_ERROR meanwhile%s", message, e, log_dir, more)
+        if new:
+            self._tell(log_dir, False)
 
     def _recovered(self, log_dir: Path) -> None:
         with self._lock:
@@ -87,6 +143,7 @@ class LogDirFailureChannel:
             owed, dl.recovery_owed = dl.recovery_owed, False
         if owed:
             log.warning("log dir %s takes writes again", log_dir)
+        self._tell(log_dir, True)
 
 
 class _Guard:

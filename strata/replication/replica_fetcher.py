@@ -23,6 +23,9 @@ Per partition answered:
   of the offset just below (OffsetForLeaderEpoch), then ``remote_aux_state`` rebuilds the log
   from the remote segment ending there (leader epochs, producer state) and fetching resumes
   after it; any failure backs off and retries, the log untouched;
+- an append the log dir refuses (KAFKA_STORAGE_ERROR: disk full or failing): the partition
+  stops (one warning); the broker takes the dir's replicas offline and, once the dir takes
+  writes again, removes and re-adds them here (``log_dir_failure_handler``);
 - other errors (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
   ...): that partition backs off ``replica.fetch.backoff.ms``; new metadata brings the leader.
 
@@ -59,7 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from strata.common.errors import (
-    CorruptRecordError, ErrorCode, InvalidRecordError, code_of, error_name)
+    CorruptRecordError, ErrorCode, InvalidRecordError, KafkaStorageError, code_of, error_name)
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.unified_log import (
     EARLIEST_LOCAL_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, EARLIEST_TIMESTAMP,
@@ -194,7 +197,7 @@ class _PartitionState:
     epoch: int                  # the leader epoch we fetch at
     delay_until: float = 0.0    # time.monotonic() before which it is not fetched
     lag: int | None = None      # leader's high watermark - our log end, from the last answer
-    failed: bool = False        # stopped until the next leader or epoch change
+    failed: bool = False        # stopped until its next leader or epoch, or re-added
     new: bool = True            # not fetched yet (KIP-1023 may start it at the tiered offset)
 
 
@@ -702,7 +705,14 @@ class ReplicaFetcher:
             log.error("%s: %s: invalid records from the leader at offset %d: %s",
                       self.name, tp, ulog.log_end_offset, exc)
             return False
-        except Exception:  # noqa: BLE001 - a storage error or a bug: stop this partition
+        except KafkaStorageError as exc:
+            # as Kafka's fetcher: the partition stops; the broker handles its offline log dir
+            # and follows it afresh once the dir takes writes (log_dir_failure_handler)
+            log.warning("%s: %s: cannot append at offset %d (%s); partition stopped until "
+                        "its log dir takes writes again", self.name, tp, ulog.log_end_offset, exc)
+            st.failed = True
+            return True
+        except Exception:  # noqa: BLE001 - a bug: stop this partition
             log.exception("%s: %s: failed to append at offset %d; partition marked failed",
                           self.name, tp, ulog.log_end_offset)
             st.failed = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import socket
 import threading
 import time
@@ -1366,3 +1367,41 @@ def test_stopping_a_fetcher_under_a_lock_the_blocked_loop_waits_for_returns_and_
             assert follower.log_end_offset == 3
         finally:
             m.shutdown()
+
+
+def test_a_full_disk_stops_the_partition_with_one_warning_and_following_afresh_resumes_it(
+        cluster, managers, monkeypatch, caplog):
+    """Issue 51: the partition a storage error stopped stayed stopped at its leader epoch (an
+    ISR shrink does not bump it), so the follower never rejoined; now the broker removes and
+    re-adds it once its dir takes writes, and it catches up."""
+    import errno
+    from strata.log import segment
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    leader_log = cluster.log("leader")
+    append(leader_log, 1, 3)
+    cluster.leaders[LEADER] = leader = FakeLeader({TP: leader_log})
+    follower = cluster.follower()
+    real_pwritev = segment.os.pwritev
+    monkeypatch.setattr(segment.os, "pwritev", no_space)
+    m = cluster.manager()
+    managers.append(m)
+    with caplog.at_level(logging.WARNING, logger="strata.replication.replica_fetcher"):
+        m.add_partitions({TP: (LEADER, 1)})
+        wait_for(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition stopped")
+        n = len(leader.fetches)
+        leader.wake.set()
+        time.sleep(0.3)
+    stopped = [r for r in caplog.records if "partition stopped" in r.getMessage()]
+    assert len(stopped) == 1 and stopped[0].exc_info is None
+    assert all(TP not in {TopicPartition(t.topic, p.partition) for t in r.topics
+                          for p in t.partitions} for _, r in leader.fetches[n:])
+    monkeypatch.setattr(segment.os, "pwritev", real_pwritev)
+    m.add_partitions({TP: (LEADER, 1)})   # the same epoch: still stopped
+    assert TP in m.failed_partitions()
+    m.remove_partitions([TP])              # what LogDirFailureHandler does once the dir is back
+    m.add_partitions({TP: (LEADER, 1)})
+    wait_for(lambda: follower.log_end_offset == 3, "the follower caught up")
+    assert m.failed_partitions() == {}
