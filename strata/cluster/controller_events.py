@@ -136,6 +136,18 @@ class PartitionReassignmentRequested:
 
 
 @dataclass(frozen=True)
+class LogDirEventNotification:
+    """Broker ``broker_id`` (at registration ``broker_epoch``) reports the replicas it hosts in
+    log dirs that fail writes now: all of them, so an empty set brings every replica back
+    (Kafka's ``LogDirEventNotification``; Kafka then asked the broker, Strata reads
+    ``/strata/offline_replicas/N``)."""
+
+    broker_id: int
+    broker_epoch: int
+    offline_replicas: frozenset[TopicPartition] = frozenset()
+
+
+@dataclass(frozen=True)
 class ControllerFailover:
     """This broker won the controller election with ``controller_epoch``."""
 

@@ -22,6 +22,12 @@ ZooKeeper-mode controller (``KafkaController``, ``PartitionStateMachine``,
   (``SetBrokerDirectories``);
 - controlled shutdown moves leadership off the broker where another ISR member can take it and
   takes the broker out of the ISRs it follows;
+- a broker's report of replicas in failed log dirs (Kafka's ``LogDirEventNotification``,
+  ``onReplicasBecomeOffline``) moves leadership of those it led to another live ISR member
+  (else -1) and takes them out of the ISRs, but for an ISR's last member; an offline replica is
+  never elected nor admitted to an ISR; once reported back it waits for its leader's
+  AlterPartition, and a partition without a leader may elect it again. A new registration
+  starts with no offline replica (a restart brings its dirs back);
 - every partition state change bumps the leader epoch except an accepted AlterPartition, and
   every write bumps the partition epoch (the znode version) by exactly one;
 - AlterPartition refuses a new ISR with a member that is not alive and eligible, or (v3,
@@ -47,7 +53,7 @@ from strata.cluster import election
 from strata.cluster.controller_events import (
     AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
-    CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr,
+    CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, LogDirEventNotification,
     PartitionReassignmentRequested, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
     StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged, UpdatePartitionState)
 from strata.cluster.image import (
@@ -84,6 +90,12 @@ class _Change:
         self.image = replace(self.image, broker_directories=frozen_map(
             {**self.image.broker_directories, broker_id: value}))
         self.writes.append(SetBrokerDirectories(broker_id, value))
+
+    def set_offline_replicas(self, broker_id: int, partitions: frozenset[TopicPartition]) -> None:
+        offline = {**self.image.offline_replicas, broker_id: frozenset(partitions)}
+        if not partitions:
+            del offline[broker_id]
+        self.image = replace(self.image, offline_replicas=frozen_map(offline))
 
     def set_topic(self, name: str, topic: TopicImage | None) -> None:
         topics = dict(self.image.topics)
@@ -152,6 +164,13 @@ class _Change:
 
 # --- the partition state machine's two moves ----------------------------------------------------
 
+def _electable(image: MetadataImage, tp: TopicPartition, replicas: tuple[int, ...]) -> tuple[int, ...]:
+    """``replicas`` without those in a failed log dir (in order)."""
+    if not image.offline_replicas:
+        return replicas
+    return tuple(r for r in replicas if image.is_replica_online(r, tp))
+
+
 def _online_partition_state_change(change: _Change, topic: str | None = None) -> None:
     """Kafka's ``triggerOnlinePartitionStateChange``: give state to new partitions and leaders
     to partitions whose leader is not alive, where the election rules allow."""
@@ -159,7 +178,7 @@ def _online_partition_state_change(change: _Change, topic: str | None = None) ->
     for tp in image.all_partitions():
         if topic is not None and tp.topic != topic:
             continue
-        replicas = image.replicas(tp)
+        replicas = _electable(image, tp, image.replicas(tp))
         reg = change.registration(tp)
         if reg is None:
             live = tuple(r for r in replicas if image.is_eligible(r))
@@ -195,8 +214,8 @@ def _leave_isrs_after_restart(change: _Change, broker_id: int, keep_last: bool) 
         isr = tuple(r for r in reg.isr if r != broker_id)
         leader = reg.leader
         if leader in (broker_id, NO_LEADER):
-            leader = next((r for r in image.replicas(tp) if r in isr and image.is_eligible(r)),
-                          NO_LEADER)
+            leader = next((r for r in _electable(image, tp, image.replicas(tp))
+                           if r in isr and image.is_eligible(r)), NO_LEADER)
         change.update(tp, reg.with_leader_and_isr(leader, isr))
 
 
@@ -241,9 +260,59 @@ def on_broker_registered(image: MetadataImage, event: BrokerRegistered) -> Contr
     if old is not None and old.alive:
         _fail_broker(change, reg.id)
     change.set_broker(replace(reg, fenced=False, in_controlled_shutdown=False))
+    if reg.id in change.image.offline_replicas:  # a new incarnation: its dirs are back
+        change.set_offline_replicas(reg.id, frozenset())
     _admit_registration(change, change.image.brokers[reg.id])
     _online_partition_state_change(change)
     _announce_all(change, [reg.id])
+    return change.result()
+
+
+def _take_replicas_offline(change: _Change, broker_id: int,
+                           partitions: Iterable[TopicPartition]) -> None:
+    """``onReplicasBecomeOffline`` for the broker's replicas of ``partitions`` (already in the
+    image's offline replicas): a partition it led gets the first live ISR member elsewhere by
+    offline election (else -1); it leaves the ISRs but as the last member. Idempotent."""
+    image = change.image
+    for tp in partitions:
+        reg = change.registration(tp)
+        if reg is None or broker_id not in reg.isr:
+            continue
+        leader = reg.leader
+        if leader == broker_id:
+            elected = election.elect_offline(image, _electable(image, tp, image.replicas(tp)),
+                                             reg, image.unclean_enabled(tp.topic))
+            if elected is not None:
+                change.update(tp, elected, exclude=broker_id)
+                continue
+            leader = NO_LEADER
+        isr = reg.isr if len(reg.isr) == 1 else tuple(r for r in reg.isr if r != broker_id)
+        if (leader, isr) != (reg.leader, reg.isr):
+            change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
+
+
+def on_log_dir_event(image: MetadataImage, event: LogDirEventNotification) -> ControllerResult:
+    """A broker's offline replicas now (see the module docstring); a report of an earlier
+    registration, or of a broker not alive, changes nothing."""
+    broker = image.brokers.get(event.broker_id)
+    if broker is None or not broker.alive or broker.epoch != event.broker_epoch:
+        return ControllerResult(image)
+    hosted = frozenset(tp for tp in event.offline_replicas
+                       if (t := image.topics.get(tp.topic)) is not None
+                       and 0 <= tp.partition < len(t.assignment)
+                       and event.broker_id in t.assignment[tp.partition])
+    old = image.offline_replicas.get(event.broker_id, frozenset())
+    if hosted == old:
+        return ControllerResult(image)
+    change = _Change(image)
+    change.set_offline_replicas(event.broker_id, hosted)
+    _take_replicas_offline(change, event.broker_id, sorted(hosted - old))
+    back = sorted(old - hosted)
+    if back:
+        _online_partition_state_change(change)  # a partition waiting for it may elect it
+        for tp in back:
+            if tp.topic in change.image.topics and change.registration(tp) is not None:
+                change.announce(tp, to=[event.broker_id])
     return change.result()
 
 
@@ -273,7 +342,8 @@ def on_controlled_shutdown(image: MetadataImage, event: ControlledShutdownReques
         if event.broker_id not in replicas or len(replicas) <= 1 or reg is None:
             continue
         if reg.leader == event.broker_id:
-            elected = election.elect_controlled_shutdown(change.image, replicas, reg)
+            elected = election.elect_controlled_shutdown(
+                change.image, _electable(change.image, tp, replicas), reg)
             if elected is not None:
                 change.update(tp, elected)
         else:
@@ -376,6 +446,9 @@ def _alter_partition_error(image: MetadataImage, event: AlterPartition) -> Error
         return ErrorCode.INVALID_REQUEST
     if any(not image.is_eligible(r) for r in event.new_isr):
         return ErrorCode.INELIGIBLE_REPLICA
+    tp = TopicPartition(event.topic, event.partition)
+    if any(r not in reg.isr and not image.is_replica_online(r, tp) for r in event.new_isr):
+        return ErrorCode.INELIGIBLE_REPLICA  # its log dir failed: not until reported back
     if event.new_isr_broker_epochs is not None and any(
             epoch != -1 and image.brokers[r].epoch != epoch
             for r, epoch in zip(event.new_isr, event.new_isr_broker_epochs)):
@@ -402,7 +475,11 @@ _Elector = Callable[[MetadataImage, tuple[int, ...], PartitionRegistration], Par
 
 def _elect(change: _Change, tp: TopicPartition, elect: _Elector) -> bool:
     reg = change.registration(tp)
-    elected = None if reg is None else elect(change.image, change.image.replicas(tp), reg)
+    replicas = change.image.replicas(tp)
+    electable = _electable(change.image, tp, replicas)
+    if elect is election.elect_preferred and electable[:1] != replicas[:1]:
+        return False  # the preferred replica's log dir failed
+    elected = None if reg is None else elect(change.image, electable, reg)
     if elected is not None:
         change.update(tp, elected)
     return elected is not None
@@ -497,6 +574,10 @@ def on_controller_failover(image: MetadataImage, event: ControllerFailover) -> C
     for broker in _bounced_leaders(image):
         _fail_broker(change, broker)
         change.set_broker(replace(image.brokers[broker], fenced=False, in_controlled_shutdown=False))
+    # reports the previous controller may not have acted on (idempotent for those it did)
+    for broker, offline in sorted(change.image.offline_replicas.items()):
+        if change.image.is_alive(broker):
+            _take_replicas_offline(change, broker, sorted(offline))
     _online_partition_state_change(change)
     _announce_all(change, change.image.alive_broker_ids())
     return change.result()
@@ -546,7 +627,8 @@ def _drop_replicas(change: _Change, tp: TopicPartition, dropped: Iterable[int]) 
         isr = tuple(r for r in reg.isr if r not in dropped)
         if isr:
             leader = reg.leader if reg.leader in isr else next(
-                (r for r in replicas if r in isr and image.is_eligible(r)), NO_LEADER)
+                (r for r in _electable(image, tp, replicas) if r in isr and image.is_eligible(r)),
+                NO_LEADER)
             change.update(tp, reg.with_leader_and_isr(leader, isr))
         else:
             live = [r for r in replicas if image.is_eligible(r)]
@@ -575,7 +657,7 @@ def _maybe_complete_reassignment(change: _Change, tp: TopicPartition) -> bool:
     removing = topic.removing_replicas.get(tp.partition, ())
     assignment = _set_replicas(change, tp, target, write_now=False)
     if reg.leader not in target or not change.image.is_alive(reg.leader):
-        elected = election.elect_reassign(change.image, target, reg)
+        elected = election.elect_reassign(change.image, _electable(change.image, tp, target), reg)
         if elected is not None:
             change.update(tp, elected)
     elif not set(removing) & set(reg.isr):  # else the ISR shrink below bumps the epoch
@@ -678,6 +760,7 @@ _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     UncleanLeaderElectionChanged: on_unclean_leader_election_changed,
     ControllerFailover: on_controller_failover,
     PartitionReassignmentRequested: on_partition_reassignment,
+    LogDirEventNotification: on_log_dir_event,
 }
 
 

@@ -13,6 +13,8 @@ znodes onto these types one to one:
 - ``/controller_epoch``                   -> ``MetadataImage.controller_epoch``
 - ``/strata/broker_directories/N``        -> ``BrokerDirectories`` (the controller's memory of
   the log directories broker N last registered with)
+- ``/strata/offline_replicas/N``          -> ``MetadataImage.offline_replicas[N]`` (the replicas
+  broker N hosts in failed log dirs, as its current registration reported them)
 
 Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
 every partition's ISR is a subset of its replicas that holds the leader when there is one,
@@ -185,6 +187,13 @@ class MetadataImage:
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=frozen_map)
     # the controller's only: by broker id, the registration it last handled (KIP-858)
     broker_directories: Mapping[int, BrokerDirectories] = field(default_factory=frozen_map)
+    # the controller's only: by broker id, the replicas in its failed log dirs (never elected,
+    # never admitted to an ISR until reported back)
+    offline_replicas: Mapping[int, frozenset[TopicPartition]] = field(default_factory=frozen_map)
+
+    def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
+        """False while ``broker_id`` reports its replica of ``tp`` in a failed log dir."""
+        return tp not in self.offline_replicas.get(broker_id, ())
 
     def is_alive(self, broker_id: int) -> bool:
         b = self.brokers.get(broker_id)
