@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 from strata.cluster import controller_logic
 from strata.cluster.controller_events import (
     AutoLeaderRebalance, ControlledShutdownRequested, BrokerFailed, BrokerRegistered, ControllerFailover, ControllerResult, CreatePartitionState,
-    CreateTopic, DeleteTopic, Notice, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
+    CreateTopic, DeleteTopic, LogDirEventNotification, Notice, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
     TopicCreated, TopicDeleted, UpdatePartitionState, Write)
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
 from strata.cluster.zk import znodes as z
@@ -108,6 +108,11 @@ class _Rebalance:
 
 
 @dataclass(frozen=True)
+class _LogDirEvents:
+    """``/log_dir_event_notification`` has children: brokers' offline replicas changed."""
+
+
+@dataclass(frozen=True)
 class _Submitted:
     event: object
     future: Future
@@ -136,7 +141,8 @@ class ControllerService:
     Znodes (Kafka's ZooKeeper layout, see ``zk.znodes``): it creates the ephemeral
     ``/controller`` together with bumping ``/controller_epoch``; while active it watches
     ``/brokers/ids``, ``/brokers/topics`` (and each ``/brokers/topics/T``) and
-    ``/admin/delete_topics``, and writes topic znodes, partition state znodes, deletion marks
+    ``/admin/delete_topics`` and ``/log_dir_event_notification`` (reading
+    ``/strata/offline_replicas/N``, deleting the notifications), and writes topic znodes, partition state znodes, deletion marks
     and ``/strata/broker_directories/N`` (the registrations it has handled, read at failover).
 
     Invariants:
@@ -346,6 +352,7 @@ class ControllerService:
         self._log_live_brokers()
         self._put(_TopicDeletion())
         self._put(_ControlledShutdowns())
+        self._put(_LogDirEvents())
 
     def _maybe_resign(self) -> None:
         if self._active and self.zk.get_controller_id() != self.broker_id:
@@ -379,6 +386,8 @@ class ControllerService:
         self.zk.watch_topics(lambda _names: self._put(_TopicChange()))
         self.zk.watch_topic_deletions(lambda _names: self._put(_TopicDeletion()))
         self.zk.watch_controlled_shutdowns(lambda _names: self._put(_ControlledShutdowns()))
+        self.zk.watch_log_dir_event_notifications(
+            lambda names: self._put(_LogDirEvents()) if names else None)
 
     def _watch_topics(self, names: Iterable[str]) -> None:
         for name in names:
@@ -422,6 +431,20 @@ class ControllerService:
                     and not reg.in_controlled_shutdown]
         if isinstance(item, _Rebalance):
             return [AutoLeaderRebalance()]
+        if isinstance(item, _LogDirEvents):
+            # the notifications only say "look": each broker's znode holds all it reports
+            names = self.zk.get_log_dir_event_notifications()
+            reported = self.zk.get_all_offline_replicas()
+            events = []
+            for b in sorted(image.alive_broker_ids()):
+                epoch, offline = reported.get(b, (-1, frozenset()))
+                if epoch != image.brokers[b].epoch:
+                    offline = frozenset()
+                if offline != image.offline_replicas.get(b, frozenset()):
+                    events.append(LogDirEventNotification(b, image.brokers[b].epoch, offline))
+            if names:
+                self.zk.delete_log_dir_event_notifications(names, self._epoch_zk_version)
+            return events
         if isinstance(item, _TopicDeletion):
             marked = self.zk.get_topic_deletions()
             unknown = [t for t in marked if t not in image.topics]
@@ -486,9 +509,12 @@ class ControllerService:
                 name, topic_id, replicas,
                 frozen_map({tp.partition: reg for tp, reg in states.items() if tp.topic == name}),
                 frozen_map(self.zk.get_entity_configs("topics", name)), adding, removing)
+        offline = {b: parts for b, (epoch, parts) in self.zk.get_all_offline_replicas().items()
+                   if parts and b in brokers and brokers[b].epoch == epoch}
         return MetadataImage(frozen_map(brokers), frozen_map(topics), self._epoch - 1,
                              self._unclean, self._imbalance,
-                             broker_directories=frozen_map(self.zk.get_all_broker_directories()))
+                             broker_directories=frozen_map(self.zk.get_all_broker_directories()),
+                             offline_replicas=frozen_map(offline))
 
     def _set_topic_id(self, found: z.TopicAssignment) -> uuid.UUID:
         topic_id = uuid.uuid4()

@@ -132,3 +132,14 @@ def test_zookeeper_configs_use_kafkas_names_and_defaults():
                                              "zookeeper.session.timeout.ms": "6000",
                                              "zookeeper.connection.timeout.ms": "2000"})
     assert (config.session_timeout_ms, config.effective_connection_timeout_ms) == (6000, 2000)
+
+
+def test_log_dir_event_notifications_and_offline_replicas_round_trip():
+    from strata.common.types import TopicPartition
+    assert z.encode_log_dir_event(2) == b'{"version":1,"broker":2,"event":1}'   # Kafka's
+    assert z.decode_log_dir_event(z.encode_log_dir_event(2, z.LOG_DIR_RECOVERY_EVENT)) == 2
+    parts = frozenset({TopicPartition("t", 2), TopicPartition("t", 0), TopicPartition("u", 1)})
+    data = z.encode_offline_replicas(4294967312, parts)
+    assert data == b'{"version":1,"broker_epoch":4294967312,"partitions":{"t":[0,2],"u":[1]}}'
+    assert z.decode_offline_replicas(data) == (4294967312, parts)
+    assert z.offline_replicas_path(3) == "/strata/offline_replicas/3"

@@ -399,6 +399,52 @@ class StrataZkClient:
         if isinstance(result, Exception):
             raise _error(result, f"writing {path}")
 
+    # --- log dir events ------------------------------------------------------------------
+
+    def report_offline_replicas(self, broker_id: int, broker_epoch: int,
+                                partitions: frozenset[TopicPartition], event: int) -> None:
+        """A broker's own report: ``/strata/offline_replicas/N`` set to all its offline
+        replicas, then a ``/log_dir_event_notification`` for the controller."""
+        path = z.offline_replicas_path(broker_id)
+        data = z.encode_offline_replicas(broker_epoch, partitions)
+        try:
+            self._call(self._zk.set, path, data)
+        except NoNodeError:
+            self.make_sure_persistent_path_exists(z.OFFLINE_REPLICAS_PATH)
+            try:
+                self._create(path, data)
+            except ZkNodeExistsError:
+                self._call(self._zk.set, path, data)
+        self._create(f"{z.LOG_DIR_EVENT_NOTIFICATION_PATH}/{z.LOG_DIR_EVENT_PREFIX}",
+                     z.encode_log_dir_event(broker_id, event), sequence=True)
+
+    def get_all_offline_replicas(self) -> dict[int, tuple[int, frozenset[TopicPartition]]]:
+        """Broker id -> (broker epoch, offline replicas) as each broker last reported."""
+        ids = [c for c in self._children(z.OFFLINE_REPLICAS_PATH) if c.isdigit()]
+        found = self._get_many([z.offline_replicas_path(int(i)) for i in ids])
+        out = {}
+        for i, f in zip(ids, found):
+            if f is None:
+                continue
+            try:
+                out[int(i)] = z.decode_offline_replicas(f[0])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("ignoring unreadable %s: %s", z.offline_replicas_path(int(i)), exc)
+        return out
+
+    def get_log_dir_event_notifications(self) -> list[str]:
+        """The pending notifications' node names, oldest first."""
+        return sorted(c for c in self._children(z.LOG_DIR_EVENT_NOTIFICATION_PATH)
+                      if c.startswith(z.LOG_DIR_EVENT_PREFIX))
+
+    def watch_log_dir_event_notifications(self, callback: Callable[[list[str]], None]) -> None:
+        self._watch_children(z.LOG_DIR_EVENT_NOTIFICATION_PATH, callback)
+
+    def delete_log_dir_event_notifications(self, names: Iterable[str],
+                                           expected_controller_epoch_zk_version: int) -> None:
+        self._delete_all([f"{z.LOG_DIR_EVENT_NOTIFICATION_PATH}/{n}" for n in names],
+                         expected_controller_epoch_zk_version)
+
     # --- controller ----------------------------------------------------------------------
 
     def get_controller(self) -> z.ControllerRegistration | None:

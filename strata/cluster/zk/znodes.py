@@ -16,6 +16,9 @@ Kafka 3.9 ZooKeeper-mode tool reads what Strata writes and the other way round:
 - ``/cluster/id`` (``{"version":"1","id":"..."}``)
 - ``/strata/broker_directories/N`` (Strata's own, :class:`BrokerDirectories` as the controller
   last accepted broker N's registration, version 1)
+- ``/log_dir_event_notification/log_dir_event_<seq>`` (``{"version":1,"broker":N,"event":1}``)
+- ``/strata/offline_replicas/N`` (Strata's own, the replicas broker N hosts in failed log dirs,
+  version 1)
 
 Pure values and codecs only: nothing here talks to ZooKeeper (``client.py`` does). Brokers and
 partition states decode to ``strata.cluster.image`` types; fields Kafka stores that the image
@@ -33,7 +36,7 @@ from typing import Any, Mapping
 
 from strata.cluster.image import (
     BrokerDirectories, BrokerRegistration, Endpoint, LeaderRecoveryState, PartitionRegistration)
-from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str
+from strata.common.types import TopicPartition, uuid_from_kafka_str, uuid_to_kafka_str
 
 # Paths (ZkData's *ZNode.path).
 CONTROLLER_PATH = "/controller"
@@ -59,6 +62,10 @@ CONSUMERS_PATH = "/consumers"
 # directory ids and broker epoch of the registration the controller last handled, so that a
 # new controller knows which registrations are new and which brokers lost a directory.
 BROKER_DIRECTORIES_PATH = "/strata/broker_directories"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+# Strata's, where Kafka's controller asked the broker (LeaderAndIsr answers): written by broker N
+# before each of its log dir event notifications, read by the controller.
+OFFLINE_REPLICAS_PATH = "/strata/offline_replicas"
 
 # org.apache.kafka.server.config.ConfigType.ALL
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
@@ -216,6 +223,48 @@ def decode_broker_directories(data: bytes) -> BrokerDirectories:
         raise ValueError(f"Unsupported version of broker directories: {data!r}")
     return BrokerDirectories(tuple(uuid_from_kafka_str(d) for d in doc["directory_ids"]),
                              int(doc["broker_epoch"]))
+
+
+# --- /log_dir_event_notification and /strata/offline_replicas ---------------------------------
+#
+# ``log_dir_event_<seq>`` (persistent sequential, Kafka's ``LogDirEventNotificationSequenceZNode``):
+# ``{"version":1,"broker":2,"event":1}``; event 1 is Kafka's LogDirFailure, 2 Strata's "a dir
+# came back". The controller reads, acts on and deletes them. What is offline is in
+# ``/strata/offline_replicas/N``: ``{"version":1,"broker_epoch":4294967312,
+# "partitions":{"t":[0,2]}}`` (all of broker N's offline replicas, written by broker N; a
+# broker epoch other than its registration's is stale).
+
+LOG_DIR_FAILURE_EVENT = 1
+LOG_DIR_RECOVERY_EVENT = 2
+
+
+def offline_replicas_path(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS_PATH}/{broker_id}"
+
+
+def encode_log_dir_event(broker_id: int, event: int = LOG_DIR_FAILURE_EVENT) -> bytes:
+    return encode_json({"version": 1, "broker": broker_id, "event": event})
+
+
+def decode_log_dir_event(data: bytes) -> int:
+    """The broker id of a notification."""
+    return int(decode_json(data)["broker"])
+
+
+def encode_offline_replicas(broker_epoch: int, partitions: frozenset[TopicPartition]) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return encode_json({"version": 1, "broker_epoch": broker_epoch, "partitions": by_topic})
+
+
+def decode_offline_replicas(data: bytes) -> tuple[int, frozenset[TopicPartition]]:
+    """(broker epoch, frozenset of TopicPartition)."""
+    doc = decode_json(data)
+    if int(doc["version"]) != 1:
+        raise ValueError(f"Unsupported version of offline replicas: {data!r}")
+    return int(doc["broker_epoch"]), frozenset(
+        TopicPartition(t, int(p)) for t, ps in (doc.get("partitions") or {}).items() for p in ps)
 
 
 # --- /controller and /controller_epoch ---------------------------------------------------
