@@ -513,6 +513,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                                                    producer_ids, loop, clustered=zk is not None)
     if zk is not None:
         ctx.txn_log.await_replication = offsets_replicated
+    dir_failures = None
     if zk is None:
         # inside the loop (loaded members' session timers start once loaded), in the
         # background: the listener serves everything else meanwhile
@@ -540,6 +541,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                                        ctx.group_coordinator, rlm, ctx.txn_coordinator)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said
+        from strata.replication.log_dir_failure_handler import (
+            DEFAULT_PROBE_INTERVAL_MS, PROBE_INTERVAL_CONFIG, LogDirFailureHandler)
+        dir_failures = LogDirFailureHandler(   # offline replicas reported, and back
+            manager.dir_failures, manager, replica_manager, metadata,
+            probe_interval_ms=_int(props, PROBE_INTERVAL_CONFIG, DEFAULT_PROBE_INTERVAL_MS)).start()
     metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it
     if rlm is not None:
         ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
@@ -609,6 +615,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             log.info("controlled shutdown: %s", "leaderships moved" if drained
                      else f"not drained after {CONTROLLED_SHUTDOWN_WAIT_S} s; stopping anyway")
         # Leaving ZooKeeper hands whatever this broker still leads to the others at once.
+        if dir_failures is not None:
+            dir_failures.close()
         if replica_manager.fetchers is not None:   # its tasks run on this loop until they end
             await asyncio.to_thread(replica_manager.fetchers.shutdown)
         if replica_manager.alter_partition is not None:

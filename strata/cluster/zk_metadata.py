@@ -516,6 +516,18 @@ class ZkClusterMetadata(ClusterMetadata):
                      "its previous incarnation until re-elected", me, broker_epoch, len(stale))
         self._notify("on_partition_states", self.hosted_states())
 
+    # ---- offline replicas (replication.log_dir_failure_handler's reporter) ---------------------
+
+    def registration_epoch(self) -> int:
+        return self.broker_epoch
+
+    def report_offline_replicas(self, broker_epoch: int, offline: frozenset[TopicPartition],
+                                failed: bool) -> None:
+        """``/strata/offline_replicas/N`` then a log dir event notification for the controller."""
+        self.zk.report_offline_replicas(
+            self.node_id, broker_epoch, offline,
+            z.LOG_DIR_FAILURE_EVENT if failed else z.LOG_DIR_RECOVERY_EVENT)
+
     def _grantable(self, tp: TopicPartition, st: PartitionState) -> PartitionState:
         """``st``, or without a leader while it names this broker as leader before its
         registration or at a leader epoch granted to its previous incarnation."""
