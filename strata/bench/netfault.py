@@ -11,6 +11,8 @@ beyond that /24. Faults:
   other pair still talks. ``CLIENTS`` names the root namespace's end (the test's clients).
 - ``isolate(host)``: the bridge end of the host's veth goes down; it reaches no one.
 - ``split(group_a, group_b)``: ``cut`` between every pair across the groups.
+- ``blackhole(src, address)``: one direction of a cut, to one address (with ``add_address``,
+  a host's second address: one listener of a host cut, its others not).
 - ``heal()``: removes every entry and brings every link up again.
 
     with Network(["zookeeper", "broker-1", "broker-2"]) as net:
@@ -188,7 +190,7 @@ class Network:
     def __init__(self, hosts: Sequence[str]):
         hosts = list(hosts)
         bad = [h for h in hosts if not _HOST_NAME.match(h) or h == CLIENTS]
-        if bad or len(set(hosts)) != len(hosts) or not 0 < len(hosts) <= 200:
+        if bad or len(set(hosts)) != len(hosts) or not 0 < len(hosts) <= 190:
             raise ValueError(f"host names must be distinct, lower-case, not {CLIENTS!r}: {hosts}")
         self.hosts = hosts
         self.id = ""
@@ -218,6 +220,19 @@ class Network:
             return self.bridge_address
         self._check(host)
         return str(self.subnet.network_address + 10 + self.hosts.index(host))
+
+    def second_address(self, host: str) -> str:
+        """The address ``add_address`` gives the host (.200 and up)."""
+        self._check(host)
+        if self.hosts.index(host) >= 50:
+            raise ValueError("second addresses for the first 50 hosts only")
+        return str(self.subnet.network_address + 200 + self.hosts.index(host))
+
+    def add_address(self, host: str) -> str:
+        """Gives the host's eth0 a second address (its first stays the source of what it sends)."""
+        address = self.second_address(host)
+        _ip("addr", "add", f"{address}/24", "dev", "eth0", ns=self.namespace(host))
+        return address
 
     def port_of(self, host: str) -> str:
         """The bridge end of the host's veth."""
@@ -295,8 +310,8 @@ class Network:
         """No packet between a and b, either way (either may be ``CLIENTS``)."""
         if a == b:
             raise ValueError(f"cut({a!r}, {b!r}): one host")
-        self._blackhole(a, b)
-        self._blackhole(b, a)
+        self.blackhole(a, self.address(b))
+        self.blackhole(b, self.address(a))
 
     def split(self, group_a: Iterable[str], group_b: Iterable[str]) -> None:
         """``cut`` between every host of ``group_a`` and every host of ``group_b``."""
@@ -330,13 +345,12 @@ class Network:
         return {"cut": sorted((ns or CLIENTS, addr) for ns, addr, _ in self._neigh),
                 "isolated": sorted(self._down)}
 
-    def _blackhole(self, src: str, dst: str) -> None:
-        """``src``'s packets for ``dst`` go to a MAC no one has."""
+    def blackhole(self, src: str, address: str) -> None:
+        """``src``'s packets for ``address`` go to a MAC no one has."""
         if src == CLIENTS:
             ns, dev = None, self.bridge
         else:
             ns, dev = self.namespace(src), "eth0"
-        address = self.address(dst)
         _ip("neigh", "replace", address, "lladdr", BOGUS_MAC, "dev", dev, "nud", "permanent", ns=ns)
         self._neigh.add((ns, address, dev))
 

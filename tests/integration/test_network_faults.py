@@ -1,5 +1,5 @@
 """Network partitions on broker processes and a real ZooKeeper, each in its own network
-namespace (tests/netfault.py), with tiering on: issue 51's "How it is shown".
+namespace (strata/bench/netfault.py), with tiering on: issue 51's "How it is shown".
 
 - The harness itself: ``cut(a, b)`` stops TCP between a and b alone (a connect times out)
   while both still reach everyone else; ``isolate`` and ``split`` likewise; ``heal`` restores.
@@ -38,7 +38,7 @@ from kazoo.client import KazooClient
 
 from cluster_clients import admin, log_end
 from cluster_process import StrataCluster
-from netfault import CLIENTS, Network, netfault_available
+from strata.bench.netfault import CLIENTS, Network, netfault_available
 from strata.cluster.zk.znodes import broker_path, partition_state_path
 from strata.net.connection import list_offset
 from strata.protocol import records as rec
