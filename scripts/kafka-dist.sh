@@ -14,10 +14,9 @@
 #
 # Exit codes: 0 ok, 3 java or mvn missing, anything else: maven failed.
 #
-# Why 4.3.1 and not 4.4.0: Maven Central lists kafka_2.13/kafka-clients 4.4.0,
-# but kafka-tools, kafka-tools-api and the kafka-storage test jar 4.4.0 are not
-# published there (kafka_2.13:4.4.0 depends on kafka-tools-api:4.4.0, so it
-# does not even resolve). 4.3.1 is the newest 4.x with every artifact present.
+# Why 4.3.1 is the default: kafka-streams-examples (WordCountDemo, used by the Streams tests)
+# is not on Maven Central for 4.4.0. Every other artifact below is, so KAFKA_VERSION=4.4.0
+# installs the rest without it (the network-fault benchmark runs 4.4.0 brokers).
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
@@ -27,6 +26,11 @@ KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 LOG4J_VERSION="${KAFKA_LOG4J_VERSION:-2.24.3}"
 # Bump when the artifact list / layout below changes, so old caches reinstall.
 LAYOUT_REV="2"
+# kafka-streams-examples: published up to 4.3.x only.
+case "$KAFKA_VERSION" in
+    4.4.*) EXAMPLES="" ;;
+    *) EXAMPLES="kafka-streams-examples" ;;
+esac
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
@@ -53,7 +57,7 @@ md_pom kafka-dist "$KAFKA_VERSION" "$(
     # Kafka Streams (brings rocksdbjni, whose jar carries the native libs for Linux/macOS/
     # Windows) and its examples jar (org.apache.kafka.streams.examples.wordcount.WordCountDemo).
     md_dep org.apache.kafka kafka-streams "$KAFKA_VERSION"
-    md_dep org.apache.kafka kafka-streams-examples "$KAFKA_VERSION"
+    [[ -z "$EXAMPLES" ]] || md_dep org.apache.kafka "$EXAMPLES" "$KAFKA_VERSION"
     md_dep org.apache.logging.log4j log4j-api "$LOG4J_VERSION"
     md_dep org.apache.logging.log4j log4j-core "$LOG4J_VERSION"
     md_dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J_VERSION"
@@ -81,7 +85,7 @@ rm -f "$WORK"/libs/mockito-*.jar "$WORK"/libs/junit-*.jar "$WORK"/libs/opentest4
 
 for must in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
             "kafka-storage-$KAFKA_VERSION-test.jar" "kafka-server-common-$KAFKA_VERSION.jar" \
-            "kafka-streams-$KAFKA_VERSION.jar" "kafka-streams-examples-$KAFKA_VERSION.jar"; do
+            "kafka-streams-$KAFKA_VERSION.jar" ${EXAMPLES:+"$EXAMPLES-$KAFKA_VERSION.jar"}; do
     [[ -f "$WORK/libs/$must" ]] || md_die 1 "expected $must in the maven output, not found"
 done
 
