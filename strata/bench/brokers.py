@@ -59,6 +59,7 @@ class Broker:
     """A broker subprocess on a loopback port, its output in ``<data dir>/broker.log``."""
 
     system = "?"
+    host = "127.0.0.1"     # where it listens (another address when in a network namespace)
 
     def __init__(self, data_dir: Path, argv: list[str], port: int, env: dict | None = None) -> None:
         self.data_dir = data_dir
@@ -72,7 +73,7 @@ class Broker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -108,7 +109,7 @@ class Broker:
 
     def _answers_metadata(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            with socket.create_connection((self.host, self.port), timeout=0.5):
                 pass
         except OSError:
             return False
