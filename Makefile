@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,13 @@ bench-smoke: venv
 bench-failover: venv system-deps kafka-dist
 	$(PY) -m strata.bench.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
 	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
+
+# Partition unavailability under network faults (issue 51): Strata and Kafka 4.4.0 (KRaft), each
+# node in a network namespace (needs root); 5 faults x 3 rounds of 25 s each, about 20 minutes.
+bench-netfaults: venv system-deps
+	KAFKA_VERSION=4.4.0 bash scripts/kafka-dist.sh >/dev/null
+	$(PY) -m strata.bench.netfaults --system strata --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-strata.json
+	KAFKA_VERSION=4.4.0 $(PY) -m strata.bench.netfaults --system kafka --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-kafka.json
 
 # RF 3 acks=all produce (flat out, then rate-limited for latency) and a follower's catch-up on
 # three brokers, Strata and Kafka 4.x.
