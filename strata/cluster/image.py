@@ -18,7 +18,8 @@ znodes onto these types one to one:
 
 Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
 every partition's ISR is a subset of its replicas that holds the leader when there is one,
-empty only while the partition has no leader (its last member lost its log directory); leader and partition epochs only grow for a given topic id; a partition without a
+empty only while the partition has no leader (its last member lost its log directory); leader
+and partition epochs only grow for a given topic id; a partition without a
 ``PartitionRegistration`` has no state znode yet (no assigned replica was alive at creation).
 
 Threads: the values are immutable, so any thread may read them.
@@ -111,7 +112,8 @@ class PartitionRegistration:
 
     ``partition_epoch`` is the znode's version (not in the JSON). The replicas live in the
     topic's assignment. Invariants: ``leader`` is in ``isr`` or is ``NO_LEADER``; ``isr`` is
-    empty only without a leader; RECOVERING only with an ISR of at most one member. Immutable; any thread may read it.
+    empty only without a leader; RECOVERING only with an ISR of at most one member.
+    Immutable; any thread may read it.
     """
 
     leader: int

@@ -122,8 +122,9 @@ def replace_the_followers_disk_then_kill_the_leader(tmp_path, brokers: int, min_
         wiped, *others = [n for n in sorted(cluster.node_ids) if n != leader]
         # the wiped replica right after the leader: the first an election would look at
         client = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        client.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[leader, wiped, *others]],
-                                       config={"min.insync.replicas": str(min_isr)})])[TOPIC].result(30)
+        client.create_topics([NewTopic(
+            TOPIC, num_partitions=1, replica_assignment=[[leader, wiped, *others]],
+            config={"min.insync.replicas": str(min_isr)})])[TOPIC].result(30)
         wait_for("the topic led by the controller with a full ISR", lambda: leader_isr(
             cluster.broker(leader)) == (leader, sorted(cluster.node_ids)))
         leader_epoch_before = partition_state(cluster)[2]
@@ -160,7 +161,8 @@ def test_rf2_the_partition_waits_for_the_old_leader_instead_of_electing_the_wipe
     try:
         assert state == (-1, [leader])   # offline: nobody with the data is alive
         cluster.broker(leader).start()
-        wait_for("the old leader leads again", lambda: leader_isr(cluster.broker(wiped))[0] == leader)
+        wait_for("the old leader leads again",
+                 lambda: leader_isr(cluster.broker(wiped))[0] == leader)
         assert_all_readable(cluster.broker(leader), before + background.stop())
         # the wiped replica catches up and is taken back into the ISR by the leader
         wait_for("the wiped replica back in the ISR",

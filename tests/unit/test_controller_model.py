@@ -232,7 +232,8 @@ class ControllerMatchesModel(RuleBasedStateMachine):
 
     @rule(broker=brokers, lose_disk=st.booleans(), clean=st.booleans())
     def restart_broker(self, broker, lose_disk, clean):
-        event("restart, disk lost" if lose_disk else "restart, clean" if clean else "restart, unclean")
+        event("restart, disk lost" if lose_disk
+              else "restart, clean" if clean else "restart, unclean")
         self.apply(BrokerRegistered(self.restarted_without_data(broker, lose_disk, clean)))
         self.alive.add(broker)
 
