@@ -55,3 +55,36 @@ def remote_files(root: Path, topic: str | None = None) -> list[Path]:
 
 def local_segments(log_dir: Path, topic: str, partition: int = 0) -> list[Path]:
     return sorted((log_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+def metadata_topic_records(bootstrap: str, partitions: int | None = None,
+                           timeout: float = 60) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of ``__remote_log_metadata`` as a consumer reads it, by metadata
+    partition: (offset, value) in offset order, up to each partition's end when asked
+    (``partitions``: the topic's count; None asks the cluster)."""
+    import uuid
+    from confluent_kafka import Consumer, TopicPartition as CTopicPartition
+    from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME as NAME
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rlmm-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    values: dict[int, list[tuple[int, bytes]]] = {}
+    try:
+        if partitions is None:
+            partitions = len(consumer.list_topics(NAME, timeout=10).topics[NAME].partitions)
+        ends = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(CTopicPartition(NAME, p), timeout=10)
+            if high > low:
+                ends[p] = high
+                values[p] = []
+        consumer.assign([CTopicPartition(NAME, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout
+        while any(not values[p] or values[p][-1][0] < ends[p] - 1 for p in ends):
+            assert time.monotonic() < deadline, \
+                f"metadata read stalled at {({p: v[-1][0] if v else -1 for p, v in values.items()})}"
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                values[m.partition()].append((m.offset(), m.value()))
+    finally:
+        consumer.close()
+    return values

@@ -46,8 +46,7 @@ from strata.protocol.client import LATEST_TIERED
 from strata.tiered.api import (
     RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState)
 from strata.tiered.metadata.serde import deserialize
-from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
-from tiered_support import TIERED_BROKER
+from tiered_support import TIERED_BROKER, metadata_topic_records
 from zk_server import zookeeper_available
 
 _net_ok, _net_why = netfault_available()
@@ -344,31 +343,12 @@ def read_back(bootstrap: str, ends: dict[int, int]) -> tuple[dict[tuple[int, int
 
 def remote_metadata_events(bootstrap: str) -> list:
     """``TOPIC``'s ``__remote_log_metadata`` records in the order of their metadata partition."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rlmm-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     events = []
-    try:
-        count = len(consumer.list_topics(REMOTE_LOG_METADATA_TOPIC_NAME, timeout=10)
-                    .topics[REMOTE_LOG_METADATA_TOPIC_NAME].partitions)
-        ends = {}
-        for p in range(count):
-            low, high = consumer.get_watermark_offsets(
-                CTopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        consumer.assign([CTopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, p, 0) for p in ends])
-        last = {p: -1 for p in ends}
-        deadline = time.monotonic() + 60
-        while any(last[p] < ends[p] - 1 for p in ends):
-            assert time.monotonic() < deadline, f"metadata read stalled at {last} of {ends}"
-            m = consumer.poll(0.5)
-            if m is not None and m.error() is None:
-                last[m.partition()] = m.offset()
-                event = deserialize(m.value())
-                if event.topic_id_partition.topic == TOPIC:
-                    events.append(event)
-    finally:
-        consumer.close()
+    for _, records in sorted(metadata_topic_records(bootstrap).items()):
+        for _, value in records:
+            event = deserialize(value)
+            if event.topic_id_partition.topic == TOPIC:
+                events.append(event)
     return events
 
 

@@ -80,7 +80,7 @@ from strata.tiered.api import (
     RemotePartitionDeleteMetadata, RemotePartitionDeleteState)
 from strata.tiered.metadata.serde import deserialize
 from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME
-from tiered_support import TIERED_BROKER
+from tiered_support import TIERED_BROKER, metadata_topic_records
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
@@ -389,25 +389,7 @@ class RemoteMetadata:
 def remote_metadata(cluster, topic: str) -> RemoteMetadata:
     """Every ``__remote_log_metadata`` record of ``topic``, read as a consumer from the
     metadata partitions' leaders, folded per segment (its states in order)."""
-    consumer = Consumer({"bootstrap.servers": running(cluster), "group.id": f"rlmm-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        ends = {}
-        for p in range(METADATA_PARTITIONS):
-            low, high = consumer.get_watermark_offsets(
-                CTopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        consumer.assign([CTopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, p, 0) for p in ends])
-        values: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-        deadline = time.monotonic() + 30
-        while any(not values[p] or values[p][-1][0] < ends[p] - 1 for p in ends):
-            assert time.monotonic() < deadline, f"metadata read stalled at {dict(values)}"
-            m = consumer.poll(0.5)
-            if m is not None and m.error() is None:
-                values[m.partition()].append((m.offset(), m.value()))
-    finally:
-        consumer.close()
+    values = metadata_topic_records(running(cluster), METADATA_PARTITIONS, timeout=30)
     by_id: dict[str, RemoteSegment] = {}
     deletes: dict[int, list[RemotePartitionDeleteState]] = defaultdict(list)
     for p in sorted(values):
