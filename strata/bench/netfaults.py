@@ -333,23 +333,36 @@ class Producing(threading.Thread):
         return bool(times) and times[-1] > t
 
 
-def partitions_state(admin) -> tuple[set[int], dict[int, tuple[int, list[int], list[int]]]]:
-    md = admin.list_topics(TOPIC, timeout=3)
-    t = md.topics[TOPIC]
-    if t.error is not None:
-        raise RuntimeError(str(t.error))
-    return set(md.brokers), {p: (pm.leader, list(pm.replicas), list(pm.isrs))
-                             for p, pm in t.partitions.items()}
+def node_view(bootstrap: str) -> tuple[set[int], dict[int, tuple[int, frozenset[int]]]] | None:
+    """(broker ids, {partition: (leader, isr)}) as the broker at ``bootstrap`` itself answers
+    Metadata; None if it does not."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+    from kio.schema.types import TopicName
+    req = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(TOPIC)),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    try:
+        resp = roundtrip(bootstrap, req, MetadataResponse, timeout=2)
+    except (OSError, ValueError, EOFError):
+        return None
+    parts = {int(p.partition_index): (int(p.leader_id), frozenset(int(r) for r in p.isr_nodes))
+             for t in resp.topics for p in t.partitions if _code(p.error_code) == 0}
+    return {int(b.node_id) for b in resp.brokers}, parts
 
 
-def whole(admin) -> dict | None:
-    """Leaders by partition once all three brokers are in Metadata and every ISR is whole."""
-    brokers, parts = partitions_state(admin)
+def whole(cluster: NetCluster) -> dict | None:
+    """Leaders by partition once every broker, asked itself, lists all three brokers and the
+    same leaders, and every ISR is whole (a broker just healed can answer from a stale view)."""
+    views = [node_view(n.bootstrap) for n in cluster.nodes.values()]
+    if any(v is None for v in views) or any(v != views[0] for v in views):
+        return None
+    brokers, parts = views[0]
     if brokers != {1, 2, 3} or len(parts) != PARTITIONS:
         return None
-    if any(leader < 0 or set(isr) != {1, 2, 3} for leader, _, isr in parts.values()):
+    if any(leader < 0 or isr != {1, 2, 3} for leader, isr in parts.values()):
         return None
-    return {p: leader for p, (leader, _, _) in parts.items()}
+    return {p: leader for p, (leader, _) in parts.items()}
 
 
 def stall(times: list[float], start: float, end: float) -> tuple[float, float, float]:
@@ -394,9 +407,9 @@ def apply_fault(cluster: NetCluster, fault: str, leaders: dict, controller: int,
     raise ValueError(fault)
 
 
-def run_round(cluster: NetCluster, admin, producing: Producing, fault: str, turn: int,
+def run_round(cluster: NetCluster, producing: Producing, fault: str, turn: int,
               cut_s: float) -> dict:
-    leaders = wait_for("every ISR whole", lambda: whole(admin), RECOVER_TIMEOUT_S)
+    leaders = wait_for("every ISR whole", lambda: whole(cluster), RECOVER_TIMEOUT_S)
     controller = wait_for("a controller", cluster.controller, 60)
     steady = time.monotonic()
     wait_for("acknowledgements on every partition", lambda: all(
@@ -411,7 +424,7 @@ def run_round(cluster: NetCluster, admin, producing: Producing, fault: str, turn
     wait_for("acknowledgements on every partition after healing", lambda: all(
         producing.acked_after(q, healed_at) for q in range(PARTITIONS)), RECOVER_TIMEOUT_S, 0.05)
     resumed_at = time.monotonic()
-    after = wait_for("every ISR whole after healing", lambda: whole(admin), RECOVER_TIMEOUT_S)
+    after = wait_for("every ISR whole after healing", lambda: whole(cluster), RECOVER_TIMEOUT_S)
     end = time.monotonic()
     parts = {}
     for q in range(PARTITIONS):
@@ -511,11 +524,11 @@ def main(argv: list[str] | None = None) -> int:
                 producing.start()
                 for fault in faults:
                     for turn in range(args.rounds):
-                        rounds.append(run_round(cluster, admin, producing, fault, turn,
+                        rounds.append(run_round(cluster, producing, fault, turn,
                                                 args.cut_s))
                         print(round_line(cluster.system, rounds[-1]), flush=True)
                 producing.stop()
-                wait_for("every ISR whole", lambda: whole(admin), RECOVER_TIMEOUT_S)
+                wait_for("every ISR whole", lambda: whole(cluster), RECOVER_TIMEOUT_S)
                 stored, read_errors = read_back(cluster.bootstrap)
             except BaseException:
                 for i, node in cluster.nodes.items():
