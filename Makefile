@@ -99,7 +99,7 @@ bench-failover: venv system-deps kafka-dist
 	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
 
 # Partition unavailability under network faults (issue 51): Strata and Kafka 4.4.0 (KRaft), each
-# node in a network namespace (needs root); 5 faults x 3 rounds of 25 s each, about 20 minutes.
+# node in a network namespace (needs root); 5 faults x 3 rounds of 25 s each, about 15 minutes.
 bench-netfaults: venv system-deps
 	KAFKA_VERSION=4.4.0 bash scripts/kafka-dist.sh >/dev/null
 	$(PY) -m strata.bench.netfaults --system strata --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-strata.json
