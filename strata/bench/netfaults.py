@@ -455,24 +455,29 @@ def round_line(system: str, r: dict) -> str:
             f"{r['delivery_errors'] or 'none'}")
 
 
-def read_back(bootstrap: str) -> tuple[dict[tuple[int, int], bytes], list[str]]:
-    """Every record of every partition from offset 0 to its high watermark."""
+def read_back(bootstrap: str, topic: str = TOPIC, ends: dict[int, int] | None = None
+              ) -> tuple[dict[tuple[int, int], bytes], list[str]]:
+    """Every record of ``topic``'s partitions from offset 0 up to ``ends[p]`` (None: each
+    partition's high watermark now), as a consumer reads them (both tiers): ({(partition,
+    offset): value}, errors). A partition stops after 30 s without progress."""
     from confluent_kafka import Consumer, TopicPartition
     stored: dict[tuple[int, int], bytes] = {}
     errors: list[str] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        for p in range(PARTITIONS):
-            _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
-            consumer.assign([TopicPartition(TOPIC, p, 0)])
+        if ends is None:
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                    for p in range(PARTITIONS)}
+        for p, end in ends.items():
+            consumer.assign([TopicPartition(topic, p, 0)])
             last, progress = -1, time.monotonic()
             while last < end - 1 and time.monotonic() - progress < 30:
                 m = consumer.poll(0.5)
                 if m is None:
                     continue
                 if m.error() is not None:
-                    errors.append(f"p{p}: {m.error()}")
+                    errors.append(f"partition {p}: {m.error()}")
                     continue
                 stored[(p, m.offset())] = m.value()
                 last, progress = m.offset(), time.monotonic()

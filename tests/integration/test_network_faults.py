@@ -26,7 +26,6 @@ import os
 import random
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from kazoo.client import KazooClient
 from cluster_clients import admin, log_end
 from cluster_process import StrataCluster
 from strata.bench.netfault import CLIENTS, Network, netfault_available
+from strata.bench.netfaults import read_back
 from strata.cluster.zk.znodes import broker_path, partition_state_path
 from strata.net.connection import list_offset
 from strata.protocol import records as rec
@@ -314,31 +314,6 @@ def ranges(offsets) -> list[tuple[int, int]]:
         else:
             out.append([o, o])
     return [tuple(r) for r in out]
-
-
-def read_back(bootstrap: str, ends: dict[int, int]) -> tuple[dict[tuple[int, int], bytes], list[str]]:
-    """Every record of every partition from offset 0 up to ``ends[p]`` (the high watermark),
-    as a consumer reads them (both tiers); stops a partition after 30 s without progress."""
-    stored: dict[tuple[int, int], bytes] = {}
-    errors: list[str] = []
-    for p, end in ends.items():
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        consumer.assign([CTopicPartition(TOPIC, p, 0)])
-        last, progress = -1, time.monotonic()
-        try:
-            while last < end - 1 and time.monotonic() - progress < 30:
-                m = consumer.poll(0.5)
-                if m is None:
-                    continue
-                if m.error() is not None:
-                    errors.append(f"partition {p}: {m.error()}")
-                    continue
-                stored[(p, m.offset())] = m.value()
-                last, progress = m.offset(), time.monotonic()
-        finally:
-            consumer.close()
-    return stored, errors
 
 
 def remote_metadata_events(bootstrap: str) -> list:
@@ -619,7 +594,7 @@ def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
 
         ends = settle(cluster, leadership, found)
         compare_replicas(cluster, ends, found, "settled")   # before local retention takes more
-        stored, read_errors = read_back(cluster.bootstrap, ends)
+        stored, read_errors = read_back(cluster.bootstrap, TOPIC, ends)
         found.note(f"read back {len(stored)} records below high watermarks {ends}; "
                    f"consumer errors: {read_errors[:5]}")
         check_acknowledged(producing.acked, stored, found)
