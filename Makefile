@@ -37,7 +37,7 @@ run-cluster: venv system-deps
 	@bash scripts/run-cluster.sh
 
 test: venv system-deps kafka-dist spark-kafka-dist
-	$(VENV)/bin/pytest -q -m "not faults and not faults_net"
+	$(VENV)/bin/pytest -q -m "not faults and not faults_net" --durations=25
 	$(MAKE) --no-print-directory bench-smoke
 
 test-fast: venv
