@@ -77,6 +77,30 @@ def wait_for(what: str, check: Callable[[], object], timeout: float, interval: f
         time.sleep(interval)
 
 
+def kraft_quorum_leader(addresses: list[str], timeout: float) -> int | None:
+    """The KRaft quorum leader's node id, asked of each controller listener ("host:port")
+    in turn with DescribeQuorum (only the leader answers without an error); None if none."""
+    from kio.schema.describe_quorum.v2.request import (
+        DescribeQuorumRequest, PartitionData, TopicData)
+    from kio.schema.describe_quorum.v2.response import DescribeQuorumResponse
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32
+    req = DescribeQuorumRequest(topics=(TopicData(
+        topic_name=TopicName("__cluster_metadata"),
+        partitions=(PartitionData(partition_index=i32(0)),)),))
+    for address in addresses:
+        try:
+            resp = roundtrip(address, req, DescribeQuorumResponse, timeout=timeout)
+        except OSError:
+            continue
+        if _code(resp.error_code) != 0 or not resp.topics:
+            continue    # not the quorum leader (NOT_LEADER_OR_FOLLOWER)
+        p = resp.topics[0].partitions[0]
+        if _code(p.error_code) == 0 and int(p.leader_id) >= 0:
+            return int(p.leader_id)
+    return None
+
+
 def _code(value) -> int:
     return int(getattr(value, "value", value))
 
@@ -153,28 +177,9 @@ class KafkaCluster(Cluster):
                                         cluster_id=cluster_id, overrides=overrides)
 
     def active_controller(self, ids) -> int | None:
-        from kio.schema.describe_quorum.v2.request import (
-            DescribeQuorumRequest, PartitionData, TopicData)
-        from kio.schema.describe_quorum.v2.response import DescribeQuorumResponse
-        from kio.schema.types import TopicName
-        from kio.static.primitive import i32
-        req = DescribeQuorumRequest(topics=(TopicData(
-            topic_name=TopicName("__cluster_metadata"),
-            partitions=(PartitionData(partition_index=i32(0)),)),))
-        for i in ids:
-            node = self.nodes[i]
-            assert isinstance(node, KafkaBroker)
-            try:
-                resp = roundtrip(f"127.0.0.1:{node.controller_port}", req, DescribeQuorumResponse,
-                                 timeout=1)
-            except OSError:
-                continue
-            if _code(resp.error_code) != 0 or not resp.topics:
-                continue    # not the quorum leader (NOT_LEADER_OR_FOLLOWER)
-            p = resp.topics[0].partitions[0]
-            if _code(p.error_code) == 0 and int(p.leader_id) >= 0:
-                return int(p.leader_id)
-        return None
+        nodes = [self.nodes[i] for i in ids]
+        assert all(isinstance(n, KafkaBroker) for n in nodes)
+        return kraft_quorum_leader([f"127.0.0.1:{n.controller_port}" for n in nodes], 1)
 
     def version(self) -> str:
         return kafka_version(self.libs)

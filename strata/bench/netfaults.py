@@ -50,6 +50,7 @@ from pathlib import Path
 
 from strata.bench.brokers import (REPO_ROOT, KafkaBroker, StrataBroker, find_kafka_libs,
                                   kafka_version, log)
+from strata.bench.failover import _code, kraft_quorum_leader
 from strata.bench.netfault import Network, netfault_available
 from strata.common.types import uuid_to_kafka_str
 from strata.net.connection import roundtrip
@@ -70,10 +71,6 @@ STALL_S = 1.0               # gaps shorter than this are not reported as a stall
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "request.timeout.ms": 5000, "message.timeout.ms": 120000,
             "topic.metadata.refresh.interval.ms": 1000, "metadata.max.age.ms": 3000}
-
-
-def _code(value) -> int:
-    return int(getattr(value, "value", value))
 
 
 def wait_for(what: str, check, timeout: float, interval: float = 0.2):
@@ -236,26 +233,8 @@ class KafkaNet(NetCluster):
 
     def controller(self) -> int | None:
         """The quorum leader: only it answers DescribeQuorum without an error."""
-        from kio.schema.describe_quorum.v2.request import (
-            DescribeQuorumRequest, PartitionData, TopicData)
-        from kio.schema.describe_quorum.v2.response import DescribeQuorumResponse
-        from kio.schema.types import TopicName
-        from kio.static.primitive import i32
-        req = DescribeQuorumRequest(topics=(TopicData(
-            topic_name=TopicName("__cluster_metadata"),
-            partitions=(PartitionData(partition_index=i32(0)),)),))
-        for address in self.controller_address.values():
-            try:
-                resp = roundtrip(f"{address}:{CONTROLLER_PORT}", req, DescribeQuorumResponse,
-                                 timeout=2)
-            except OSError:
-                continue
-            if _code(resp.error_code) != 0 or not resp.topics:
-                continue
-            p = resp.topics[0].partitions[0]
-            if _code(p.error_code) == 0 and int(p.leader_id) >= 0:
-                return int(p.leader_id)
-        return None
+        return kraft_quorum_leader(
+            [f"{a}:{CONTROLLER_PORT}" for a in self.controller_address.values()], 2)
 
     def cut_from_coordinator(self, node_id: int) -> None:
         """No packet between the node and any CONTROLLER listener but its own, either way."""
