@@ -413,11 +413,8 @@ class ReplicaManager:
         # KIP-903: a member joins at the epoch of the incarnation whose fetches it was judged by
         epochs = {r: f.broker_epoch for r in set(new_isr) - set(st.isr)
                   if (f := leadership.followers.get(r)) is not None and f.broker_epoch != -1}
-        if epochs:
-            future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr,
-                                   broker_epochs=epochs)
-        else:
-            future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr)
+        future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr,
+                               broker_epochs=epochs)
 
         def done(f) -> None:
             exc = f.exception()

@@ -171,7 +171,7 @@ def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
     proposals = []
 
     class Sender:
-        def submit(self, tp, leader_epoch, partition_epoch, isr):
+        def submit(self, tp, leader_epoch, partition_epoch, isr, broker_epochs=None):
             proposals.append(isr)
             return Future()   # left pending
 

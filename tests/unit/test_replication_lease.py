@@ -34,7 +34,8 @@ class Sender:
     def __init__(self):
         self.proposals: list[tuple[int, ...]] = []
 
-    def submit(self, tp, leader_epoch, partition_epoch, new_isr, leader_recovery_state=0):
+    def submit(self, tp, leader_epoch, partition_epoch, new_isr, leader_recovery_state=0,
+               broker_epochs=None):
         self.proposals.append(tuple(new_isr))
         return Future()
 

@@ -84,7 +84,8 @@ class FakeSender:
     def __init__(self, machine: "ReplicationMatchesModel"):
         self.machine = machine
 
-    def submit(self, tp, leader_epoch, partition_epoch, new_isr, leader_recovery_state=0) -> Future:
+    def submit(self, tp, leader_epoch, partition_epoch, new_isr, leader_recovery_state=0,
+               broker_epochs=None) -> Future:
         m = self.machine
         future: Future = Future()
         if m.unanswered() is not None:  # as AlterPartitionManager: one pending change per partition
