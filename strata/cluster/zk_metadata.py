@@ -263,7 +263,7 @@ class ZkClusterMetadata(ClusterMetadata):
         results: list[AlterPartitionItemResult | None] = [None] * len(items)
         pending: list[tuple[int, concurrent.futures.Future]] = []
         for i, item in enumerate(items):
-            error = _alter_partition_item_error(item, names, image)
+            error = _alter_partition_item_error(item, names)
             if error is not None:
                 results[i] = AlterPartitionItemResult(item.topic_id, item.partition, error)
                 continue
@@ -572,20 +572,14 @@ class ZkClusterMetadata(ClusterMetadata):
         return out
 
 
-def _alter_partition_item_error(item: AlterPartitionItem, names: Mapping,
-                                image: MetadataImage | None) -> ErrorCode | None:
-    """What refuses an AlterPartition item before it reaches the controller's logic: an
-    unknown topic id, a leader recovery state that is not one, or (v3) a new ISR member whose
-    given broker epoch is not its registration's (KRaft's INELIGIBLE_REPLICA)."""
+def _alter_partition_item_error(item: AlterPartitionItem, names: Mapping) -> ErrorCode | None:
+    """What refuses an AlterPartition item before it reaches the controller: an unknown topic
+    id, or a leader recovery state that is not one. (A new member's broker epoch, v3, is the
+    controller's logic's to check, on its own image: ``controller_logic``.)"""
     if item.topic_id not in names:
         return ErrorCode.UNKNOWN_TOPIC_ID
     if item.leader_recovery_state not in tuple(LeaderRecoveryState):
         return ErrorCode.INVALID_REQUEST
-    if item.isr_broker_epochs is not None and image is not None:
-        for member, epoch in zip(item.new_isr, item.isr_broker_epochs):
-            reg = image.brokers.get(member)
-            if epoch != -1 and (reg is None or reg.epoch != epoch):
-                return ErrorCode.INELIGIBLE_REPLICA
     return None
 
 
