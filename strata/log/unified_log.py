@@ -37,6 +37,7 @@ from strata.log.local_log import FetchDataInfo, LocalLog, LogOffsetMetadata
 from strata.log.log_config import LogConfig
 from strata.log.log_dir_failure import LogDirFailureChannel
 from strata.log.log_loader import load_log, rebuild_producer_state
+from strata.log.log_validator import assign_offsets, assign_offsets_gathered, validate_batches
 from strata.log.producer_state import AppendOrigin, ProducerStateEntry, ProducerStateManager
 from strata.log.segment import LogSegment, TimestampAndOffset
 from strata.protocol import records as rec
@@ -229,7 +230,7 @@ class UnifiedLog:
         cfg = self.config
         now = self._clock.milliseconds()
         log_append_time = cfg.log_append_time
-        headers = rec.validate_batches(
+        headers = validate_batches(
             data, max_message_bytes=cfg.get("max.message.bytes"), produce_version=produce_version,
             from_client=origin is AppendOrigin.CLIENT, now_ms=now,
             timestamp_before_max_ms=cfg.get("message.timestamp.before.max.ms"),
@@ -256,10 +257,10 @@ class UnifiedLog:
                     self._check_verification(headers, verification_guard)
             if log_append_time:   # stamps timestamps under the CRC: rewrites a copy
                 data = data if isinstance(data, bytearray) else bytearray(data)
-                assigned = rec.assign_offsets(data, headers, self.log_end_offset, leader_epoch, now)
+                assigned = assign_offsets(data, headers, self.log_end_offset, leader_epoch, now)
             else:   # new offsets and epoch only: written around the producer's bytes, no copy
-                assigned = rec.assign_offsets_gathered(data, headers, self.log_end_offset,
-                                                       leader_epoch)
+                assigned = assign_offsets_gathered(data, headers, self.log_end_offset,
+                                                   leader_epoch)
             return self._append(data, assigned.headers, assigned.first_offset, assigned.last_offset,
                                 assigned.max_timestamp, assigned.shallow_offset_of_max_timestamp,
                                 origin, now if log_append_time else -1, assigned.parts)

@@ -64,6 +64,14 @@ def test_protocol_is_sans_io():
         "asyncio", "socket", "selectors", "uvloop") and strata_ok(n)) == []
 
 
+def test_protocol_imports_nothing_of_the_log():
+    """The format is ``protocol``'s, what the log checks and rewrites on append is ``log``'s
+    (``log_validator``, Kafka's ``LogValidator``): ``log`` reads the format, never the other way
+    round. Implied by the rule above, and stated on its own so that it outlives any loosening of
+    it."""
+    assert _breaking("strata.protocol", lambda n: _package(n) != "strata.log") == []
+
+
 def test_the_local_log_imports_no_asyncio_and_nothing_built_on_it():
     assert _breaking("strata.log", lambda n: n.split(".")[0] not in ("asyncio", "uvloop") and
                      _strata_only("strata.common", "strata.protocol", "strata.log")(n)) == []

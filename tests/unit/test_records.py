@@ -10,13 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata.common.errors import CorruptRecordError, ErrorCode, KafkaError
+from strata.log.log_validator import (
+    AssignResult, assign_offsets, assign_offsets_gathered, validate_batches)
 from strata.protocol.records import (
     ATTRIBUTES_OFFSET, CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, CRC_OFFSET, HEADER,
-    HEADER_SIZE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, AssignResult, Compression,
-    Record, SimpleRecord, assign_offsets, assign_offsets_gathered, batch_crc_ok, build_batch,
+    HEADER_SIZE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Compression,
+    Record, SimpleRecord, batch_crc_ok, build_batch,
     build_control_batch,
-    control_type, crc32c, decode_batch, iter_headers, iter_records, read_header,
-    validate_batches)
+    control_type, crc32c, decode_batch, iter_headers, iter_records, read_header)
 
 T0 = 1_700_000_000_000
 MB = 1 << 20
@@ -786,11 +787,11 @@ _RAW_COMPRESS = {Compression.GZIP: cramjam.gzip.compress, Compression.SNAPPY: cr
 @pytest.mark.parametrize("codec", list(_RAW_COMPRESS), ids=lambda c: c.name)
 def test_inflating_tells_a_batch_too_large_for_the_bound_from_a_damaged_one(codec):
     from strata.common.errors import RecordTooLargeError
-    from strata.protocol.records import _inflate_bounded
+    from strata.protocol.records import inflate_bounded
     data = bytes(range(256)) * 400
     packed = bytes(_RAW_COMPRESS[codec](data))
-    assert bytes(_inflate_bounded(codec, packed, limit=len(data))) == data
+    assert bytes(inflate_bounded(codec, packed, limit=len(data))) == data
     with pytest.raises(RecordTooLargeError):
-        _inflate_bounded(codec, packed, limit=len(data) - 1)
+        inflate_bounded(codec, packed, limit=len(data) - 1)
     with pytest.raises(CorruptRecordError):
-        _inflate_bounded(codec, packed[:len(packed) // 2] + bytes(7), limit=len(data))
+        inflate_bounded(codec, packed[:len(packed) // 2] + bytes(7), limit=len(data))

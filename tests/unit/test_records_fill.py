@@ -1,4 +1,4 @@
-"""The produce path's record framing check (``records._records_fill``) against a plain walk.
+"""The produce path's record framing check (``log_validator._records_fill``) against a plain walk.
 
 Runs of equal-length records are proven with strided slices instead of being stepped one by
 one; the answer must be the plain walk's for any data: runs of every length and varint width,
@@ -13,8 +13,8 @@ import mmap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strata.protocol.records import (
-    MIN_RECORD_LENGTH, _records_fill, _RUN_PROBE, _write_varint, read_varint)
+from strata.log.log_validator import _records_fill, _RUN_PROBE
+from strata.protocol.records import MIN_RECORD_LENGTH, _write_varint, read_varint
 
 
 def plain_walk(data, count: int, lo: int, hi: int) -> bool:
@@ -74,16 +74,16 @@ def test_records_fill_agrees_with_a_plain_walk(run_list, count_delta, damage, da
 def test_a_batch_of_equal_records_is_framed_without_stepping_each(monkeypatch):
     """A thousand equal records take one strided proof, not a thousand steps: the varint
     reader for wide prefixes is never reached, though every prefix here is three bytes."""
-    import strata.protocol.records as records
+    import strata.log.log_validator as log_validator
     data, count = framed([(10_000, 1000)])
     calls = []
-    real = records.read_varint
+    real = log_validator.read_varint
 
     def counted(buf, pos):
         calls.append(pos)
         return real(buf, pos)
-    monkeypatch.setattr(records, "read_varint", counted)
-    assert records._records_fill(bytes(data), count)
+    monkeypatch.setattr(log_validator, "read_varint", counted)
+    assert log_validator._records_fill(bytes(data), count)
     assert len(calls) == 1
-    assert not records._records_fill(bytes(data), count + 1)
-    assert not records._records_fill(bytes(data[:-1]), count)
+    assert not log_validator._records_fill(bytes(data), count + 1)
+    assert not log_validator._records_fill(bytes(data[:-1]), count)

@@ -22,6 +22,7 @@ import pytest
 
 from strata.common.clock import MockClock
 from strata.log.log_config import LogConfig
+from strata.log.log_validator import assign_offsets
 from strata.log.segment import LogSegment
 from strata.log.unified_log import MAX_TIMESTAMP, UnifiedLog
 from strata.protocol import records as rec
@@ -235,7 +236,7 @@ def test_truncation_recomputes_the_max_timestamp_from_the_last_time_index_entry(
     try:
         def append(buf: bytes, base: int) -> list:
             data = bytearray(buf)
-            assigned = rec.assign_offsets(data, list(rec.iter_headers(data)), base, 0)
+            assigned = assign_offsets(data, list(rec.iter_headers(data)), base, 0)
             seg.append(assigned.last_offset, assigned.max_timestamp,
                        assigned.shallow_offset_of_max_timestamp, data, assigned.headers)
             return assigned.headers

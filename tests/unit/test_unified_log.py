@@ -17,6 +17,7 @@ from strata.log.checkpoint import OffsetCheckpointFile
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import (
     CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LogManager)
+from strata.log.log_validator import assign_offsets
 from strata.log.unified_log import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchIsolation, UnifiedLog)
 from strata.protocol import records as rec
@@ -80,7 +81,7 @@ def test_an_append_of_more_batches_than_one_pwritev_takes_stores_the_assigned_by
     ulog.append_as_leader(batch(2), 0)
     many = b"".join(batch(1, value=b"m%d-" % i) for i in range(_IOV_MAX + 7))
     expected = bytearray(many)
-    rec.assign_offsets(expected, list(rec.iter_headers(expected)), 2, 3)
+    assign_offsets(expected, list(rec.iter_headers(expected)), 2, 3)
     info = ulog.append_as_leader(many, 3)
     assert (info.first_offset, info.last_offset) == (2, _IOV_MAX + 8)
     ulog.flush(ulog.log_end_offset)
