@@ -46,6 +46,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from strata.bench.brokers import (REPO_ROOT, KafkaBroker, StrataBroker, find_kafka_libs,
@@ -103,7 +104,11 @@ class NetCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes.values())
+        return ",".join(self.bootstraps)
+
+    @property
+    def bootstraps(self) -> list[str]:
+        return [n.bootstrap for n in self.nodes.values()]
 
     def _place(self, node, host: str) -> None:
         node.host = self.net.address(host)
@@ -191,7 +196,7 @@ class StrataNet(NetCluster):
         return None
 
     def cut_from_coordinator(self, node_id: int) -> None:
-        self.net.cut(f"broker-{node_id}", "zookeeper")
+        cut_from_zookeeper(self.net, node_id)
 
     def version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
@@ -248,12 +253,20 @@ class KafkaNet(NetCluster):
 
 
 class Producing(threading.Thread):
-    """``RATE`` records/s to each partition from one idempotent acks=all producer; every
-    acknowledgement's (partition, offset) -> (value, time)."""
+    """``rate`` records/s to each partition of ``topic`` from one acks=all producer (``config``:
+    ``PRODUCER``, idempotent, unless given); every acknowledgement's (partition, offset) ->
+    (value, time). Values are ``tag`` and a sequence number, so that producers running together
+    never write the same value. Shared by the bench and tests/integration/test_network_faults.py."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, topic: str = TOPIC, partitions: int = PARTITIONS,
+                 rate: float = RATE, config: dict | None = None, tag: bytes = b"") -> None:
         super().__init__(daemon=True)
         self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self.config = {**(config or PRODUCER), "bootstrap.servers": bootstrap}
+        self.tag = tag
         self.acked: dict[tuple[int, int], tuple[bytes, float]] = {}
         self.ack_times: dict[int, list[float]] = defaultdict(list)
         self.errors: list[tuple[float, str]] = []
@@ -262,9 +275,13 @@ class Producing(threading.Thread):
         self.without_offset = 0     # acknowledgements that carried no offset
         self._stopping = threading.Event()
 
+    @property
+    def idempotent(self) -> bool:
+        return str(self.config.get("enable.idempotence", False)).lower() == "true"
+
     def _producer(self):
         from confluent_kafka import Producer
-        return Producer({"bootstrap.servers": self.bootstrap, **PRODUCER})
+        return Producer(self.config)
 
     def _delivered(self, err, msg) -> None:
         now = time.monotonic()
@@ -280,14 +297,21 @@ class Producing(threading.Thread):
             self.errors.append((now, err.name()))
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - reported with the errors
+            self.errors.append((time.monotonic(), f"producer thread: {exc!r}"))
+
+    def _run(self) -> None:
         from confluent_kafka import KafkaException
         producer = self._producer()
         start = time.monotonic()
         while not self._stopping.is_set():
             i = self.sent
             try:
-                producer.produce(TOPIC, value=(b"%09d:" % i).ljust(VALUE_SIZE, b"x"),
-                                 partition=i % PARTITIONS, on_delivery=self._delivered)
+                producer.produce(self.topic,
+                                 value=(self.tag + b"%09d:" % i).ljust(VALUE_SIZE, b"x"),
+                                 partition=i % self.partitions, on_delivery=self._delivered)
             except BufferError:
                 producer.poll(0.1)
                 continue
@@ -298,7 +322,7 @@ class Producing(threading.Thread):
                 continue
             self.sent += 1
             producer.poll(0)
-            ahead = start + self.sent / (RATE * PARTITIONS) - time.monotonic()
+            ahead = start + self.sent / (self.rate * self.partitions) - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
         self.undelivered += producer.flush(150)
@@ -311,15 +335,24 @@ class Producing(threading.Thread):
         times = self.ack_times[p]
         return bool(times) and times[-1] > t
 
+    def error_counts(self) -> dict[str, int]:
+        return dict(Counter(e for _, e in list(self.errors)))
 
-def node_view(bootstrap: str) -> tuple[set[int], dict[int, tuple[int, frozenset[int]]]] | None:
-    """(broker ids, {partition: (leader, isr)}) as the broker at ``bootstrap`` itself answers
-    Metadata; None if it does not."""
+    def values(self) -> dict[tuple[int, int], bytes]:
+        """What was acknowledged: (partition, offset) -> value (offsets < 0: acknowledged
+        without one)."""
+        return {k: v for k, (v, _) in list(self.acked.items())}
+
+
+def node_view(bootstrap: str, topic: str = TOPIC
+              ) -> tuple[set[int], dict[int, tuple[int, frozenset[int]]]] | None:
+    """(broker ids, {partition: (leader, isr)}) of ``topic`` as the broker at ``bootstrap``
+    itself answers Metadata; None if it does not."""
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     from kio.schema.metadata.v12.response import MetadataResponse
     from kio.schema.types import TopicName
     req = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(TOPIC)),),
+        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     try:
         resp = roundtrip(bootstrap, req, MetadataResponse, timeout=2)
@@ -330,14 +363,16 @@ def node_view(bootstrap: str) -> tuple[set[int], dict[int, tuple[int, frozenset[
     return {int(b.node_id) for b in resp.brokers}, parts
 
 
-def whole(cluster: NetCluster) -> dict | None:
-    """Leaders by partition once every broker, asked itself, lists all three brokers and the
-    same leaders, and every ISR is whole (a broker just healed can answer from a stale view)."""
-    views = [node_view(n.bootstrap) for n in cluster.nodes.values()]
+def whole(bootstraps: Sequence[str], topic: str = TOPIC, partitions: int = PARTITIONS
+          ) -> dict | None:
+    """Leaders by partition of ``topic`` once every broker (ids 1 to 3, at ``bootstraps``),
+    asked itself, lists all three brokers and the same leaders, and every ISR is whole (a
+    broker just healed can answer from a stale view)."""
+    views = [node_view(b, topic) for b in bootstraps]
     if any(v is None for v in views) or any(v != views[0] for v in views):
         return None
     brokers, parts = views[0]
-    if brokers != {1, 2, 3} or len(parts) != PARTITIONS:
+    if brokers != {1, 2, 3} or len(parts) != partitions:
         return None
     if any(leader < 0 or isr != {1, 2, 3} for leader, isr in parts.values()):
         return None
@@ -354,10 +389,18 @@ def stall(times: list[float], start: float, end: float) -> tuple[float, float, f
     return b - a, a - start, b - start
 
 
-def apply_fault(cluster: NetCluster, fault: str, leaders: dict, controller: int,
-                turn: int) -> tuple[int, str]:
-    """Applies ``fault``; (the round's partition, what was done)."""
-    net = cluster.net
+def cut_from_zookeeper(net: Network, node_id: int) -> None:
+    """Broker ``node_id`` cut from ZooKeeper alone (it still reaches the others and the clients)."""
+    net.cut(f"broker-{node_id}", "zookeeper")
+
+
+def apply_fault(net: Network, fault: str, leaders: dict, controller: int, turn: int,
+                cut_from_coordinator: Callable[[int], None], coordinator: str = "ZooKeeper"
+                ) -> tuple[int, str]:
+    """Applies ``fault`` to brokers 1 to 3 (hosts ``broker-N``) of ``net``, whose other hosts
+    (ZooKeeper) are on the majority's side of a split; ``cut_from_coordinator(node)`` cuts a
+    broker from ``coordinator``. (the round's partition, what was done). Shared by the bench
+    and tests/integration/test_network_faults.py."""
     candidates = [p for p in sorted(leaders) if leaders[p] != controller] or sorted(leaders)
     p = candidates[turn % len(candidates)]
     leader = leaders[p]
@@ -365,17 +408,16 @@ def apply_fault(cluster: NetCluster, fault: str, leaders: dict, controller: int,
         net.isolate(f"broker-{leader}")
         return p, f"isolated broker {leader} (leader of p{p})"
     if fault == "leader-cut-coord":
-        cluster.cut_from_coordinator(leader)
-        return p, f"cut broker {leader} (leader of p{p}) from {cluster.coordinator}"
+        cut_from_coordinator(leader)
+        return p, f"cut broker {leader} (leader of p{p}) from {coordinator}"
     if fault == "controller-isolated":
         led = [q for q in sorted(leaders) if leaders[q] == controller]
         net.isolate(f"broker-{controller}")
         return (led[0] if led else p), f"isolated broker {controller} (controller, leader of " \
                                        f"{['p%d' % q for q in led]})"
     if fault == "split":
-        majority = [f"broker-{i}" for i in (1, 2, 3) if i != leader]
-        if cluster.system == "strata":
-            majority.append("zookeeper")
+        majority = [f"broker-{i}" for i in (1, 2, 3) if i != leader] + \
+            [h for h in net.hosts if not h.startswith("broker-")]
         net.split([f"broker-{leader}"], majority)
         return p, f"split broker {leader} (leader of p{p}) from {sorted(majority)}"
     if fault == "follower-link":
@@ -388,7 +430,7 @@ def apply_fault(cluster: NetCluster, fault: str, leaders: dict, controller: int,
 
 def run_round(cluster: NetCluster, producing: Producing, fault: str, turn: int,
               cut_s: float) -> dict:
-    leaders = wait_for("every ISR whole", lambda: whole(cluster), RECOVER_TIMEOUT_S)
+    leaders = wait_for("every ISR whole", lambda: whole(cluster.bootstraps), RECOVER_TIMEOUT_S)
     controller = wait_for("a controller", cluster.controller, 60)
     steady = time.monotonic()
     wait_for("acknowledgements on every partition", lambda: all(
@@ -396,14 +438,16 @@ def run_round(cluster: NetCluster, producing: Producing, fault: str, turn: int,
     time.sleep(1)
     errors_before = len(producing.errors)
     cut_at = time.monotonic()
-    p, what = apply_fault(cluster, fault, leaders, controller, turn)
+    p, what = apply_fault(cluster.net, fault, leaders, controller, turn,
+                          cluster.cut_from_coordinator, cluster.coordinator)
     time.sleep(max(0.0, cut_at + cut_s - time.monotonic()))
     cluster.net.heal()
     healed_at = time.monotonic()
     wait_for("acknowledgements on every partition after healing", lambda: all(
         producing.acked_after(q, healed_at) for q in range(PARTITIONS)), RECOVER_TIMEOUT_S, 0.05)
     resumed_at = time.monotonic()
-    after = wait_for("every ISR whole after healing", lambda: whole(cluster), RECOVER_TIMEOUT_S)
+    after = wait_for("every ISR whole after healing", lambda: whole(cluster.bootstraps),
+                     RECOVER_TIMEOUT_S)
     end = time.monotonic()
     parts = {}
     for q in range(PARTITIONS):
@@ -465,6 +509,25 @@ def read_back(bootstrap: str, topic: str = TOPIC, ends: dict[int, int] | None = 
     return stored, errors
 
 
+def unread(acked: Mapping[tuple[int, int], bytes], stored: Mapping[tuple[int, int], bytes]
+           ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(acknowledged records not read back, acknowledged records read back with another value
+    at their offset), each as sorted (partition, offset) keys of ``acked``. An acknowledgement
+    without an offset (key offset < 0: a retried batch the broker had already written,
+    DUPLICATE_SEQUENCE_NUMBER) is looked for by its value anywhere in its partition."""
+    values = {(p, v) for (p, _), v in stored.items()}
+    lost, changed = [], []
+    for k, v in acked.items():
+        if k[1] < 0:
+            if (k[0], v) not in values:
+                lost.append(k)
+        elif k not in stored:
+            lost.append(k)
+        elif stored[k] != v:
+            changed.append(k)
+    return sorted(lost), sorted(changed)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -512,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.cut_s))
                         print(round_line(cluster.system, rounds[-1]), flush=True)
                 producing.stop()
-                wait_for("every ISR whole", lambda: whole(cluster), RECOVER_TIMEOUT_S)
+                wait_for("every ISR whole", lambda: whole(cluster.bootstraps), RECOVER_TIMEOUT_S)
                 stored, read_errors = read_back(cluster.bootstrap)
             except BaseException:
                 for i, node in cluster.nodes.items():
@@ -526,18 +589,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
 
-    # an acknowledgement without an offset (a retried batch the broker had already written:
-    # DUPLICATE_SEQUENCE_NUMBER) is looked for by its value anywhere in its partition
-    values = {(p, v) for (p, _), v in stored.items()}
-    lost = sorted(k for k, (v, _) in producing.acked.items()
-                  if (stored.get(k) != v if k[1] >= 0 else (k[0], v) not in values))
+    missing, changed = unread(producing.values(), stored)
+    lost = sorted(missing + changed)
     for r in rounds:
         start, end = r.pop("_window")
         r["lost"] = sum(1 for k in lost if start <= producing.acked[k][1] <= end)
     summary = (f"{cluster.system}: produced {producing.sent}, acknowledged "
                f"{len(producing.acked)} ({producing.without_offset} without an offset), read "
                f"back {len(stored)}, acknowledged but not read back {len(lost)} {lost[:10]}, undelivered {producing.undelivered}, delivery errors "
-               f"{dict(Counter(e for _, e in producing.errors))}, consumer errors "
+               f"{producing.error_counts()}, consumer errors "
                f"{read_errors[:5]}; {time.monotonic() - started:.0f} s")
     print(summary, flush=True)
     if args.json:
