@@ -3,19 +3,27 @@ namespace (strata/bench/netfault.py), with tiering on: issue 51's "How it is sho
 
 - The harness itself: ``cut(a, b)`` stops TCP between a and b alone (a connect times out)
   while both still reach everyone else; ``isolate`` and ``split`` likewise; ``heal`` restores.
-- A partition leader cut from ZooKeeper only (it still reaches the other brokers and the
-  clients) for about 20 s while an idempotent acks=all producer keeps writing to a tiered RF 3
-  topic (min.insync.replicas 2, 16 KiB segments, 5 s local retention). After healing and
-  settling: every acknowledged record is read back at its offset from offset 0 across both
-  tiers, no value is stored twice, every replica's local log below the high watermark holds
-  the same batches byte for byte (compared right after each heal and once settled, before the
-  5 s local retention removes them), and ``__remote_log_metadata`` has no segment DELETE written
-  by a broker that did not lead the partition then (ZooKeeper's partition states, timed by
-  ZooKeeper, say who led) and no illegal state transition among the records readers accept.
+- Network faults (the bench's, strata/bench/netfaults.py ``apply_fault``: leader isolated,
+  leader cut from ZooKeeper only, leader split from the majority, controller isolated, the
+  link between a leader and a follower down), each for about 20 s, while two acks=all
+  producers (an idempotent one and a plain one, without idempotence) write to a tiered RF 3
+  topic (min.insync.replicas 2, 16 KiB segments, 5 s local retention) and a group consumer
+  consumes it and commits. After each heal the test waits (on conditions) until every ISR is
+  whole, both producers are acknowledged, the group commits beyond where it was and every
+  partition tiers a new segment. Then: every record acknowledged to either producer is read
+  back at its offset from offset 0 across both tiers (the plain producer may have stored a
+  record twice, the idempotent one may not); the group's committed offsets never went back
+  (acknowledged commits, what its coordinator answered meanwhile, where the consumer resumed
+  after an assignment, what is committed at the end) and it caught up with the high
+  watermarks; every replica's local log below the high watermark holds the same batches byte
+  for byte (compared right after each heal and once settled, before the 5 s local retention
+  removes them); and ``__remote_log_metadata`` has no segment DELETE written by a broker that
+  did not lead the partition then (ZooKeeper's partition states, timed by ZooKeeper, say who
+  led) and no illegal state transition among the records readers accept.
 
-The short version (one cut) runs in ``make test``; ``make faults-net`` runs the ``faults_net``
-loop: ``STRATA_NETFAULT_ROUNDS`` cuts (10), each of the leader of the next partition, for
-``STRATA_NETFAULT_CUT_S`` seconds (20 to 25 at random).
+The short version (one cut of a leader from ZooKeeper) runs in ``make test``; ``make
+faults-net`` runs the ``faults_net`` loop: for each fault, ``STRATA_NETFAULT_ROUNDS`` rounds (2)
+on a cluster of its own, each for ``STRATA_NETFAULT_CUT_S`` seconds (20 to 25 at random).
 """
 
 from __future__ import annotations
@@ -31,14 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition as CTopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition as CTopicPartition
 from confluent_kafka.admin import NewTopic
 from kazoo.client import KazooClient
 
 from cluster_clients import admin, log_end
 from cluster_process import StrataCluster
 from strata.bench.netfault import CLIENTS, Network, netfault_available
-from strata.bench.netfaults import read_back
+from strata.bench.netfaults import (FAULTS, PRODUCER, Producing, apply_fault, cut_from_zookeeper,
+                                    read_back, stall, unread, whole)
 from strata.cluster.zk.znodes import broker_path, partition_state_path
 from strata.net.connection import list_offset
 from strata.protocol import records as rec
@@ -57,14 +66,17 @@ needs_zookeeper = pytest.mark.skipif(not _zk_ok, reason=_zk_why)
 
 S = RemoteLogSegmentState
 DELETES = (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED)
-ROUNDS = int(os.environ.get("STRATA_NETFAULT_ROUNDS", "10"))
+ROUNDS = int(os.environ.get("STRATA_NETFAULT_ROUNDS", "2"))    # of each fault, in make faults-net
 CUT_S = os.environ.get("STRATA_NETFAULT_CUT_S")
 TOPIC = "netfault"
 PARTITIONS = 3
 SEGMENT = 16 * 1024
-RATE = 400                 # records per second, all partitions together
-VALUE_SIZE = 100
-AFTER_HEAL_S = 10          # producing on after each heal before the next cut or the checks
+RATE = 400                 # records per second, both producers and all partitions together
+GROUP = "netfault-group"
+COMMIT_EVERY_S = 0.5       # the group consumer commits its position this often
+# the group's clients: a request to a broker cut off fails within seconds, not librdkafka's 60
+CONSUMER = {"socket.timeout.ms": 10000, "topic.metadata.refresh.interval.ms": 1000,
+            "metadata.max.age.ms": 3000}
 # a broker that reaches ZooKeeper hears of a leader change within this; a broker cut from it
 # gets no such grace from its cut until it is back in every ISR
 GRACE_MS = 1000
@@ -212,78 +224,121 @@ class Leadership:
             self.zk = None
 
 
-# --------------------------------------------------------------------------- the producer
+# --------------------------------------------------------------------------- the clients
 
 
-class Producing(threading.Thread):
-    """An idempotent acks=all producer at ``RATE`` records/s over every partition; keeps
-    ``acked[(partition, offset)] = value`` and the errors of what failed."""
+def producers(bootstrap: str) -> dict[str, Producing]:
+    """The two producers of the bench's kind (strata/bench/netfaults.py), each at ``RATE``
+    records/s over every partition, values tagged by producer: an idempotent acks=all one
+    and a plain acks=all one (without idempotence a retry may store a record twice; it must
+    still lose none)."""
+    per_partition = RATE / 2 / PARTITIONS
+    return {
+        "idempotent": Producing(bootstrap, topic=TOPIC, partitions=PARTITIONS, rate=per_partition,
+                                config=PRODUCER, tag=b"i"),
+        "plain": Producing(bootstrap, topic=TOPIC, partitions=PARTITIONS, rate=per_partition,
+                           config={**PRODUCER, "enable.idempotence": False}, tag=b"p"),
+    }
+
+
+class GroupConsuming(threading.Thread):
+    """A consumer of group ``GROUP`` subscribed to ``TOPIC`` that commits its position
+    synchronously every ``COMMIT_EVERY_S`` when it consumed something since. Keeps every
+    acknowledged commit (partition -> [(time, offset)]), the committed offsets another client
+    of the group reads from its coordinator meanwhile, and the first offset consumed after
+    each assignment of a partition (librdkafka resumes from the committed offset)."""
 
     def __init__(self, bootstrap: str):
         super().__init__(daemon=True)
         self.bootstrap = bootstrap
-        self.acked: dict[tuple[int, int], bytes] = {}
-        self.acked_in: Counter = Counter()     # by partition
-        self.ack_times: dict[int, list[float]] = defaultdict(list)
+        self.commits: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self.observed: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self.resumes: list[tuple[float, int, int, int]] = []  # (time, p, offset, committed)
+        self.assignments: list[tuple[float, list[int]]] = []
+        self.consumed = 0
         self.errors: Counter = Counter()
-        self.sent = 0
-        self.undelivered = 0
         self.stopping = threading.Event()
+        self._fresh: set[int] = set()     # assigned, nothing consumed since
 
-    def _producer(self) -> Producer:
-        # metadata every second and 5 s request timeouts: the producer moves to a new leader
-        # within seconds although the old one, cut from ZooKeeper, still answers as leader
-        return Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5,
-                         "message.timeout.ms": 120000, "request.timeout.ms": 5000,
-                         "topic.metadata.refresh.interval.ms": 1000})
+    def last_commit(self, p: int) -> tuple[float, int]:
+        return self.commits[p][-1] if self.commits[p] else (0.0, -1)
 
-    def _delivered(self, err, msg) -> None:
-        if err is None:
-            self.acked[(msg.partition(), msg.offset())] = msg.value()
-            self.acked_in[msg.partition()] += 1
-            self.ack_times[msg.partition()].append(time.monotonic())
-        else:
-            self.errors[err.name()] += 1
+    def committed_after(self, t: float, beyond: dict[int, int]) -> bool:
+        """Whether every partition had a commit acknowledged after ``t`` above ``beyond[p]``."""
+        return all(self.last_commit(p)[0] > t and self.last_commit(p)[1] > beyond.get(p, -1)
+                   for p in range(PARTITIONS))
+
+    def _assigned(self, consumer, partitions) -> None:
+        self.assignments.append((time.monotonic(), sorted(tp.partition for tp in partitions)))
+        self._fresh |= {tp.partition for tp in partitions}
 
     def run(self) -> None:
+        observer = threading.Thread(target=self._observe, daemon=True)
+        observer.start()
         try:
             self._run()
         except Exception as exc:  # noqa: BLE001 - reported with the errors
-            self.errors[f"producer thread: {exc!r}"] += 1
+            self.errors[f"consumer thread: {exc!r}"] += 1
+        finally:
+            observer.join(30)
 
     def _run(self) -> None:
-        producer = self._producer()
-        start = time.monotonic()
-        while not self.stopping.is_set():
-            i = self.sent
-            value = (b"%09d:" % i).ljust(VALUE_SIZE, b"x")
-            try:
-                producer.produce(TOPIC, value=value, partition=i % PARTITIONS,
-                                 on_delivery=self._delivered)
-            except BufferError:
-                producer.poll(0.1)
-                continue
-            except KafkaException as exc:   # a fatal idempotence error: a new producer id
-                self.errors[f"fatal:{exc.args[0].name()}"] += 1
-                self.undelivered += producer.flush(10)
-                producer = self._producer()
-                continue
-            self.sent += 1
-            producer.poll(0)
-            ahead = start + self.sent / RATE - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-        self.undelivered += producer.flush(120)
+        consumer = Consumer({**CONSUMER, "bootstrap.servers": self.bootstrap, "group.id": GROUP,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([TOPIC], on_assign=self._assigned)
+        last_commit, pending = time.monotonic(), False
+        try:
+            while not self.stopping.is_set():
+                m = consumer.poll(0.2)
+                if m is not None and m.error() is not None:
+                    self.errors[m.error().name()] += 1
+                elif m is not None:
+                    p = m.partition()
+                    if p in self._fresh:
+                        self._fresh.discard(p)
+                        self.resumes.append((time.monotonic(), p, m.offset(),
+                                             max((o for _, o in self.commits[p]), default=-1)))
+                    self.consumed += 1
+                    pending = True
+                if pending and time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                    last_commit = time.monotonic()
+                    try:
+                        done = consumer.commit(asynchronous=False)
+                    except KafkaException as exc:   # the coordinator moving: the next one
+                        self.errors[f"commit:{exc.args[0].name()}"] += 1
+                        continue
+                    pending = False
+                    now = time.monotonic()
+                    for tp in done or []:
+                        if tp.error is None and tp.offset >= 0:
+                            self.commits[tp.partition].append((now, tp.offset))
+        finally:
+            consumer.close()
 
-    def longest_wait(self, p: int, start: float, end: float) -> float:
-        """The longest time in [start, end] (monotonic) without an acknowledgement on ``p``."""
-        times = [start] + [t for t in list(self.ack_times[p]) if start < t < end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
+    def _observe(self) -> None:
+        """The group's committed offsets as its coordinator answers them, every ~0.5 s. Asked
+        by a consumer of the group that does not join it: librdkafka's AdminClient aborts the
+        process when an OffsetFetch times out (``rd_kafka_enq_once_del_source_return:
+        Assertion `eonce->refcnt > 0'``, librdkafka issue 4605), as it does under these faults."""
+        client = Consumer({**CONSUMER, "bootstrap.servers": self.bootstrap, "group.id": GROUP,
+                           "enable.auto.commit": False})
+        try:
+            while not self.stopping.wait(0.5):
+                try:
+                    answer = client.committed([CTopicPartition(TOPIC, p)
+                                               for p in range(PARTITIONS)], timeout=5)
+                except KafkaException:   # no coordinator for a while: asked again
+                    continue
+                now = time.monotonic()
+                for tp in answer:
+                    if tp.error is None and tp.offset >= 0:
+                        self.observed[tp.partition].append((now, tp.offset))
+        finally:
+            client.close()
 
     def stop(self) -> None:
         self.stopping.set()
-        self.join(180)
+        self.join(60)
 
 
 # --------------------------------------------------------------------------- the checks
@@ -429,6 +484,46 @@ def compare_replicas(cluster: StrataCluster, high_watermarks: dict[int, int],
                    f"{compared} batch pairs compared")
 
 
+def group_committed(bootstrap: str) -> dict[int, int]:
+    """The group's committed offsets now, by partition (-1: none)."""
+    client = Consumer({**CONSUMER, "bootstrap.servers": bootstrap, "group.id": GROUP,
+                       "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in client.committed(
+            [CTopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
+    finally:
+        client.close()
+
+
+def check_group(consuming: GroupConsuming, final: dict[int, int], found: Findings) -> None:
+    """The group's committed offsets never went back: neither the commits acknowledged to the
+    consumer, nor what the coordinator answered meanwhile, nor where the consumer resumed after
+    an assignment (at or above its last acknowledged commit); the offsets committed at the end
+    are at or above every acknowledged commit."""
+    for p in range(PARTITIONS):
+        for what, series in (("acknowledged commits", consuming.commits[p]),
+                             ("committed offsets read from the coordinator",
+                              consuming.observed[p])):
+            back = [(a, b) for (_, a), (_, b) in zip(series, series[1:]) if b < a]
+            if back:
+                found.problem(f"group {GROUP} partition {p}: {what} went back "
+                              f"{len(back)} times: {back[:5]}")
+        highest = max((o for _, o in consuming.commits[p]), default=-1)
+        if final.get(p, -1) < highest:
+            found.problem(f"group {GROUP} partition {p}: committed {final.get(p)} at the end, "
+                          f"below the acknowledged commit {highest}")
+    behind = [(p, offset, committed) for _, p, offset, committed in consuming.resumes
+              if offset < committed]
+    if behind:
+        found.problem(f"group {GROUP}: resumed below its acknowledged commit (partition, first "
+                      f"offset, committed): {behind[:10]}")
+    found.note(f"group {GROUP}: consumed {consuming.consumed}, "
+               f"{sum(len(c) for c in consuming.commits.values())} commits acknowledged, "
+               f"{len(consuming.assignments)} assignments, resumed at "
+               f"{[(p, o) for _, p, o, _ in consuming.resumes][:12]}, committed at the end "
+               f"{final}, errors {dict(consuming.errors)}")
+
+
 # --------------------------------------------------------------------------- the scenario
 
 
@@ -462,21 +557,56 @@ def highest_tiered(cluster: StrataCluster, leadership: Leadership, p: int) -> in
     return offset if err == 0 else f"error {err}"
 
 
-def cut_leader_from_zookeeper(net: Network, cluster: StrataCluster, leadership: Leadership,
-                              producing: Producing, p: int, seconds: float,
-                              found: Findings) -> None:
-    """Cuts the leader of ``p`` from ZooKeeper alone for ``seconds``, heals, and waits for it to
-    be back in every ISR."""
-    leader, epoch, isr = leadership.state(p)
-    acked_before = producing.acked_in[p]
-    found.note(f"cutting broker {leader} (leader of {TOPIC}-{p} at epoch {epoch}, isr {isr}, "
-               f"controller {leadership.controller()}, highest tiered offset "
-               f"{highest_tiered(cluster, leadership, p)}) from ZooKeeper for {seconds:.1f} s")
+def tiered_beyond(cluster: StrataCluster, leadership: Leadership, marks: dict[int, int]) -> bool:
+    """Whether the leader of every partition tiered a segment beyond ``marks[p]``."""
+    now = {p: highest_tiered(cluster, leadership, p) for p in range(PARTITIONS)}
+    return all(isinstance(now[p], int) and now[p] > marks[p] for p in range(PARTITIONS))
+
+
+def cut_from_zookeeper_now(net: Network) -> list[int]:
+    """The brokers that do not reach ZooKeeper now (isolated, or cut from it)."""
+    hosts = {net.namespace(h): h for h in net.hosts}
+    faults = net.faults
+    cut = set(faults["isolated"]) | {hosts.get(ns) for ns, address in faults["cut"]
+                                     if address == net.address("zookeeper")}
+    return sorted(int(h.split("-")[1]) for h in cut if h and h.startswith("broker-"))
+
+
+@dataclass
+class Run:
+    """What runs through the faults: the network, cluster, ZooKeeper's view, the clients."""
+
+    net: Network
+    cluster: StrataCluster
+    leadership: Leadership
+    producing: dict[str, Producing]
+    consuming: GroupConsuming
+    found: Findings
+    rounds: list[tuple[str, float, float]] = field(default_factory=list)   # (what, from, to)
+
+
+def fault_round(run: Run, fault: str, turn: int, seconds: float) -> None:
+    """One fault (strata/bench/netfaults.py's ``apply_fault``) for ``seconds``, then heals and
+    waits until every broker, asked itself, sees all three and whole ISRs; compares the
+    replicas' local logs right away (before local retention takes what an ex-leader appended);
+    then waits until both producers are acknowledged, the group commits beyond where it was,
+    and every partition's leader tiers a segment beyond what was tiered at the heal."""
+    net, cluster, leadership, found = run.net, run.cluster, run.leadership, run.found
+    states = {q: leadership.state(q) for q in range(PARTITIONS)}
+    leaders = {q: leader for q, (leader, _, _) in states.items()}
+    controller = leadership.controller()
+    tiered = [highest_tiered(cluster, leadership, q) for q in range(PARTITIONS)]
     start, start_ms = time.monotonic(), time.time() * 1000
-    net.cut(f"broker-{leader}", "zookeeper")
+    p, what = apply_fault(net, fault, leaders, controller, turn,
+                          lambda node: cut_from_zookeeper(net, node))
+    cut_off = cut_from_zookeeper_now(net)
+    leader, epoch, isr = states[p]
+    found.note(f"{fault} round {turn + 1}: {what} for {seconds:.1f} s ({TOPIC}-{p} led by "
+               f"{leader} at epoch {epoch}, isr {isr}; controller {controller}; leaders "
+               f"{leaders}; highest tiered offsets {tiered})")
     moved = None
     try:
-        while time.monotonic() - start < seconds:
+        while time.monotonic() - start < seconds:    # the fault's length, not a wait
             if moved is None and leadership.state(p)[0] != leader:
                 moved = time.monotonic() - start
                 found.note(f"  leadership of {TOPIC}-{p} moved to {leadership.state(p)[0]} "
@@ -484,26 +614,46 @@ def cut_leader_from_zookeeper(net: Network, cluster: StrataCluster, leadership: 
             time.sleep(0.2)
     finally:
         net.heal()
-    found.note(f"  healed; {producing.acked_in[p] - acked_before} records of {TOPIC}-{p} "
-               f"acknowledged during the cut; leaders now "
-               f"{[leadership.state(q)[0] for q in range(PARTITIONS)]}; highest tiered offset "
-               f"{highest_tiered(cluster, leadership, p)}")
+    healed = time.monotonic()
+    committed = {q: run.consuming.last_commit(q)[1] for q in range(PARTITIONS)}
+    acked = {name: len(pr.ack_times[p]) for name, pr in run.producing.items()}
+    during = {n: sum(1 for t in pr.ack_times[p] if start < t <= healed)
+              for n, pr in run.producing.items()}
+    found.note(f"  healed; acknowledged on {TOPIC}-{p} during the fault: {during}"
+               f"; leaders now {[leadership.state(q)[0] for q in range(PARTITIONS)]}")
     if moved is None:
-        found.note(f"  leadership of {TOPIC}-{p} did not move during the cut")
-    back = wait(f"broker {leader} registered again and every ISR whole after the cut",
-                lambda: leadership.registered(leader) and all(
-                    len(leadership.state(q)[2]) == 3 for q in range(PARTITIONS)), 90, found)
-    leadership.cuts.append((leader, start_ms, time.time() * 1000 if back else float("inf")))
+        found.note(f"  leadership of {TOPIC}-{p} did not move during the fault")
+    back = wait(f"{fault}: every broker sees all three and whole ISRs after healing",
+                lambda: whole([b.bootstrap for b in cluster.brokers], TOPIC, PARTITIONS), 120,
+                found)
+    leadership.cuts.extend((b, start_ms, time.time() * 1000 if back else float("inf"))
+                           for b in cut_off)
     if back:
-        found.note(f"  every ISR whole again {time.monotonic() - start - seconds:.1f} s after healing")
-        # the ex-leader's log right away, before local retention takes what it appended when cut
+        found.note(f"  every ISR whole again {time.monotonic() - healed:.1f} s after healing")
         marks = high_watermarks(cluster)
-        if wait("every replica at the high watermark after the cut", lambda: all(
+        if wait(f"{fault}: every replica at the high watermark after healing", lambda: all(
                 log_end(b, TOPIC, q) >= marks[q] for b in cluster.brokers
                 for q in range(PARTITIONS)), 30, found):
-            compare_replicas(cluster, marks, found, f"after cutting broker {leader}")
-    found.note(f"  longest time without an acknowledgement on {TOPIC}-{p} from the cut to now: "
-               f"{producing.longest_wait(p, start, time.monotonic()):.1f} s")
+            compare_replicas(cluster, marks, found, f"after {fault} round {turn + 1}")
+    tiered = {q: highest_tiered(cluster, leadership, q) for q in range(PARTITIONS)}
+    tiered = {q: o if isinstance(o, int) else -1 for q, o in tiered.items()}
+    for name, pr in run.producing.items():
+        wait(f"{fault}: the {name} producer acknowledged on every partition after healing",
+             lambda pr=pr: all(pr.acked_after(q, healed) for q in range(PARTITIONS)), 90, found)
+    wait(f"{fault}: the group committed beyond {committed} after healing",
+         lambda: run.consuming.committed_after(healed, committed), 90, found)
+    # for the copiers and expirers of the old and the new leaders to act on the new segments
+    wait(f"{fault}: every partition tiered beyond {tiered} after healing",
+         lambda: tiered_beyond(cluster, leadership, tiered), 90, found)
+    end = time.monotonic()
+    run.rounds.append((f"{fault} round {turn + 1}", start, end))
+    gaps = {n: round(stall(pr.ack_times[p], start, end)[0], 1) for n, pr in run.producing.items()}
+    found.note(f"  {end - healed:.1f} s after healing: highest tiered offsets "
+               f"{[highest_tiered(cluster, leadership, q) for q in range(PARTITIONS)]}; "
+               f"longest time without an acknowledgement on {TOPIC}-{p} "
+               f"{gaps} s; "
+               f"{ {n: len(pr.ack_times[p]) - acked[n] for n, pr in run.producing.items()} } "
+               f"acknowledged on it since the heal")
 
 
 def high_watermarks(cluster: StrataCluster) -> dict[int, int]:
@@ -534,28 +684,41 @@ def settle(cluster: StrataCluster, leadership: Leadership, found: Findings) -> d
     return dict(ends)
 
 
-def check_acknowledged(acked: dict, stored: dict, found: Findings) -> None:
-    """Every acknowledged record at its offset, unchanged; no value stored twice."""
-    lost = sorted(k for k in acked if k not in stored)
-    changed = sorted(k for k in acked if k in stored and stored[k] != acked[k])
-    twice = [v for v, n in Counter(stored.values()).items() if n > 1]
-    by_partition = defaultdict(list)
-    for p, o in lost:
-        by_partition[p].append(o)
+def check_acknowledged(name: str, producing: Producing, stored: dict,
+                       rounds: list[tuple[str, float, float]], found: Findings) -> None:
+    """Every record acknowledged to the producer at its offset, unchanged (netfaults.unread);
+    from the idempotent producer no value stored twice (the plain one's duplicates are
+    counted). Lost records are put in the fault round in which they were acknowledged."""
+    acked = producing.values()
+    lost, changed = unread(acked, stored)
+    mine = Counter(v for v in stored.values() if v.startswith(producing.tag))
+    twice = [v for v, n in mine.items() if n > 1]
     if lost:
-        found.problem(f"{len(lost)} of {len(acked)} acknowledged records not read back: "
-                      + "; ".join(f"partition {p} offsets {ranges(o)}"
-                                  for p, o in sorted(by_partition.items())))
+        by_partition = defaultdict(list)
+        for p, o in lost:
+            by_partition[p].append(o)
+        when = Counter(next((what for what, a, b in rounds
+                             if a <= producing.acked[k][1] <= b), "outside the faults")
+                       for k in lost)
+        found.problem(f"{name} producer: {len(lost)} of {len(acked)} acknowledged records not "
+                      f"read back: " + "; ".join(f"partition {p} offsets {ranges(o)}"
+                                                 for p, o in sorted(by_partition.items()))
+                      + f" (acknowledged during {dict(when)})")
     if changed:
-        found.problem(f"{len(changed)} acknowledged records read back with another value, "
-                      f"first at {changed[:5]}")
-    if twice:
-        found.problem(f"{len(twice)} values stored more than once, e.g. {twice[:3]}")
+        found.problem(f"{name} producer: {len(changed)} acknowledged records read back with "
+                      f"another value, first at {changed[:5]}")
+    if twice and producing.idempotent:
+        found.problem(f"{name} producer: {len(twice)} values stored more than once, "
+                      f"e.g. {twice[:3]}")
+    found.note(f"{name} producer: sent {producing.sent}, acknowledged {len(acked)} "
+               f"({producing.without_offset} without an offset), undelivered "
+               f"{producing.undelivered}, errors {producing.error_counts()}; {len(mine)} of its "
+               f"values read back, {len(twice)} of them more than once")
 
 
-def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
-    """``rounds`` cuts of a partition leader from ZooKeeper, each ``cut_seconds()`` long, under
-    a producer; then the checks. Asserts that none found a problem."""
+def run_scenario(tmp_path: Path, faults: list[str], cut_seconds) -> None:
+    """The ``faults`` in turn, each ``cut_seconds()`` long, under both producers and the group
+    consumer; then the checks. Asserts that none found a problem."""
     found = Findings()
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -566,38 +729,35 @@ def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
             [NewTopic(TOPIC, PARTITIONS, 3, config=TOPIC_CONFIG)])[TOPIC].result(30)
         leadership = Leadership(cluster.zk_connect, TOPIC, PARTITIONS)
         stack.callback(leadership.close)
-        producing = Producing(cluster.bootstrap)
+        run = Run(net, cluster, leadership, producers(cluster.bootstrap),
+                  GroupConsuming(cluster.bootstrap), found)
         with contextlib.ExitStack() as running:
             wait("every partition led", lambda: all(
                 leadership.state(p)[0] >= 0 for p in range(PARTITIONS)), 30)
-            producing.start()
-            running.callback(producing.stop)
-            wait("a segment tiered on every partition", lambda: all(
-                list_offset(cluster.broker(leadership.state(p)[0]).bootstrap, TOPIC, p,
-                            LATEST_TIERED)[1] >= 0 for p in range(PARTITIONS)), 60)
-            controller = leadership.controller()
-            leaders = [leadership.state(p)[0] for p in range(PARTITIONS)]
-            # the first cut: the leader of a partition that is not the controller; then the next
-            first = next((p for p in range(PARTITIONS) if leaders[p] != controller), 0)
-            for r in range(rounds):
-                p = (first + r) % PARTITIONS
-                cut_leader_from_zookeeper(net, cluster, leadership, producing, p, cut_seconds(),
-                                          found)
-                n = len(producing.acked)
-                time.sleep(AFTER_HEAL_S)   # for the copiers and expirers of old and new leader
-                wait("records acknowledged after healing", lambda: len(producing.acked) > n, 60,
-                     found)
-                found.note(f"  {AFTER_HEAL_S} s later: highest tiered offsets "
-                           f"{[highest_tiered(cluster, leadership, q) for q in range(PARTITIONS)]}")
-        found.note(f"produced {producing.sent}, acknowledged {len(producing.acked)}, "
-                   f"undelivered {producing.undelivered}, errors {dict(producing.errors)}")
-
-        ends = settle(cluster, leadership, found)
+            for producing in run.producing.values():
+                producing.start()
+                running.callback(producing.stop)
+            run.consuming.start()
+            running.callback(run.consuming.stop)
+            wait("a segment tiered on every partition", lambda: tiered_beyond(
+                cluster, leadership, {p: -1 for p in range(PARTITIONS)}), 60)
+            wait("the group committing on every partition",
+                 lambda: run.consuming.committed_after(0, {}), 60)
+            for turn, fault in enumerate(faults):
+                fault_round(run, fault, turn, cut_seconds())
+            for producing in run.producing.values():
+                producing.stop()      # flushed
+            ends = settle(cluster, leadership, found)
+            wait("the group committed up to the high watermarks (it resumed after the faults)",
+                 lambda: all(run.consuming.last_commit(p)[1] >= ends[p]
+                             for p in range(PARTITIONS)), 90, found)
         compare_replicas(cluster, ends, found, "settled")   # before local retention takes more
         stored, read_errors = read_back(cluster.bootstrap, TOPIC, ends)
         found.note(f"read back {len(stored)} records below high watermarks {ends}; "
                    f"consumer errors: {read_errors[:5]}")
-        check_acknowledged(producing.acked, stored, found)
+        for name, producing in run.producing.items():
+            check_acknowledged(name, producing, stored, run.rounds, found)
+        check_group(run.consuming, group_committed(cluster.bootstrap), found)
         check_remote_metadata(remote_metadata_events(cluster.bootstrap), leadership, found)
         if leadership.missed_versions():
             found.note(f"partition state versions not seen: {leadership.missed_versions()}")
@@ -612,12 +772,13 @@ def run_scenario(tmp_path: Path, rounds: int, cut_seconds) -> None:
 
 @needs_zookeeper
 def test_a_leader_cut_from_zookeeper_loses_no_acknowledged_record(tmp_path):
-    run_scenario(tmp_path, rounds=1, cut_seconds=lambda: float(CUT_S or 20))
+    run_scenario(tmp_path, ["leader-cut-coord"], cut_seconds=lambda: float(CUT_S or 20))
 
 
 @needs_zookeeper
 @pytest.mark.faults_net
-def test_leaders_cut_from_zookeeper_again_and_again_lose_no_acknowledged_record(tmp_path):
+@pytest.mark.parametrize("fault", FAULTS)
+def test_network_faults_again_and_again_lose_no_acknowledged_record(tmp_path, fault):
     rng = random.Random(int(os.environ.get("STRATA_NETFAULT_SEED", "51")))
-    run_scenario(tmp_path, rounds=ROUNDS,
+    run_scenario(tmp_path, [fault] * ROUNDS,
                  cut_seconds=(lambda: float(CUT_S)) if CUT_S else (lambda: rng.uniform(20, 25)))
