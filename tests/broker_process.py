@@ -8,9 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from support.waiting import eventually
 
 
 def free_port() -> int:
@@ -68,16 +69,17 @@ class BrokerProcess:
         return self
 
     def wait_listening(self, timeout: float = 30) -> "BrokerProcess":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return self
+                    return True
             except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"broker did not listen on {self.port}:\n{self.output()}")
+                return False
+        eventually(listening, f"the broker listening on {self.port}", timeout,
+                   report=lambda: f"\n{self.output()}")
+        return self
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -23,6 +23,7 @@ from kio.static.primitive import i32, i64
 from strata.common.errors import ErrorCode
 from strata.net.connection import roundtrip
 from strata.protocol import records as rec
+from support.waiting import eventually
 
 # Cluster tests that are not about tiering run without it (fewer threads and topics).
 NO_TIERING = {"remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
@@ -33,19 +34,9 @@ DEADLINE_S = 30.0
 
 
 def wait_for(what: str, check, timeout: float = DEADLINE_S, interval: float = 0.1):
-    """``check()``'s first truthy result (exceptions count as not yet: brokers come and go)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # noqa: BLE001
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})"
-                         + brokers_report())
+    """``check()``'s first truthy result (exceptions count as not yet: brokers come and go); a
+    timeout reports the brokers' state."""
+    return eventually(check, what, timeout, interval, ignoring=Exception, report=brokers_report)
 
 
 # The clusters running now (StrataCluster adds itself while it runs): a wait that times out

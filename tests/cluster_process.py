@@ -25,6 +25,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from broker_process import BrokerProcess, free_port
 from cluster_clients import RUNNING_CLUSTERS, forget_admins
 from strata.net.connection import roundtrip
+from support.waiting import eventually
 from zk_server import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,11 +131,8 @@ class ClusterBroker:
     def pause(self, timeout: float = 10) -> None:
         """SIGSTOP; returns once the kernel reports the process stopped."""
         self._signal(signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while self._proc_state() not in ("T", None):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"broker {self.node_id} did not stop")
-            time.sleep(0.01)
+        eventually(lambda: self._proc_state() in ("T", None), f"broker {self.node_id} stopped",
+                   timeout, interval=0.01)
 
     def resume(self) -> None:
         """SIGCONT."""
@@ -265,8 +263,10 @@ class StrataCluster:
             else [b for b in self.brokers if b.running]
         deadline = time.monotonic() + timeout
         last: dict[int, object] = {}
-        while True:
-            pending = []
+        pending: list[ClusterBroker] = []
+
+        def all_listed() -> bool:
+            pending.clear()
             for b in asked:
                 if not b.running:
                     raise RuntimeError(f"broker {b.node_id} exited with "
@@ -278,15 +278,13 @@ class StrataCluster:
                     last[b.node_id] = seen = e
                 if seen != want:
                     pending.append(b)
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"brokers {[b.node_id for b in pending]} did not list {sorted(want)} in "
-                    f"{timeout:.0f} s; last seen {last}\n"
-                    + "\n".join(f"--- broker {b.node_id} ({b.process.log_path}) ---\n"
-                                f"{b.output()[-4000:]}" for b in pending))
-            time.sleep(0.1)
+            return not pending
+
+        eventually(all_listed, f"every broker asked listing {sorted(want)}", timeout, interval=0.1,
+                   report=lambda: (
+                       f"; brokers {[b.node_id for b in pending]} did not; last seen {last}\n"
+                       + "\n".join(f"--- broker {b.node_id} ({b.process.log_path}) ---\n"
+                                   f"{b.output()[-4000:]}" for b in pending)))
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM every broker (all at once, then waits for each), then ZooKeeper."""

@@ -16,10 +16,11 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from support.waiting import eventually
 
 __all__ = ["S3Server", "TcpProxy", "free_port"]
 
@@ -164,18 +165,14 @@ class S3Server:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
+        def answering() -> bool:
             assert self._process is not None
             if self._process.poll() is not None:
                 raise RuntimeError(f"moto server exited with {self._process.returncode}")
-            try:
-                self._request("GET", "/")
-                return
-            except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start in time") from None
-                time.sleep(0.1)
+            self._request("GET", "/")
+            return True
+        eventually(answering, "the moto server answering", self.startup_timeout, interval=0.1,
+                   ignoring=(OSError, urllib.error.URLError))
 
     def _request(self, method: str, path: str) -> bytes:
         req = urllib.request.Request(self.direct_endpoint + path, method=method)

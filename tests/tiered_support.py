@@ -9,6 +9,7 @@ from pathlib import Path
 from strata.net.connection import list_offset  # noqa: F401
 from strata.protocol.client import (  # noqa: F401
     EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP)
+from support.waiting import eventually
 
 TIERED_BROKER = {
     "remote.log.storage.system.enable": "true",
@@ -33,14 +34,8 @@ def offsets(bootstrap: str, topic: str, partition: int = 0) -> dict[str, int]:
 
 
 def wait_for(cond, timeout: float = 60, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    """``cond()``'s first truthy result, within ``timeout`` seconds."""
+    return eventually(cond, what, timeout, interval)
 
 
 def remote_files(root: Path, topic: str | None = None) -> list[Path]:

@@ -8,11 +8,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker_process import free_port, stop_process
+from support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = ROOT / "scripts" / "zookeeper-run.sh"
@@ -64,15 +64,18 @@ class ZooKeeperServer:
             [*self.prefix, "bash", str(RUN_SCRIPT), str(self.port), str(self.data_dir),
              str(self.tick_ms), self.host],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def serving() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"zookeeper exited with {self.proc.returncode}:\n{self.output()}")
-            if self.serving():
-                return self
-            time.sleep(0.05)
-        self.kill()
-        raise TimeoutError(f"zookeeper did not serve on {self.port}:\n{self.output()}")
+            return self.serving()
+        try:
+            eventually(serving, f"zookeeper serving on {self.port}", timeout,
+                       report=lambda: f"\n{self.output()}")
+        except AssertionError:
+            self.kill()
+            raise
+        return self
 
     def serving(self) -> bool:
         try:
@@ -86,11 +89,8 @@ class ZooKeeperServer:
     def pause(self, timeout: float = 10) -> None:
         """SIGSTOP; returns once the kernel reports the process stopped."""
         self._signal(signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while self._proc_state() not in ("T", None):
-            if time.monotonic() > deadline:
-                raise TimeoutError("zookeeper did not stop")
-            time.sleep(0.01)
+        eventually(lambda: self._proc_state() in ("T", None), "zookeeper stopped", timeout,
+                   interval=0.01)
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
