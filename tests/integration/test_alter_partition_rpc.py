@@ -7,7 +7,6 @@ znode's version, both read from ZooKeeper; Metadata shows the result.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -18,6 +17,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.types import TopicName
 from zk_server import zookeeper_available
 
+from cluster_clients import wait_for
 from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.net.connection import roundtrip
@@ -32,20 +32,6 @@ OVERRIDES = {
     "zookeeper.session.timeout.ms": "4000",
 }
 DEADLINE_S = 30
-
-
-def wait_for(what: str, check, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # noqa: BLE001 - a broker may be busy meanwhile
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
 def metadata(bootstrap: str, topic: str):

@@ -27,6 +27,7 @@ from strata.cluster.zk.client import StrataZkClient
 from strata.cluster.zk.config import ZkClientConfig
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
+from support.waiting import eventually
 
 _ok, _why = zookeeper_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=_why)
@@ -280,15 +281,6 @@ class ListSink:
         self.delivered.append((broker_id, tuple(notices), controller_epoch))
 
 
-def wait_until(predicate: Callable[[], object], what: str, deadline_s: float = DEADLINE_S):
-    end = time.monotonic() + deadline_s
-    while not (value := predicate()):
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
-
-
 @pytest.fixture
 def local(connect: str) -> Iterator[tuple[ControllerService, ListSink, KazooClient, dict[int, int]]]:
     """A ControllerService in this process for broker 1, with brokers 1-3 registered on its
@@ -302,8 +294,9 @@ def local(connect: str) -> Iterator[tuple[ControllerService, ListSink, KazooClie
         zk.create_top_level_paths()
         epochs = {b: zk.register_broker(BrokerRegistration(b)) for b in BROKERS}
         service.start()
-        wait_until(lambda: service.is_active and service.image is not None
-                   and service.image.alive_broker_ids() == set(BROKERS), "the election")
+        eventually(lambda: service.is_active and service.image is not None
+                   and service.image.alive_broker_ids() == set(BROKERS), "the election",
+                   DEADLINE_S)
         yield service, sink, raw, epochs
     finally:
         service.close()
@@ -318,8 +311,8 @@ def test_a_write_after_the_controller_epoch_moved_is_refused_and_the_controller_
     service, sink, raw, broker_epochs = local
     epoch = service.controller_epoch
     create_topic(admin, "t", [[1, 2]])
-    before = wait_until(lambda: states(admin, "t", 1), "the partition state")
-    wait_until(lambda: len(sink.delivered) == 2, "the notices of the new partition")
+    before = eventually(lambda: states(admin, "t", 1), "the partition state", DEADLINE_S)
+    eventually(lambda: len(sink.delivered) == 2, "the notices of the new partition", DEADLINE_S)
 
     # Another controller's election, whose /controller change this one has not seen yet.
     raw.set(z.CONTROLLER_EPOCH_PATH, z.encode_controller_epoch(epoch + 1))
@@ -341,17 +334,17 @@ def test_a_write_after_the_controller_epoch_moved_is_refused_and_the_controller_
 def test_a_lost_version_race_is_decided_again_on_what_zookeeper_holds(local, admin):
     service, sink, raw, _ = local
     create_topic(admin, "t", [[1, 2, 3]])
-    wait_until(lambda: states(admin, "t", 1), "the partition state")
+    eventually(lambda: states(admin, "t", 1), "the partition state", DEADLINE_S)
     # A writer the controller does not watch shrinks the ISR (as ZooKeeper-mode leaders did).
     path = z.partition_state_path("t", 0)
     raw.set(path, z.encode_partition_state(PartitionRegistration(1, (1, 3), controller_epoch=1)), 0)
 
     raw.delete(z.broker_path(3))
-    reg = wait_until(lambda: (r := states(admin, "t", 1)[TopicPartition("t", 0)]).isr == (1,) and r,
-                     "broker 3 out of the ISR")
+    reg = eventually(lambda: (r := states(admin, "t", 1)[TopicPartition("t", 0)]).isr == (1,) and r,
+                     "broker 3 out of the ISR", DEADLINE_S)
     assert (reg.leader, reg.leader_epoch, reg.partition_epoch) == (1, 1, 2)
-    last = wait_until(lambda: [n for b, ns, _ in sink.delivered if b == 2 for n in ns
-                               if n.leader_epoch == 1], "broker 2 told")
+    last = eventually(lambda: [n for b, ns, _ in sink.delivered if b == 2 for n in ns
+                               if n.leader_epoch == 1], "broker 2 told", DEADLINE_S)
     assert (last[0].isr, last[0].partition_epoch) == ((1,), 2)
 
 

@@ -53,6 +53,7 @@ from strata.log.log_config import LogConfig
 from strata.log.log_manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, LogManager
 from strata.log.unified_log import FetchIsolation, UnifiedLog
 from strata.protocol import records as rec
+from support.waiting import eventually
 
 HERE = Path(__file__).resolve().parent
 WRITER = HERE / "crash_writer.py"
@@ -311,13 +312,9 @@ def run_child(data_dir: Path, out_dir: Path, iteration: int, seed: int,
                                 stdout=out, stderr=err, cwd=REPO)
     try:
         if not early:
-            deadline = time.monotonic() + OPEN_TIMEOUT_S
-            while b"\n" not in out_path.read_bytes():
-                if proc.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"child {iteration} printed nothing in {OPEN_TIMEOUT_S}s")
-                time.sleep(0.002)
+            eventually(lambda: b"\n" in out_path.read_bytes() or proc.poll() is not None,
+                       f"child {iteration} printing its first line (or exiting)", OPEN_TIMEOUT_S,
+                       interval=0.002)
         time.sleep(delay)
         alive = proc.poll() is None
         if alive:

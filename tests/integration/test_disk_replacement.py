@@ -26,6 +26,7 @@ from zk_server import zookeeper_available
 
 from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, wait_for
 from cluster_process import StrataCluster, metadata_node_ids
+from support.waiting import never
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
@@ -144,10 +145,8 @@ def replace_the_followers_disk_then_kill_the_leader(tmp_path, brokers: int, min_
         assert decided[2] > leader_epoch_before
         new_leader = decided[:2]
         assert new_leader[0] != wiped, f"the wiped replica was elected: {new_leader}"
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:   # and it stays so
-            assert partition_state(cluster)[0] != wiped
-            time.sleep(0.2)
+        never(lambda: (st := partition_state(cluster))[0] == wiped and st,   # and it stays so
+              "the wiped replica elected", during=2, interval=0.2)
         return cluster, leader, wiped, before, background, new_leader
     except BaseException:
         cluster.stop()

@@ -22,6 +22,7 @@ from cluster_process import StrataCluster
 from strata.common.errors import ErrorCode
 from strata.net.connection import roundtrip
 from strata.protocol import records as rec
+from support.waiting import eventually
 
 _ok, _why = zookeeper_available()
 pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
@@ -72,25 +73,26 @@ def leader_of(cluster) -> int:
 def test_the_leader_names_the_follower_in_the_consumers_rack(cluster):
     leader = leader_of(cluster)
     follower = next(n for n in cluster.node_ids if n != leader)
-    deadline = time.monotonic() + 30
-    while True:   # the leader knows the follower is in sync once it has fetched
-        error, preferred, records = fetch(cluster.broker(leader), f"r{follower}")
-        if preferred == follower or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert (error, preferred, records) == (ErrorCode.NONE, follower, b"")
+
+    def naming_the_follower():   # the leader knows the follower is in sync once it has fetched
+        answer = fetch(cluster.broker(leader), f"r{follower}")
+        assert answer[1] == follower, answer
+        return answer
+    assert eventually(naming_the_follower, "the leader naming the follower", 30, interval=0.1,
+                      ignoring=AssertionError) == (ErrorCode.NONE, follower, b"")
     # a consumer in the leader's own rack, or in no rack, reads from the leader
     error, preferred, records = fetch(cluster.broker(leader), f"r{leader}")
     assert (error, preferred) == (ErrorCode.NONE, -1) and records
     assert fetch(cluster.broker(leader), "")[1] == -1
+
     # the follower serves the records itself, up to its high watermark (which follows the
     # leader's a fetch behind)
-    deadline = time.monotonic() + 30
-    while True:
-        error, preferred, records = fetch(cluster.broker(follower), f"r{follower}")
-        if records or error != ErrorCode.NONE or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    def answered():
+        answer = fetch(cluster.broker(follower), f"r{follower}")
+        assert answer[2] or answer[0] != ErrorCode.NONE, answer
+        return answer
+    error, preferred, records = eventually(answered, "records or an error from the follower", 30,
+                                           interval=0.1, ignoring=AssertionError)
     assert error == ErrorCode.NONE and preferred == -1
     assert sum(h.record_count for h in rec.iter_headers(records)) > 0
 

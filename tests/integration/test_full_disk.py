@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_process import BrokerProcess, free_port
+from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -51,15 +52,6 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
         text = r.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text) for s in f.samples}
-
-
-def wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (got := cond()):
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def fill(path: Path) -> int:
@@ -151,7 +143,7 @@ def test_a_full_disk_answers_retriable_storage_errors_until_space_returns(small_
         def told_storage_error() -> bool:
             p.poll(0.1)
             return lines.any(STORAGE_ERROR_TEXT)
-        wait_for(told_storage_error, 60, "the producer to be told KAFKA_STORAGE_ERROR")
+        eventually(told_storage_error, "the producer to be told KAFKA_STORAGE_ERROR", 60)
         assert not failures, failures[:3]
         assert len(acked) == 200
 
@@ -159,7 +151,7 @@ def test_a_full_disk_answers_retriable_storage_errors_until_space_returns(small_
         assert p.flush(120) == 0
         assert not failures, failures[:3]
         assert sorted(acked.values()) == list(range(800))
-        assert wait_for(lambda: scrape(port)[OFFLINE] == 0, 30, "the log dir back online")
+        assert eventually(lambda: scrape(port)[OFFLINE] == 0, "the log dir back online", 30)
         admin.create_topics([NewTopic("after-full", 1, 1)])["after-full"].result(30)
 
         # every acknowledged record, intact, at its offset; nothing else

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from broker_process import BrokerProcess, free_port
 from kafka_tools import (
     CONSUMER_GROUPS, require_kafka_dist, kafka_java_command, kafka_libs, run_kafka_class)
+from support.waiting import eventually
 from test_consumer_groups import (
     NO_DELAY, as_records, assert_clean_log, committed, consumer, make_records, poll_messages,
     produce)
@@ -270,17 +270,9 @@ def rest(url: str, method: str = "GET", body=None) -> tuple[int, object]:
 
 
 def wait_for(what: str, check, timeout: float = 90.0):
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` if it does not."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except (OSError, urllib.error.URLError):
-            result = None
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+    """``check()``'s first truthy result, every half second (a REST endpoint not up yet counts as
+    not yet); fail naming ``what`` if there is none."""
+    return eventually(check, what, timeout, interval=0.5, ignoring=(OSError, urllib.error.URLError))
 
 
 def sink_offsets(connect: str) -> dict[int, int] | None:

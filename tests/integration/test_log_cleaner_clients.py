@@ -9,6 +9,7 @@ import time
 import pytest
 
 from broker_process import BrokerProcess
+from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +48,6 @@ def read_all(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
         consumer.close()
 
 
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_consumer_reads_the_latest_value_per_key_and_tombstones_go(tmp_path):
     overrides = {"log.cleaner.backoff.ms": "50"}
     with BrokerProcess(tmp_path, overrides=overrides) as broker:
@@ -79,7 +70,7 @@ def test_a_consumer_reads_the_latest_value_per_key_and_tombstones_go(tmp_path):
             latest = {k: v for _, k, v in got if k in expected}
             return got if latest == expected and len(got) <= len(KEYS) + 2 else None
 
-        got = wait_for(compacted, "the cleaner to compact the topic")
+        got = eventually(compacted, "the cleaner to compact the topic", DEADLINE_S, interval=0.2)
         offsets = [o for o, _, _ in got]
         assert offsets == sorted(set(offsets)) and offsets[0] > 0   # increasing; 0 was cleaned
         assert len(offsets) < offsets[-1] - offsets[0] + 1                 # with gaps
@@ -95,7 +86,7 @@ def test_a_consumer_reads_the_latest_value_per_key_and_tombstones_go(tmp_path):
             g = read_all(broker.bootstrap)
             return g if b"gone" not in [k for _, k, _ in g] else None
 
-        got = wait_for(tombstone_gone, "the tombstone to go")
+        got = eventually(tombstone_gone, "the tombstone to go", DEADLINE_S, interval=0.2)
         assert {k: v for _, k, v in got if k in expected} == expected
         errors = broker.logged_errors()
         assert not errors, errors
@@ -127,8 +118,8 @@ def test_consumer_offsets_is_compacted_and_reloads_the_latest_commit(tmp_path):
             consumer.commit(offsets=[ck.TopicPartition("committed", 0, i, metadata=metadata)],
                             asynchronous=False)
         consumer.close()
-        wait_for(lambda: (n := offsets_topic_records(broker)) is not None and n < commits // 4,
-                 "the cleaner to compact __consumer_offsets")
+        eventually(lambda: (n := offsets_topic_records(broker)) is not None and n < commits // 4,
+                   "the cleaner to compact __consumer_offsets", DEADLINE_S, interval=0.2)
     finally:
         broker.stop()
     with BrokerProcess(tmp_path, overrides=overrides, port=broker.port) as restarted:

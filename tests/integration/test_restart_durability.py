@@ -18,6 +18,7 @@ import time
 import pytest
 
 from broker_process import BrokerProcess
+from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -234,13 +235,6 @@ class StreamingProducer(threading.Thread):
             self.error = exc
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 # Small segments (Kafka's minimum) so that the stream rolls several of them, each flushed in the
 # background on roll, and the recovery point checkpointed often: a kill then lands with some
 # segments flushed and checkpointed and a tail that recovery has to validate.
@@ -258,7 +252,8 @@ def test_every_acknowledged_record_survives_sigkill_mid_stream_exactly_once(tmp_
     try:
         for i in range(kills):
             target = stream.deliveries.count() + 1500
-            wait_for(lambda: stream.deliveries.count() >= target, 60, f"{target} acks")
+            eventually(lambda: stream.deliveries.count() >= target, f"{target} acks", 60,
+                       interval=0.01)
             time.sleep(rng.uniform(0, 0.1))
             in_flight = stream.sent - stream.deliveries.count()
             assert broker.stop(signal.SIGKILL) == -signal.SIGKILL
@@ -271,8 +266,8 @@ def test_every_acknowledged_record_survives_sigkill_mid_stream_exactly_once(tmp_
             broker.start()
             assert "unclean shutdown: recovered" in output_since(broker, mark)
             restarted = stream.deliveries.count()
-            wait_for(lambda: stream.deliveries.count() >= restarted + 300, 60,
-                     "acks after the restart")
+            eventually(lambda: stream.deliveries.count() >= restarted + 300,
+                       "acks after the restart", 60, interval=0.01)
         stream.stopping.set()
         stream.join(150)
         assert not stream.is_alive(), "the producer did not finish flushing"

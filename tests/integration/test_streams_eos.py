@@ -36,6 +36,7 @@ import pytest
 
 from broker_process import BrokerProcess, stop_process
 from kafka_tools import kafka_dist_available, kafka_libs
+from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -275,20 +276,16 @@ def wait_until(cond, what: str, app: StreamsApp, out: Output | None = None,
                timeout: float = TIMEOUT):
     """Poll ``out`` and ``cond`` until ``cond`` is true; fail on a deadline or on a dead or
     erroring Streams JVM."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def check():
         if out is not None:
-            out.poll()
+            out.poll()          # waits for records itself
         got = cond()
-        if got:
-            return got
-        app.check_alive()
-        if time.monotonic() > deadline:
-            latest = out.latest() if out is not None else None
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; output counts "
-                                 f"{latest}\n--- streams log ---\n{app.log()[-6000:]}")
-        if out is None:
-            time.sleep(0.1)
+        if not got:
+            app.check_alive()
+        return got
+    return eventually(check, what, timeout, interval=0 if out is not None else 0.1,
+                      report=lambda: (f"; output counts {out.latest() if out is not None else None}"
+                                      f"\n--- streams log ---\n{app.log()[-6000:]}"))
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import pytest
 
 from broker_process import BrokerProcess
+from support.waiting import eventually, never
 from tiered_support import (
     EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, TIERED_BROKER, list_offset, local_segments, offsets,
     remote_files, wait_for)
@@ -287,15 +288,16 @@ def chain_problems(b, topic, partition=0) -> tuple[list[str], list]:
 
 def wait_chain(b, topic, partition=0, timeout=60, cond=lambda live: True):
     """Until ``chain_problems`` finds nothing and ``cond(live segments)`` holds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        problems, live = chain_problems(b, topic, partition)
-        if not problems and cond(live):
-            return live
-        if time.monotonic() > deadline:
-            raise AssertionError(f"remote tier of {topic}-{partition}: {problems or 'cond'}; "
-                                 f"segments {[(h.meta.start_offset, h.meta.end_offset) for h in live]}")
-        time.sleep(0.2)
+    last = ([], [])
+
+    def whole() -> bool:
+        nonlocal last
+        last = problems, live = chain_problems(b, topic, partition)
+        return not problems and cond(live)
+    eventually(whole, f"remote tier of {topic}-{partition}", timeout, interval=0.2,
+               report=lambda: (f"; {last[0] or 'cond'}; segments "
+                               f"{[(h.meta.start_offset, h.meta.end_offset) for h in last[1]]}"))
+    return last[1]
 
 
 def config_error(fut):
@@ -358,11 +360,12 @@ def test_copy_disable_keeps_remote_reads_and_resumes_without_gap(broker):
     frozen = offsets(broker.bootstrap, "cd")
     produce(broker, "cd", 400, start=400)
     assert len([p for p in all_segments(broker, "cd") if int(p.stem) > frozen["tiered"]]) >= 6
-    deadline = time.monotonic() + 2.0  # ten task intervals
-    while time.monotonic() < deadline:
+
+    def moved():
         o = offsets(broker.bootstrap, "cd")
-        assert o["tiered"] == frozen["tiered"] and o["local_start"] == frozen["local_start"], o
-        time.sleep(0.1)
+        return (o["tiered"], o["local_start"]) != (frozen["tiered"], frozen["local_start"]) and o
+    never(moved, "copying or local deletion while copying is disabled", during=2.0,
+          interval=0.1)  # ten task intervals
     live = wait_chain(broker, "cd")
     assert live[0].meta.start_offset == 0 and live[-1].meta.end_offset == frozen["tiered"]
     msgs = consume(broker, "cd", 0, 800)  # the first part from the remote tier

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -24,6 +23,7 @@ from strata.cluster.zk.client import (
     ZkNodeExistsError)
 from strata.cluster.zk.config import ZkClientConfig
 from strata.common.types import TopicPartition, uuid_to_kafka_str
+from support.waiting import eventually
 
 _ok, _why = zookeeper_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=_why)
@@ -65,16 +65,6 @@ def raw(zk_server: ZooKeeperServer) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
-
-
-def wait_for(predicate, what: str, deadline_s: float = DEADLINE_S):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def broker(broker_id: int, rack: str | None = "r1") -> BrokerRegistration:
@@ -283,13 +273,13 @@ def test_a_brokers_registration_vanishes_with_its_session_and_comes_back_on_the_
 
     first_epoch = broker_client.register_broker(broker(3))
     first_session = broker_client.session_id
-    wait_for(lambda: seen and seen[-1] == [3], "the registration to be seen")
+    eventually(lambda: seen and seen[-1] == [3], "the registration to be seen", DEADLINE_S)
 
     expire_session(zk_server, broker_client)
-    wait_for(lambda: seen[-1] == [], "the registration to vanish")
+    eventually(lambda: seen[-1] == [], "the registration to vanish", DEADLINE_S)
     allowed.set()
-    wait_for(registered.is_set, "the broker to re-register on its new session")
-    wait_for(lambda: seen[-1] == [3], "the new registration to be seen")
+    eventually(registered.is_set, "the broker to re-register on its new session", DEADLINE_S)
+    eventually(lambda: seen[-1] == [3], "the new registration to be seen", DEADLINE_S)
     again = observer.get_broker(3)
     assert broker_client.session_id != first_session
     assert again is not None and again.epoch > first_epoch
@@ -313,11 +303,11 @@ def test_after_a_session_expiry_the_leadership_lease_is_held_once_the_handlers_h
     client.register_broker(broker(4))
     first_session = client.session_id
     expire_session(zk_server, client)
-    wait_for(lambda: client.connected and client.session_id != first_session,
-             "a new session")
+    eventually(lambda: client.connected and client.session_id != first_session, "a new session",
+               DEADLINE_S)
     assert client.leadership_lease.in_doubt()    # the handler has not finished
     allowed.set()
-    wait_for(lambda: not client.leadership_lease.in_doubt(), "the lease held again")
+    eventually(lambda: not client.leadership_lease.in_doubt(), "the lease held again", DEADLINE_S)
     assert registered.is_set()
 
 
@@ -333,7 +323,7 @@ def test_a_failed_handler_on_the_new_session_keeps_the_leadership_lease_in_doubt
     client.register_state_change_handler(   # handlers run in order: this one runs last
         StateChangeHandler("last", after_initializing_session=ran.set))
     expire_session(zk_server, client)
-    wait_for(ran.is_set, "the new session's handlers to run")
+    eventually(ran.is_set, "the new session's handlers to run", DEADLINE_S)
     # private: whatever the session thread does after the handlers is done once this runs
     client._session_events.submit(lambda: None).result(DEADLINE_S)
     assert client.connected and client.leadership_lease.in_doubt()
@@ -395,13 +385,15 @@ def test_watches_report_controller_and_topic_changes(new_client):
     topics: list[set[str]] = []
     observer.watch_controller(controllers.append)
     observer.watch_topics(topics.append)
-    wait_for(lambda: controllers == [None] and topics == [set()], "the initial values")
+    eventually(lambda: controllers == [None] and topics == [set()], "the initial values",
+               DEADLINE_S)
     _, version = controller.register_controller_and_increment_controller_epoch(9)
     controller.create_topic_assignment(z.TopicAssignment("w", uuid.uuid4(), {}))
-    wait_for(lambda: controllers[-1] == 9 and topics[-1] == {"w"}, "the changes")
+    eventually(lambda: controllers[-1] == 9 and topics[-1] == {"w"}, "the changes", DEADLINE_S)
     controller.delete_topic_znode("w", version)
     controller.delete_controller(version)
-    wait_for(lambda: controllers[-1] is None and topics[-1] == set(), "the deletions")
+    eventually(lambda: controllers[-1] is None and topics[-1] == set(), "the deletions",
+               DEADLINE_S)
 
 
 def test_a_topic_watch_reports_each_change_of_its_znode(new_client):
@@ -411,8 +403,8 @@ def test_a_topic_watch_reports_each_change_of_its_znode(new_client):
     calls: list[int] = []
     observer.watch_topic(
         "w", lambda: calls.append(len(observer.get_topic_assignments(["w"])["w"].partitions)))
-    wait_for(lambda: calls == [1], "the initial call")
+    eventually(lambda: calls == [1], "the initial call", DEADLINE_S)
     _, version = admin.register_controller_and_increment_controller_epoch(9)
     admin.set_topic_assignment(z.TopicAssignment("w", topic_id, {
         0: z.ReplicaAssignment((1,)), 1: z.ReplicaAssignment((1,))}), version)
-    wait_for(lambda: calls == [1, 2], "the change")
+    eventually(lambda: calls == [1, 2], "the change", DEADLINE_S)

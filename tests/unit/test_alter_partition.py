@@ -13,7 +13,6 @@ import asyncio
 import concurrent.futures
 import random
 import threading
-import time
 import uuid
 import pytest
 from kio.serial import entity_reader
@@ -36,6 +35,7 @@ from strata.replication.replica_manager import PartitionState
 from strata.server.context import BrokerContext
 from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import ConnectionInfo
+from support.waiting import eventually
 from wire import client_frame
 
 PEER = ConnectionInfo("10.1.2.3:50123", 1)
@@ -43,14 +43,6 @@ TOPIC_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
 OTHER_ID = uuid.UUID("66666666-7777-8888-9999-aaaaaaaaaaaa")
 IDS = {"t": TOPIC_ID, "u": OTHER_ID}
 DEADLINE_S = 10
-
-
-def wait_until(what, check, timeout=DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.005)
 
 
 # ---- the sender -----------------------------------------------------------------------------
@@ -201,7 +193,7 @@ def test_what_queues_during_a_request_goes_in_one_next_request(managers):
     fake.answer = lambda r, t: (release.wait(DEADLINE_S), FakeController.accept_all(r, t))[1]
     m = managers(fake)
     first = m.submit(TopicPartition("t", 0), 1, 1, (1, 2))
-    wait_until("the first request is in flight", lambda: fake.in_flight == 1)
+    eventually(lambda: fake.in_flight == 1, "the first request is in flight")
     later = [m.submit(TopicPartition("t", 1), 1, 1, (1,)),
              m.submit(TopicPartition("u", 0), 1, 1, (1, 3))]
     release.set()
@@ -220,7 +212,7 @@ def test_a_second_change_while_one_is_pending_is_not_attempted(managers):
     m = managers(fake)
     tp = TopicPartition("t", 0)
     first = m.submit(tp, 1, 1, (1, 2))
-    wait_until("the first request is in flight", lambda: fake.in_flight == 1)
+    eventually(lambda: fake.in_flight == 1, "the first request is in flight")
     second = m.submit(tp, 1, 1, (1,))
     with pytest.raises(KafkaError) as e:
         second.result(0)
@@ -270,7 +262,7 @@ def test_connection_failures_and_no_controller_are_retried(managers):
     fake.refuse_connects = 2
     m = managers(fake, controller=controller)
     f = m.submit(TopicPartition("t", 0), 1, 1, (1,))
-    wait_until("three rounds without a controller", lambda: len(asked) >= 3)
+    eventually(lambda: len(asked) >= 3, "three rounds without a controller")
     assert fake.connects == [] and not f.done()
     known.set()
     assert f.result(DEADLINE_S).isr == (1,)
@@ -307,7 +299,7 @@ def test_unknown_topic_and_shutdown(managers):
         m.submit(TopicPartition("nope", 0), 1, 1, (1,)).result(0)
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_ID
     f = m.submit(TopicPartition("t", 0), 1, 1, (1,))
-    wait_until("the request is in flight", lambda: fake.in_flight == 1)
+    eventually(lambda: fake.in_flight == 1, "the request is in flight")
     never.set()
     m.shutdown()
     for fut in (f, m.submit(TopicPartition("t", 1), 1, 1, (1,))):

@@ -3,7 +3,7 @@ a bounded prefetch pool; and the byte-weighted W-TinyLFU policy it shares with t
 index cache.
 
 Concurrency is made deterministic with events: loaders block until the test has seen the
-state it wants (``wait_until`` polls the cache's counters with a generous deadline; nothing
+state it wants (``eventually`` polls the cache's counters with a generous deadline; nothing
 asserts on time).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from strata.tiered.storage.chunk_cache import (
     CHUNK_SUFFIX, DISK_PATH_CONFIG, DISK_SIZE_CONFIG, MEMORY_SIZE_CONFIG,
     PREFETCH_HOLD_SIZE_CONFIG, PREFETCH_QUEUE_SIZE_CONFIG, PREFETCH_THREADS_CONFIG, ChunkCache,
     ChunkCacheConfig)
+from support.waiting import eventually
 
 OBJ = "orders-AAAAAAAAAAAAAAAAAAAAAA/3/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
 OTHER = "orders-AAAAAAAAAAAAAAAAAAAAAA/3/00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
@@ -60,13 +60,6 @@ class Loaders:
 
 def failing(key) -> bytes:
     raise AssertionError(f"unexpected load of {key}")
-
-
-def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        threading.Event().wait(0.002)
 
 
 def run_threads(n: int, target) -> list:
@@ -121,7 +114,7 @@ def test_ten_concurrent_readers_of_a_cold_chunk_cause_one_load_and_get_the_same_
         return cache.get(key, loaders(key, gate=gate))
 
     releaser = threading.Thread(target=lambda: (
-        wait_until(lambda: cache.stats()["misses"] == 10, "all ten readers wait"), gate.set()))
+        eventually(lambda: cache.stats()["misses"] == 10, "all ten readers wait"), gate.set()))
     releaser.start()
     results = run_threads(10, read)
     releaser.join()
@@ -144,7 +137,7 @@ def test_a_loader_error_reaches_every_waiter_and_the_next_get_retries(caches):
         return cache.get(key, loaders(key, gate=gate, error=boom))
 
     releaser = threading.Thread(target=lambda: (
-        wait_until(lambda: cache.stats()["misses"] == 5, "all five readers wait"), gate.set()))
+        eventually(lambda: cache.stats()["misses"] == 5, "all five readers wait"), gate.set()))
     releaser.start()
     results = run_threads(5, read)
     releaser.join()
@@ -260,7 +253,7 @@ def test_a_prefetched_chunk_is_served_without_a_second_load_as_a_prefetch_hit(ca
     loaders = Loaders()
     keys = [(OBJ, i) for i in range(3)]
     cache.prefetch((k, loaders(k)) for k in keys)
-    wait_until(lambda: cache.stats()["loads"] == 3 and cache.stats()["in_flight"] == 0,
+    eventually(lambda: cache.stats()["loads"] == 3 and cache.stats()["in_flight"] == 0,
                "the prefetches finish")
     for k in keys:
         assert cache.get(k, lambda k=k: failing(k)) == content(k)
@@ -286,7 +279,7 @@ def test_prefetched_chunks_survive_a_full_memory_tier_until_read(caches):
         if i == 0:
             cache.get((OBJ, 0), loaders((OBJ, 0)))
         cache.prefetch(ahead)
-        wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+        eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
         if i:
             assert cache.get((OBJ, i), lambda: failing(i)) == content((OBJ, i), chunk)
     assert all(n == 1 for n in loaders.calls.values())
@@ -304,7 +297,7 @@ def test_a_prefetched_chunk_stays_held_until_its_reader_moves_past_it(caches):
         for _ in range(3):
             cache.get((OTHER, i), loaders((OTHER, i)))      # a hot working set fills memory
     cache.prefetch([((OBJ, j), loaders((OBJ, j))) for j in range(4)])
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
     for j in range(4):
         for _ in range(3):                                   # three fetches read each chunk
             assert cache.get((OBJ, j), lambda j=j: failing(j)) == content((OBJ, j), chunk)
@@ -326,7 +319,7 @@ def test_a_get_joining_a_running_prefetch_does_not_load_twice(caches):
     cache.prefetch([(key, loaders(key, started=started, gate=gate))])
     assert started.wait(10)
     reader = run_in_thread(lambda: cache.get(key, loaders(key)))
-    wait_until(lambda: cache.stats()["misses"] == 1, "the reader waits")
+    eventually(lambda: cache.stats()["misses"] == 1, "the reader waits")
     gate.set()
     assert reader() == content(key)
     assert loaders.calls[key] == 1
@@ -359,10 +352,10 @@ def test_the_prefetch_queue_bound_drops_the_excess(caches):
     assert (stats["prefetch_requested"], stats["prefetch_dropped"],
             stats["prefetch_queued"]) == (6, 3, 2)
     gate.set()
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
     assert set(loaders.calls) == {(OBJ, 0), (OBJ, 1), (OBJ, 2)}
     cache.prefetch([((OBJ, 5), loaders((OBJ, 5)))])   # room again
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
     assert loaders.calls[(OBJ, 5)] == 1
 
 
@@ -373,7 +366,7 @@ def test_without_a_queue_prefetches_still_run_on_idle_threads(caches):
     cache.prefetch(((OBJ, i), loaders((OBJ, i), gate=gate)) for i in range(3))
     assert cache.stats()["prefetch_dropped"] == 1
     gate.set()
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
     assert set(loaders.calls) == {(OBJ, 0), (OBJ, 1)}
 
 
@@ -387,7 +380,7 @@ def test_a_get_takes_over_a_queued_prefetch_instead_of_waiting_behind_others(cac
     cache.prefetch([(queued, lambda: failing(queued))])
     assert cache.get(queued, loaders(queued)) == content(queued)   # the pool is still busy
     gate.set()
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
     assert loaders.calls == Counter({busy: 1, queued: 1})
     assert cache.stats()["prefetch_hits"] == 0
 
@@ -397,7 +390,7 @@ def test_a_failed_prefetch_does_not_poison_a_later_get(caches):
     loaders = Loaders()
     key = (OBJ, 9)
     cache.prefetch([(key, loaders(key, error=OSError("flaky")))])
-    wait_until(lambda: cache.stats()["load_errors"] == 1 and cache.stats()["in_flight"] == 0,
+    eventually(lambda: cache.stats()["load_errors"] == 1 and cache.stats()["in_flight"] == 0,
                "the prefetch fails")
     assert cache.get(key, loaders(key)) == content(key)
     assert loaders.calls[key] == 2 and cache.stats()["prefetch_hits"] == 0
@@ -412,7 +405,7 @@ def test_invalidate_removes_the_memory_and_disk_entries_of_one_object(caches, tm
         for i in range(3):
             cache.get((obj, i), loaders((obj, i)))
     cache.prefetch([((OBJ, 3), loaders((OBJ, 3)))])
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetch finishes")
     assert len(chunk_files(cache)) == 7
     cache.invalidate(OBJ)
     stats = cache.stats()
@@ -435,7 +428,7 @@ def test_a_load_running_during_invalidate_is_delivered_but_not_cached(caches, tm
     cache.invalidate(OBJ)
     gate.set()
     assert reader() == content(key)
-    wait_until(lambda: cache.stats()["in_flight"] == 0, "the load finishes")
+    eventually(lambda: cache.stats()["in_flight"] == 0, "the load finishes")
     stats = cache.stats()
     assert (stats["memory_entries"], stats["disk_entries"]) == (0, 0)
     assert chunk_files(cache) == []
@@ -451,7 +444,7 @@ def test_close_stops_prefetching_and_later_gets_go_to_the_loader(tmp_path):
                     ((OBJ, 1), lambda: failing(1))])
     assert started.wait(10)
     closer = run_in_thread(cache.close)   # waits for the running prefetch
-    wait_until(lambda: cache.stats()["prefetch_queued"] == 0, "the queued prefetch is cancelled")
+    eventually(lambda: cache.stats()["prefetch_queued"] == 0, "the queued prefetch is cancelled")
     gate.set()
     closer()
     cache.prefetch([((OBJ, 2), lambda: failing(2))])
@@ -567,7 +560,7 @@ def test_concurrent_mixed_get_prefetch_invalidate_never_returns_wrong_bytes(tmp_
     try:
         results = run_threads(4, worker)
         assert all(isinstance(r, int) for r in results), results
-        wait_until(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
+        eventually(lambda: cache.stats()["in_flight"] == 0, "the prefetches finish")
         stats = cache.stats()
         assert stats["memory_bytes"] <= 6 * chunk and stats["disk_bytes"] <= 10 * chunk
         assert stats["prefetch_bytes"] <= 3 * chunk

@@ -16,6 +16,7 @@ from strata.log.segment import LOG_SUFFIX
 from strata.log.unified_log import UnifiedLog
 from strata.protocol import records as rec
 from strata.protocol.records import Compression, SimpleRecord, build_batch
+from support.waiting import eventually
 
 T0 = 1_700_000_000_000
 TP = TopicPartition("compacted", 0)
@@ -311,7 +312,6 @@ def test_the_throttler_holds_io_to_the_configured_rate():
 
 
 def test_cleaner_threads_compact_in_the_background_until_shut_down(tmp_path):
-    import time
     ulog = UnifiedLog(tmp_path / "compacted-0", compacted_config())
     append(ulog, [[(b"k", b"%d" % i)] for i in range(50)])
     ulog.roll()
@@ -320,10 +320,9 @@ def test_cleaner_threads_compact_in_the_background_until_shut_down(tmp_path):
                                          lambda: [(tmp_path, TP, ulog)])
     cleaner.startup()
     try:
-        deadline = time.monotonic() + 30
-        while (len(stored_records(ulog)) > 1 or "cleaner-recopy-percent" not in cleaner.metrics()) \
-                and time.monotonic() < deadline:   # the stats are recorded after the swap
-            time.sleep(0.01)
+        eventually(lambda: len(stored_records(ulog)) <= 1
+                   and "cleaner-recopy-percent" in cleaner.metrics(),   # recorded after the swap
+                   "the log cleaned and its stats recorded", 30)
         assert stored_records(ulog) == [(49, b"k", b"49")]
         assert cleaner.metrics()["cleaner-recopy-percent"] < 10   # 1 record of 50 kept
     finally:
@@ -535,9 +534,7 @@ def test_a_cleaner_thread_does_not_spin_on_an_uncleanable_partition(tmp_path, mo
                  (tmp_path, TopicPartition("compacted", 1), good)], clock=clock)
     cleaner.startup()
     try:
-        deadline = time.monotonic() + 30
-        while len(stored_records(good)) > 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: len(stored_records(good)) <= 3, "the good log cleaned", 30)
         time.sleep(0.3)     # 60 backoffs: a thread retrying the corrupt log would show here
     finally:
         cleaner.shutdown()

@@ -30,6 +30,7 @@ from strata.tiered.storage import (
 from strata.tiered.storage.chunks import (
     decode_chunk_sizes, decode_crcs, encode_chunk_sizes, encode_crcs)
 from strata.tiered.storage.transforms import BatchCheck
+from support.waiting import eventually
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -293,14 +294,6 @@ def test_a_chunk_cache_gets_every_load_keyed_by_log_object_and_chunk_id_and_drop
     assert cache.entries == {}
 
 
-def wait_until(cond, timeout: float = 10.0) -> None:
-    import time
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_prefetch_loads_the_range_in_the_background_and_reading_it_then_takes_no_get(big):
     recorder = RecordingObjectStore(MemoryObjectStore())
     manager = make_rsm(recorder, **{"chunk.size": MIB, "compression.enabled": True})
@@ -309,7 +302,7 @@ def test_prefetch_loads_the_range_in_the_background_and_reading_it_then_takes_no
     recorder.calls.clear()
     past_end = manager.prefetch(big.metadata, MIB + 10, 3 * MIB)
     assert past_end == 0
-    wait_until(lambda: len(log_gets(recorder)) == 4)         # chunks 1, 2, 3, 4
+    eventually(lambda: len(log_gets(recorder)) == 4, "chunks 1 to 4 prefetched")
     assert manager._chunk_cache.stats()["prefetch_requested"] == 4
     assert manager.fetch_log_segment(big.metadata, MIB + 10, 4 * MIB).read() == \
         big.bytes[MIB + 10:4 * MIB + 1]

@@ -20,6 +20,7 @@ from strata.log.log_config import LogConfig
 from strata.tiered.manager.remote_log_manager import PartitionTiering
 from strata.tiered.manager.retry import Backoff
 from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore
+from support.waiting import eventually
 from tiered_env import T0, TIP, TP, TieredEnv
 
 
@@ -308,7 +309,6 @@ def test_expirer_running_right_after_copy_started_leaves_the_copy_alone(env):
 
 
 def test_delete_on_disable_retries_through_an_outage_until_the_remote_data_is_gone(env):
-    import time as _time
     env.produce(60)
     env.copy()
     env.log.delete_old_segments()
@@ -318,14 +318,11 @@ def test_delete_on_disable_retries_through_an_outage_until_the_remote_data_is_go
     env.faults.set_outage(True)
 
     def settle():
-        deadline = _time.monotonic() + 10
-        while _time.monotonic() < deadline:
+        def idle():
             with env.rlm._lock:
                 tasks = list(env.rlm._disabling.values())
-            if not any(t.running for t in tasks):
-                return tasks
-            _time.sleep(0.01)
-        raise AssertionError("deletion task still running")
+            return None if any(t.running for t in tasks) else (tasks,)
+        return eventually(idle, "the deletion task to finish its attempt")[0]
     env.rlm._schedule_round()
     tasks = settle()
     assert len(tasks) == 1 and tasks[0].backoff.failures == 1  # failed, will retry
@@ -341,7 +338,6 @@ def test_delete_on_disable_retries_through_an_outage_until_the_remote_data_is_go
 
 
 def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
-    import time
 
     from test_remote_storage import RecordingObjectStore
     recorder = env.faults.inner = RecordingObjectStore(env.faults.inner)
@@ -360,12 +356,10 @@ def test_sequential_remote_reads_prefetch_ahead_into_the_next_segment(env):
     while offset <= first.end_offset:
         data = env.rlm.read(env.log, offset, 300, FetchIsolation.HIGH_WATERMARK, True).records
         offset = list(iter_records(data))[-1].offset + 1
-    deadline = time.monotonic() + 10
     index_cache = env.rlm.ctx.index_cache
     # the read-ahead reached into the next segment: its chunks and its indexes
-    while second_gets() == 0 or second.remote_log_segment_id.id not in index_cache:
-        assert time.monotonic() < deadline, "no read-ahead into the next segment"
-        time.sleep(0.01)
+    eventually(lambda: second_gets() > 0 and second.remote_log_segment_id.id in index_cache,
+               "a read-ahead into the next segment")
     cache = env.rsm._chunk_cache
     loaded = second_gets()
     index_misses = index_cache.misses
@@ -408,7 +402,6 @@ def test_a_partitions_first_remote_read_loads_its_read_ahead_while_it_waits_for_
 
 
 def test_a_read_ahead_ending_near_a_segment_end_warms_the_next_segments_metadata_not_its_chunks(env):
-    import time
 
     from test_remote_storage import RecordingObjectStore
     recorder = env.faults.inner = RecordingObjectStore(env.faults.inner)
@@ -422,11 +415,9 @@ def test_a_read_ahead_ending_near_a_segment_end_warms_the_next_segments_metadata
     assert 100 + 1024 < first.segment_size_in_bytes <= 100 + 2 * 1024
     env.rlm.read(env.log, first.start_offset, 100, FetchIsolation.HIGH_WATERMARK, True)
     manifest = env.rsm.object_key(second, "rsm-manifest")
-    deadline = time.monotonic() + 10
-    while ("get", manifest) not in recorder.calls or \
-            second.remote_log_segment_id.id not in env.rlm.ctx.index_cache:
-        assert time.monotonic() < deadline, "the next segment's manifest and indexes were not loaded"
-        time.sleep(0.01)
+    eventually(lambda: ("get", manifest) in recorder.calls
+               and second.remote_log_segment_id.id in env.rlm.ctx.index_cache,
+               "the next segment's manifest and indexes loaded")
     assert ("get_range", env.rsm.object_key(second, "log")) not in recorder.calls
 
 

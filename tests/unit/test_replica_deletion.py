@@ -29,19 +29,12 @@ from strata.cluster.zk_metadata import ZkClusterMetadata
 from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import DELETE_DIR_SUFFIX, LogManager
+from support.waiting import eventually
 
 ME = 1
 T_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
 U_ID = uuid.UUID("66666666-7777-8888-9999-aaaaaaaaaaaa")
 DEADLINE_S = 10
-
-
-def wait_until(what, check, timeout=DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.005)
 
 
 def topic(name, topic_id, assignment, leaders=None, **kw) -> TopicImage:
@@ -237,7 +230,7 @@ def test_a_view_whose_caches_are_emptied_by_close_during_a_read_hands_that_image
     view.close(timeout=0.05)                 # gives up waiting: the caches are emptied
     assert all(t.closed for t in fake_zk.trees)
     fake_zk.release.set()                    # the read goes on over empty caches
-    wait_until("the view thread ends", lambda: not view._thread.is_alive())
+    eventually(lambda: not view._thread.is_alive(), "the view thread ends")
     assert [sorted(i.topics) for i in images] == [["t", "u"]]
 
 
@@ -265,7 +258,7 @@ def test_a_view_applies_no_image_read_while_its_caches_are_not_whole(fake_zk):
     fake_zk.trees[0].whole = True            # read whole again: the deletion is real
     fake_zk.topic("v", T_ID, [[2]])
     fake_zk.changed()
-    wait_until("the new topic is applied", lambda: "v" in images[-1].topics)
+    eventually(lambda: "v" in images[-1].topics, "the new topic is applied")
     assert [sorted(i.topics) for i in images] == [["t", "u"], ["u", "v"]]
     view.close()
 
@@ -276,7 +269,7 @@ def test_a_listed_topic_znode_that_cannot_be_read_keeps_the_topic_as_last_read(f
     fake_zk.znodes[z.partition_state_path("t", 0)] = z.encode_partition_state(
         PartitionRegistration(2, (2, 1), leader_epoch=1))
     fake_zk.changed()
-    wait_until("the leader change is applied", lambda: len(images) == 2)
+    eventually(lambda: len(images) == 2, "the leader change is applied")
     assert images[-1].topics["u"] == images[0].topics["u"]
     assert images[-1].topics["t"].partitions[0].leader == 2
     view.close()
@@ -330,7 +323,7 @@ def test_the_metadata_deletes_the_replicas_of_a_deleted_topic_and_keeps_the_rest
     assert broker.hosted_dirs() == ["t-0", "t-1", "u-0"]
     fake_zk.delete_topic("t")
     fake_zk.changed()
-    wait_until("t's replicas deleted", lambda: len(broker.deleted_dirs()) == 2)
+    eventually(lambda: len(broker.deleted_dirs()) == 2, "t's replicas deleted")
     assert [n for n in broker.hosted_dirs() if not n.endswith(DELETE_DIR_SUFFIX)] == ["u-0"]
     broker.md.close()
 
@@ -339,7 +332,7 @@ def test_the_metadata_deletes_a_replica_reassigned_away(fake_zk, tmp_path):
     broker = Broker(fake_zk, tmp_path)
     fake_zk.topic("u", U_ID, [[3, 2]])
     fake_zk.changed()
-    wait_until("u-0 deleted", lambda: broker.deleted_dirs())
+    eventually(lambda: broker.deleted_dirs(), "u-0 deleted")
     assert [n.split(".")[0] for n in broker.deleted_dirs()] == ["u-0"]
     assert sorted(tp for tp in broker.manager.partitions()) == [
         TopicPartition("t", 0), TopicPartition("t", 1)]

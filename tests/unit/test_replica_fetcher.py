@@ -12,7 +12,6 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable
 
 import pytest
 from kio.schema.fetch.v12 import response as fr
@@ -30,20 +29,13 @@ from strata.log.unified_log import (
 from strata.protocol import records as rec
 from strata.protocol.codec import kio_error_code
 from strata.replication.replica_fetcher import ReplicaFetcherManager, fetcher_id
+from support.waiting import eventually
 
 TP = TopicPartition("t", 0)
 ME = 2
 LEADER = 1
 OTHER_LEADER = 3
 DEADLINE = 10.0
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 T0 = 1_700_000_000_000
@@ -308,8 +300,8 @@ def test_a_follower_copies_the_leaders_batches_and_follows_its_high_watermark(cl
     m.add_partitions({TP: (LEADER, 1)})
     assert m.fetching() == {TP: (LEADER, 1)}
 
-    wait_for(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
-    wait_for(lambda: follower.high_watermark == 2, "the follower's HW to reach the leader's")
+    eventually(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
+    eventually(lambda: follower.high_watermark == 2, "the follower's HW to reach the leader's")
     assert all_bytes(follower) == all_bytes(leader_log)
     assert follower.leader_epoch_cache.epoch_entries() == leader_log.leader_epoch_cache.epoch_entries()
     assert TP in appended
@@ -322,19 +314,19 @@ def test_a_follower_copies_the_leaders_batches_and_follows_its_high_watermark(cl
     p = request_partition(first)
     assert (p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch, p.log_start_offset,
             p.partition_max_bytes) == (0, 1, -1, 0, 4096)
-    wait_for(lambda: request_partition(leader.fetches[-1][1]).fetch_offset == 3,
-             "a fetch from the new log end")
+    eventually(lambda: request_partition(leader.fetches[-1][1]).fetch_offset == 3,
+               "a fetch from the new log end")
     p = request_partition(leader.fetches[-1][1])
     assert p.last_fetched_epoch == 1
 
     # the HW moves on the leader with no new records: the follower's follows
     leader_log.update_high_watermark(3)
-    wait_for(lambda: follower.high_watermark == 3, "the follower's HW to advance without data")
+    eventually(lambda: follower.high_watermark == 3, "the follower's HW to advance without data")
     # new data on the leader
     append(leader_log, 1, 2)
     leader.wake.set()
-    wait_for(lambda: follower.log_end_offset == 5, "the new records")
-    wait_for(lambda: m.lag(TP) == 0, "the lag (leader HW - our log end, floored at 0)")
+    eventually(lambda: follower.log_end_offset == 5, "the new records")
+    eventually(lambda: m.lag(TP) == 0, "the lag (leader HW - our log end, floored at 0)")
     assert all_bytes(follower) == all_bytes(leader_log)
 
 
@@ -350,10 +342,10 @@ def test_lag_is_the_leaders_high_watermark_minus_our_log_end(cluster, managers):
     managers.append(m)
     assert m.lag(TP) is None
     m.add_partitions({TP: (LEADER, 0)})
-    wait_for(lambda: m.lag(TP) == 9, "the lag of the first answer")
+    eventually(lambda: m.lag(TP) == 9, "the lag of the first answer")
     assert follower.high_watermark == 0
     del leader.sticky[TP]
-    wait_for(lambda: follower.log_end_offset == 2 and m.lag(TP) == 0, "lag 0 once caught up")
+    eventually(lambda: follower.log_end_offset == 2 and m.lag(TP) == 0, "lag 0 once caught up")
 
 
 def test_a_trailing_partial_batch_is_left_for_the_next_fetch(cluster, managers):
@@ -366,7 +358,7 @@ def test_a_trailing_partial_batch_is_left_for_the_next_fetch(cluster, managers):
     m = cluster.manager(partition_max_bytes=size + size // 2)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 2)})
-    wait_for(lambda: follower.log_end_offset == 6, "all 6 batches, one per fetch")
+    eventually(lambda: follower.log_end_offset == 6, "all 6 batches, one per fetch")
     assert all_bytes(follower) == all_bytes(leader_log)
     offsets = [request_partition(r).fetch_offset for _, r in leader.fetches]
     assert offsets[:6] == [0, 1, 2, 3, 4, 5]
@@ -386,9 +378,9 @@ def test_a_diverging_epoch_truncates_the_follower_to_where_it_agrees(cluster, ma
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
 
-    wait_for(lambda: follower.leader_epoch_cache.epoch_entries()
-             == leader_log.leader_epoch_cache.epoch_entries(), "the follower's epochs to agree")
-    wait_for(lambda: follower.log_end_offset == 5, "the leader's records after the truncation")
+    eventually(lambda: follower.leader_epoch_cache.epoch_entries()
+               == leader_log.leader_epoch_cache.epoch_entries(), "the follower's epochs to agree")
+    eventually(lambda: follower.log_end_offset == 5, "the leader's records after the truncation")
     assert all_bytes(follower) == all_bytes(leader_log)
     first = request_partition(leader.fetches[0][1])
     assert (first.fetch_offset, first.last_fetched_epoch) == (6, 2)
@@ -412,8 +404,8 @@ def test_an_epoch_unknown_to_the_follower_truncates_in_steps(cluster, managers):
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
-    wait_for(lambda: follower.log_end_offset == 6 and follower.leader_epoch_cache.epoch_entries()
-             == leader_log.leader_epoch_cache.epoch_entries(), "the follower to match the leader")
+    eventually(lambda: follower.log_end_offset == 6 and follower.leader_epoch_cache.epoch_entries()
+               == leader_log.leader_epoch_cache.epoch_entries(), "the follower to match the leader")
     assert all_bytes(follower) == all_bytes(leader_log)
     asked = [(request_partition(r).fetch_offset, request_partition(r).last_fetched_epoch)
              for _, r in leader.fetches[:2]]
@@ -432,8 +424,8 @@ def test_out_of_range_above_the_leaders_end_truncates_to_it(cluster, managers):
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 3 and len(leader.fetches) >= 2,
-             "the truncation to the leader's end and the next fetch")
+    eventually(lambda: follower.log_end_offset == 3 and len(leader.fetches) >= 2,
+               "the truncation to the leader's end and the next fetch")
     assert [(r.replica_id, r.topics[0].partitions[0].timestamp,
              r.topics[0].partitions[0].current_leader_epoch)
             for r in leader.list_offsets] == [(ME, LATEST_TIMESTAMP, 1)]
@@ -452,12 +444,12 @@ def test_out_of_range_below_the_leaders_log_start_restarts_the_log_there(cluster
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 10, "the records from the leader's log start")
+    eventually(lambda: follower.log_end_offset == 10, "the records from the leader's log start")
     assert follower.log_start_offset == 6
     assert [r.topics[0].partitions[0].timestamp for r in leader.list_offsets] == \
         [LATEST_TIMESTAMP, EARLIEST_TIMESTAMP]
     assert all_bytes(follower) == all_bytes(leader_log)
-    wait_for(lambda: follower.high_watermark == 10, "the follower's HW")
+    eventually(lambda: follower.high_watermark == 10, "the follower's HW")
 
 
 def test_the_follower_log_start_follows_the_leaders(cluster, managers):
@@ -469,10 +461,10 @@ def test_the_follower_log_start_follows_the_leaders(cluster, managers):
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.high_watermark == 6, "the follower to catch up")
+    eventually(lambda: follower.high_watermark == 6, "the follower to catch up")
     leader_log.maybe_increment_log_start_offset(4)   # DeleteRecords on the leader
     leader.wake.set()
-    wait_for(lambda: follower.log_start_offset == 4, "the follower's log start offset")
+    eventually(lambda: follower.log_start_offset == 4, "the follower's log start offset")
 
 
 @pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
@@ -487,7 +479,7 @@ def test_a_partition_error_backs_the_partition_off(cluster, managers, code):
     m = cluster.manager(backoff_ms=150)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 2, "the fetch after three errors")
+    eventually(lambda: follower.log_end_offset == 2, "the fetch after three errors")
     times = [t for t, _ in leader.fetches[:4]]
     assert len(times) == 4
     assert all(b - a >= 0.15 for a, b in zip(times, times[1:])), times
@@ -503,14 +495,14 @@ def test_connection_failures_back_off_and_reconnect(cluster, managers):
     m = cluster.manager(backoff_ms=120)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 2, "the fetch after reconnecting")
+    eventually(lambda: follower.log_end_offset == 2, "the fetch after reconnecting")
     times = cluster.connect_times[:3]
     assert len(times) == 3 and all(b - a >= 0.12 for a, b in zip(times, times[1:])), times
 
     # the connection drops mid-flight: it is closed, and a new one is made after the back-off
     first = cluster.connections[0][1]
     first.closed = True
-    wait_for(lambda: len(cluster.connections) == 2, "a new connection")
+    eventually(lambda: len(cluster.connections) == 2, "a new connection")
     assert all(t.is_alive() for t in m.threads().values())
 
 
@@ -522,7 +514,7 @@ def test_an_unknown_leader_endpoint_backs_off_without_crashing(cluster, managers
     leader_log = cluster.log("leader")
     append(leader_log, 1, 1)
     cluster.leaders[7] = FakeLeader({TP: leader_log})
-    wait_for(lambda: follower.log_end_offset == 1, "the fetch once the endpoint is known")
+    eventually(lambda: follower.log_end_offset == 1, "the fetch once the endpoint is known")
 
 
 def test_offset_moved_to_tiered_storage_without_tiered_storage_marks_the_partition_failed(
@@ -537,12 +529,12 @@ def test_offset_moved_to_tiered_storage_without_tiered_storage_marks_the_partiti
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1), tp2: (LEADER, 1)})
-    wait_for(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition marked failed")
+    eventually(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition marked failed")
     assert m.fetching() == {tp2: (LEADER, 1)}
-    wait_for(lambda: follower2.log_end_offset == 2, "the other partition still fetched")
+    eventually(lambda: follower2.log_end_offset == 2, "the other partition still fetched")
     n = len(leader.fetches)
     leader.wake.set()
-    wait_for(lambda: len(leader.fetches) > n, "another fetch")
+    eventually(lambda: len(leader.fetches) > n, "another fetch")
     assert all(TP not in {TopicPartition(t.topic, p.partition) for t in r.topics
                           for p in t.partitions} for _, r in leader.fetches[n:])
     m.add_partitions({TP: (LEADER, 1)})   # the same state: still failed
@@ -598,7 +590,7 @@ def test_offset_moved_to_tiered_storage_rebuilds_from_the_remote_tier_then_fetch
     m = cluster.manager(remote_aux_state=rebuild)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
-    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up after the rebuild")
+    eventually(lambda: follower.log_end_offset == 8, "the follower caught up after the rebuild")
     assert rebuild.calls == [(0, 3, 0)]
     assert [p.timestamp for r in leader.list_offsets for t in r.topics for p in t.partitions] \
         == [-4, EARLIEST_TIMESTAMP]
@@ -621,9 +613,9 @@ def test_a_rebuild_that_fails_backs_off_and_retries_with_the_log_untouched(clust
     m = cluster.manager(remote_aux_state=rebuild)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
-    wait_for(lambda: len(rebuild.calls) >= 1, "a first attempt")
+    eventually(lambda: len(rebuild.calls) >= 1, "a first attempt")
     assert follower.log_end_offset == 0 and follower.leader_epoch_cache.epoch_entries() == []
-    wait_for(lambda: follower.log_end_offset == 8, "caught up after the retries")
+    eventually(lambda: follower.log_end_offset == 8, "caught up after the retries")
     assert len(rebuild.calls) == 3
     times = [t for t, _ in leader.fetches[:3]]
     assert all(b - a >= 0.09 for a, b in zip(times, times[1:]))   # replica.fetch.backoff.ms
@@ -642,11 +634,11 @@ def test_metadata_ready_ends_a_failed_rebuilds_back_off(cluster, managers):
     m = cluster.manager(remote_aux_state=rebuild, backoff_ms=60_000)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
-    wait_for(lambda: len(rebuild.calls) == 1, "a first attempt, which fails")
+    eventually(lambda: len(rebuild.calls) == 1, "a first attempt, which fails")
     time.sleep(0.2)
     assert len(rebuild.calls) == 1 and follower.log_end_offset == 0   # backing off a minute
     m.retry_now(TP)
-    wait_for(lambda: follower.log_end_offset == 8, "caught up right after the notice")
+    eventually(lambda: follower.log_end_offset == 8, "caught up right after the notice")
     assert len(rebuild.calls) == 2
     m.retry_now(TopicPartition("not-followed", 0))   # nothing to do, no error
 
@@ -672,7 +664,7 @@ def test_an_empty_replica_starts_at_the_leaders_earliest_pending_upload_with_kip
     m = cluster.manager(remote_aux_state=rebuild, fetch_last_tiered_offset=True)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 3)})
-    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up")
+    eventually(lambda: follower.log_end_offset == 8, "the follower caught up")
     assert rebuild.calls == [(1, 5, 0)]
     assert follower.local_log_start_offset == 5
     assert [p.leader_epoch for r in leader.epoch_requests for t in r.topics
@@ -697,7 +689,7 @@ def test_without_kip_1023_an_empty_replica_copies_from_the_leaders_start(cluster
     m = cluster.manager(remote_aux_state=rebuild)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 0)})
-    wait_for(lambda: follower.log_end_offset == 8, "the follower caught up")
+    eventually(lambda: follower.log_end_offset == 8, "the follower caught up")
     assert rebuild.calls == [] and leader.list_offsets == []
     assert request_partition(leader.fetches[0][1]).fetch_offset == 0
 
@@ -710,15 +702,15 @@ def test_a_newer_epoch_keeps_progress_and_a_moved_partition_leaves_its_fetcher(c
     m = cluster.manager()
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 3, "the first records")
+    eventually(lambda: follower.log_end_offset == 3, "the first records")
     old_thread = m.threads()[(LEADER, 0)]
 
     m.add_partitions({TP: (LEADER, 2)})
     assert m.fetching() == {TP: (LEADER, 2)}
     assert m.threads()[(LEADER, 0)] is old_thread
     leader.wake.set()
-    wait_for(lambda: request_partition(leader.fetches[-1][1]).current_leader_epoch == 2,
-             "a fetch at the new epoch")
+    eventually(lambda: request_partition(leader.fetches[-1][1]).current_leader_epoch == 2,
+               "a fetch at the new epoch")
     assert request_partition(leader.fetches[-1][1]).fetch_offset == 3
     m.add_partitions({TP: (LEADER, 1)})   # stale: ignored
     assert m.fetching() == {TP: (LEADER, 2)}
@@ -733,7 +725,7 @@ def test_a_newer_epoch_keeps_progress_and_a_moved_partition_leaves_its_fetcher(c
     assert set(m.threads()) == {(OTHER_LEADER, 0)}
     assert not old_thread.is_alive()
     assert all(c.closed for b, c in cluster.connections if b == LEADER)
-    wait_for(lambda: follower.log_end_offset == 5, "the records from the new leader")
+    eventually(lambda: follower.log_end_offset == 5, "the records from the new leader")
     assert request_partition(other.fetches[0][1]).fetch_offset == 3
     assert all_bytes(follower) == all_bytes(new_leader_log)
 
@@ -753,7 +745,7 @@ def test_partitions_spread_over_fetchers_by_leader_and_hash(cluster, managers):
     m.add_partitions({tp: (LEADER, 0) for tp in tps})
     assert set(m.threads()) == {(LEADER, fetcher_id(tp, 2)) for tp in tps}
     assert set(m.threads()) == {(LEADER, 0), (LEADER, 1)}
-    wait_for(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
+    eventually(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
     for _, req in leader.fetches:
         ids = {fetcher_id(TopicPartition(t.topic, p.partition), 2)
                for t in req.topics for p in t.partitions}
@@ -787,7 +779,7 @@ def test_a_new_fetcher_asks_for_all_its_partitions_in_its_first_fetch(cluster, m
     # another leader's thread starts between them (Thread.start lets the first one run)
     m.add_partitions({tps[0]: (LEADER, 0), other_tp: (OTHER_LEADER, 0),
                       **{tp: (LEADER, 0) for tp in tps[1:]}})
-    wait_for(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
+    eventually(lambda: all(f.log_end_offset == 1 for f in followers.values()), "every partition")
     first = leader.fetches[0][1]
     assert {TopicPartition(t.topic, p.partition) for t in first.topics for p in t.partitions} \
         == set(tps)
@@ -810,7 +802,7 @@ def test_shutdown_stops_and_joins_every_thread_and_closes_connections(cluster, m
     m.add_partitions({tp: (LEADER if tp.partition % 2 else OTHER_LEADER, 0) for tp in tps})
     threads = list(m.threads().values())
     assert len(threads) >= 2
-    wait_for(lambda: len(cluster.connections) == len(threads), "every fetcher connected")
+    eventually(lambda: len(cluster.connections) == len(threads), "every fetcher connected")
     m.shutdown()
     assert not any(t.is_alive() for t in threads)
     assert all(c.closed for _, c in cluster.connections)
@@ -958,11 +950,11 @@ def test_a_follower_replicates_from_stratas_own_handlers_over_a_socket(cluster, 
                                   cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50,
                                   loop=fetch_loop)
         m.add_partitions({TP: (LEADER, 0)})
-        wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
-                 "the truncation to the leader's end")
+        eventually(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
+                   "the truncation to the leader's end")
         wire.append(2)
-        wait_for(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
-                 "2 more offsets")
+        eventually(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
+                   "2 more offsets")
         assert follower.leader_epoch_cache.epoch_entries() == [(0, 3)]
 
         def tail(ulog):
@@ -999,11 +991,11 @@ def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, t
                                   cluster.follower_logs.get, max_wait_ms=50, backoff_ms=50,
                                   loop=fetch_loop)
         m.add_partitions({TP: (LEADER, 3)})
-        wait_for(lambda: follower.log_end_offset == 5
-                 and follower.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 3)],
-                 "the follower to truncate and copy")
-        wait_for(lambda: leader_log.high_watermark == 5, "the leader's HW from our fetches")
-        wait_for(lambda: follower.high_watermark == 5, "the HW back on the follower")
+        eventually(lambda: follower.log_end_offset == 5
+                   and follower.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 3)],
+                   "the follower to truncate and copy")
+        eventually(lambda: leader_log.high_watermark == 5, "the leader's HW from our fetches")
+        eventually(lambda: follower.high_watermark == 5, "the HW back on the follower")
         assert all_bytes(follower) == all_bytes(leader_log)
     finally:
         if m is not None:
@@ -1029,17 +1021,17 @@ def test_a_throttled_follower_leaves_a_partition_out_while_over_its_rate(cluster
     m = cluster.manager(partition_max_bytes=3000, quota=quota)
     managers.append(m)
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset > 0, "a first fetch")
-    wait_for(lambda: quota.is_quota_exceeded(), "the quota exceeded")
+    eventually(lambda: follower.log_end_offset > 0, "a first fetch")
+    eventually(lambda: quota.is_quota_exceeded(), "the quota exceeded")
     held = follower.log_end_offset
     asked = len(leader.fetches)
     time.sleep(0.3)   # the fetcher keeps running; it must not ask for the partition meanwhile
     assert follower.log_end_offset == held
     assert all(not any(t.partitions for t in req.topics) for _, req in leader.fetches[asked:])
     clock.sleep(5)    # the windows pass: the rate drains, one more fetch goes out
-    wait_for(lambda: follower.log_end_offset > held, "a fetch after the rate drained")
+    eventually(lambda: follower.log_end_offset > held, "a fetch after the rate drained")
     quota.update_quota(LONG_MAX)   # the throttle lifted (kafka-configs --delete-config)
-    wait_for(lambda: follower.log_end_offset == leader_log.log_end_offset, "caught up")
+    eventually(lambda: follower.log_end_offset == leader_log.log_end_offset, "caught up")
 
 
 # ---- fetch sessions (KIP-227) -------------------------------------------------------------------
@@ -1134,9 +1126,9 @@ def test_a_follower_fetches_in_a_session_with_stratas_own_leader(cluster, tmp_pa
         follower = cluster.follower()
         m = wire_manager(cluster, wire)
         m.add_partitions({TP: (LEADER, 0)})
-        wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
-                 "the first records")
-        wait_for(lambda: len(wire.fetches) >= 5, "a few idle fetches")
+        eventually(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3,
+                   "the first records")
+        eventually(lambda: len(wire.fetches) >= 5, "a few idle fetches")
         (sid,) = wire.session_ids()
         _, first, answer = wire.fetches[0]
         assert (first.session_id, first.session_epoch, sent_partitions(first)) == (0, 0, {TP: 0})
@@ -1152,10 +1144,10 @@ def test_a_follower_fetches_in_a_session_with_stratas_own_leader(cluster, tmp_pa
 
         n = len(wire.fetches)
         wire.append(2)
-        wait_for(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
-                 "the new records through the session")
-        wait_for(lambda: {TP: 5} in [sent_partitions(r) for _, r, _ in wire.fetches[n:]],
-                 "the next fetch naming the new offset")
+        eventually(lambda: follower.log_end_offset == 5 and follower.high_watermark == 5,
+                   "the new records through the session")
+        eventually(lambda: {TP: 5} in [sent_partitions(r) for _, r, _ in wire.fetches[n:]],
+                   "the next fetch naming the new offset")
         later = [req for _, req, _ in wire.fetches[n:]]
         assert all(r.session_id == sid for r in later)
         assert all(b - a == 1 for a, b in zip([r.session_epoch for r in later],
@@ -1178,8 +1170,8 @@ def test_a_session_the_leader_lost_is_replaced_by_a_full_fetch_without_back_off(
         # a back-off (a minute) would outlast every wait below: the test fails unless none
         m = wire_manager(cluster, wire, backoff_ms=60_000)
         m.add_partitions({TP: (LEADER, 0)})
-        wait_for(lambda: follower.log_end_offset == 2 and len(wire.fetches) >= 3,
-                 "a running session")
+        eventually(lambda: follower.log_end_offset == 2 and len(wire.fetches) >= 3,
+                   "a running session")
         (sid,) = wire.session_ids()
         n = len(wire.fetches)
         if lose == "evicted":
@@ -1189,18 +1181,18 @@ def test_a_session_the_leader_lost_is_replaced_by_a_full_fetch_without_back_off(
             with wire.sessions.lock:
                 wire.sessions.get(sid).epoch += 7
             expected = (ErrorCode.INVALID_FETCH_SESSION_EPOCH, sid)   # then it is replaced
-        wait_for(lambda: any(req.session_epoch == 0 for _, req, _ in wire.fetches[n:]),
-                 "a full fetch after the session error")
+        eventually(lambda: any(req.session_epoch == 0 for _, req, _ in wire.fetches[n:]),
+                   "a full fetch after the session error")
         i = next(i for i in range(n, len(wire.fetches)) if wire.fetches[i][1].session_epoch == 0)
         refused_at, _, refused = wire.fetches[i - 1]
         full_at, full, _ = wire.fetches[i]
         assert int(getattr(refused.error_code, "value", refused.error_code)) == expected[0]
         assert (full.session_id, sent_partitions(full)) == (expected[1], {TP: 2})
         assert full_at - refused_at < 30         # at once: no replica.fetch.backoff.ms
-        wait_for(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
-                 "the new session")
+        eventually(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
+                   "the new session")
         wire.append(1)
-        wait_for(lambda: follower.log_end_offset == 3, "records through the new session")
+        eventually(lambda: follower.log_end_offset == 3, "records through the new session")
     finally:
         if m is not None:
             m.shutdown()
@@ -1224,18 +1216,18 @@ def test_a_failed_request_replaces_the_session_with_a_full_fetch(cluster, tmp_pa
         follower = cluster.follower()
         m = wire_manager(cluster, wire, connect=lambda address: Flaky(address, timeout=5))
         m.add_partitions({TP: (LEADER, 0)})
-        wait_for(lambda: follower.log_end_offset == 1 and len(wire.fetches) >= 3, "a session")
+        eventually(lambda: follower.log_end_offset == 1 and len(wire.fetches) >= 3, "a session")
         (sid,) = wire.session_ids()
         n = len(wire.fetches)
         fail.set()
-        wait_for(lambda: not fail.is_set() and len(wire.fetches) > n + 1, "fetches after it")
+        eventually(lambda: not fail.is_set() and len(wire.fetches) > n + 1, "fetches after it")
         after = [req for _, req, _ in wire.fetches[n:]]
         full = next(r for r in after if r.session_epoch == 0)
         assert full.session_id == sid and sent_partitions(full) == {TP: 1}   # replaces it
-        wait_for(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
-                 "the replacing session")
+        eventually(lambda: len(wire.session_ids()) == 1 and wire.session_ids() != [sid],
+                   "the replacing session")
         wire.append(1)
-        wait_for(lambda: follower.log_end_offset == 2, "records through it")
+        eventually(lambda: follower.log_end_offset == 2, "records through it")
     finally:
         if m is not None:
             m.shutdown()
@@ -1262,9 +1254,9 @@ def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, t
         m = wire_manager(cluster, wire, backoff_ms=200, loop=fetch_loop)
         # tp1 at an epoch the leader does not have yet: UNKNOWN_LEADER_EPOCH, backed off
         m.add_partitions({TP: (LEADER, 0), tp1: (LEADER, 3)})
-        wait_for(lambda: follower.log_end_offset == 2, "the healthy partition")
-        wait_for(lambda: sum(tp1 in forgotten(req) for _, req, _ in wire.fetches) >= 2,
-                 "tp1 forgotten after each failed fetch")
+        eventually(lambda: follower.log_end_offset == 2, "the healthy partition")
+        eventually(lambda: sum(tp1 in forgotten(req) for _, req, _ in wire.fetches) >= 2,
+                   "tp1 forgotten after each failed fetch")
         reqs = [req for _, req, _ in wire.fetches]
         first_forget = next(i for i, r in enumerate(reqs) if tp1 in forgotten(r))
         assert reqs[first_forget].session_epoch > 0
@@ -1273,9 +1265,9 @@ def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, t
                    for r in reqs[first_forget + 1:])
         assert follower1.log_end_offset == 0
         wire.append(1)
-        wait_for(lambda: follower.log_end_offset == 3, "the healthy partition goes on")
+        eventually(lambda: follower.log_end_offset == 3, "the healthy partition goes on")
         lead(tp1, 3)          # the leader reaches the follower's epoch: tp1 is replicated
-        wait_for(lambda: follower1.log_end_offset == 3, "tp1 replicated")
+        eventually(lambda: follower1.log_end_offset == 3, "tp1 replicated")
         assert len(wire.session_ids()) == 1
     finally:
         if m is not None:
@@ -1312,9 +1304,9 @@ def test_on_the_loop_the_leader_requests_of_a_truncation_run_in_a_worker_and_sto
                 follower.append_as_follower(batch(base_offset=offset))
             m = wire_manager(cluster, wire, loop=loop)
             m.add_partitions({TP: (LEADER, 0)})
-            wait_for(lambda: follower.log_end_offset == 2, "the truncation to the leader's end")
+            eventually(lambda: follower.log_end_offset == 2, "the truncation to the leader's end")
             wire.append(1)
-            wait_for(lambda: follower.log_end_offset == 3, "one more offset")
+            eventually(lambda: follower.log_end_offset == 3, "one more offset")
             assert where["append"] == {"broker-loop"}
             assert where["out_of_range"] and "broker-loop" not in where["out_of_range"]
             fetchers = list(m.threads().values())
@@ -1346,7 +1338,7 @@ def test_stopping_a_fetcher_under_a_lock_the_blocked_loop_waits_for_returns_and_
         m = cluster.manager(loop=loop)
         try:
             m.add_partitions({TP: (LEADER, 1)})
-            wait_for(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
+            eventually(lambda: follower.log_end_offset == 3, "the follower to copy 3 offsets")
             loop_blocked = threading.Event()
 
             def alter_partition_callback():   # as ReplicaManager._propose_isr's done callback
@@ -1390,7 +1382,7 @@ def test_a_full_disk_stops_the_partition_with_one_warning_and_following_afresh_r
     managers.append(m)
     with caplog.at_level(logging.WARNING, logger="strata.replication.replica_fetcher"):
         m.add_partitions({TP: (LEADER, 1)})
-        wait_for(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition stopped")
+        eventually(lambda: m.failed_partitions() == {TP: (LEADER, 1)}, "the partition stopped")
         n = len(leader.fetches)
         leader.wake.set()
         time.sleep(0.3)
@@ -1403,5 +1395,5 @@ def test_a_full_disk_stops_the_partition_with_one_warning_and_following_afresh_r
     assert TP in m.failed_partitions()
     m.remove_partitions([TP])              # what LogDirFailureHandler does once the dir is back
     m.add_partitions({TP: (LEADER, 1)})
-    wait_for(lambda: follower.log_end_offset == 3, "the follower caught up")
+    eventually(lambda: follower.log_end_offset == 3, "the follower caught up")
     assert m.failed_partitions() == {}

@@ -8,7 +8,6 @@ these pin them down deterministically."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from strata.tiered.api import (
 from strata.tiered.manager import copier, expirer
 from strata.tiered.manager.lineage import lineage_end, within_lineage
 from strata.tiered.manager.remote_log_manager import RemoteLogManager
+from support.waiting import eventually
 from tiered_env import TIP, TieredEnv
 
 S = RemoteLogSegmentState
@@ -176,10 +176,7 @@ def test_a_new_leader_epoch_does_not_expire_the_copy_its_previous_leadership_has
         return copy(meta, data)
 
     def settle(tasks) -> None:
-        deadline = time.monotonic() + 10
-        while any(t.running for t in tasks) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not any(t.running for t in tasks)
+        eventually(lambda: not any(t.running for t in tasks), "the tasks to finish")
 
     env.rsm.copy_log_segment_data = slow_copy
     try:

@@ -11,7 +11,6 @@ import json
 import shutil
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -35,6 +34,7 @@ from strata.tiered.api import (
 from strata.tiered.manager.remote_log_manager import TieringSettings
 from strata.tiered.metadata.formatting import format_metadata, format_record
 from strata.tiered.metadata.serde import RemoteLogSegmentMetadataSnapshot, serialize
+from support.waiting import eventually
 from tiered_env import TIP as ENV_TIP, TOPIC_ID as ENV_TOPIC_ID, TP as ENV_TP, TieredEnv
 
 S = RemoteLogSegmentState
@@ -303,10 +303,8 @@ def test_reader_pool_accounting_counts_queued_running_and_busy_time(env):
     env.log.delete_old_segments()
     futures = [env.rlm.submit_read(env.log, 0, 1000, FetchIsolation.HIGH_WATERMARK, True)
                for _ in range(5)]
-    deadline = time.monotonic() + 5
-    while (stats.active, stats.queued) != (2, 3) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert (stats.active, stats.queued) == (2, 3)  # two reader threads
+    eventually(lambda: (stats.active, stats.queued) == (2, 3),   # two reader threads
+               "two reads running and three queued", 5)
     collector = BrokerMetricsCollector(env.logs, env.rlm)
     m = scrape(collector)
     assert m[("org_apache_kafka_storage_internals_log_RemoteStorageThreadPool_RemoteLogReaderTaskQueueSize", ())] == 3

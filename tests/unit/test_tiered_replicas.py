@@ -20,6 +20,7 @@ from strata.tiered.manager import copier
 from strata.tiered.manager.remote_log_manager import PartitionTiering, RemoteLogManager
 from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
 from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore
+from support.waiting import eventually
 from tiered_env import SMALL_SEGMENTS, TIP, TP, TieredEnv
 
 PRODUCER_ID = 4242
@@ -171,13 +172,12 @@ class Replica:
     def run_round(self) -> None:
         """One scheduling round, waited for."""
         self.rlm._schedule_round()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def finished() -> bool:
             parts = list(self.rlm._partitions.values())
-            if parts and not any(t.running for p in parts for t in (p.copy_task, p.expire_task)):
-                return
-            time.sleep(0.01)
-        raise AssertionError("the round's tasks did not finish")
+            return bool(parts) and not any(t.running for p in parts
+                                           for t in (p.copy_task, p.expire_task))
+        eventually(finished, "the round's tasks to finish")
 
     def close(self) -> None:
         self.rlm._copiers.shutdown(wait=True)
@@ -276,10 +276,7 @@ def test_an_old_leaders_copy_stops_once_its_leadership_is_superseded(shared):
         a.rlm._schedule_round()          # the follower state supersedes the leader's
         assert leading.superseded
         release.set()
-        deadline = time.monotonic() + 10
-        while leading.copy_task.running and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not leading.copy_task.running
+        eventually(lambda: not leading.copy_task.running, "the copy in flight to finish")
     finally:
         a.rlm.ctx.rsm.copy_log_segment_data = copy
     assert len(calls) == 1               # the copy in flight finished; no further segment

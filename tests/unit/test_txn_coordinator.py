@@ -44,6 +44,7 @@ from strata.coordinator.txn_records import (
     encode_value,
     partition_for,
 )
+from support.waiting import eventually_async
 
 E = ErrorCode
 S = TxnState
@@ -55,6 +56,7 @@ MAX_TIMEOUT = 900_000
 EXPIRATION = 100_000
 FIRST_PID = 1000
 OLD_PID = 500          # the producer id of seeded (replayed) transactions
+WAIT_S = 3.0           # a wait fails with its own message well before run()'s 10 s
 
 TID = "txn-a"
 T0, T1, U0 = ("t", 0), ("t", 1), ("u", 0)
@@ -276,7 +278,8 @@ class Harness:
         return r.producer_id, r.producer_epoch
 
     async def completed(self, tid: str, state: str) -> None:
-        await until(lambda: self.log.states(tid)[-1:] == [state])
+        await eventually_async(lambda: self.log.states(tid)[-1:] == [state],
+                               f"{tid} in state {state}", WAIT_S)
 
     def state(self, tid: str = TID) -> str:
         d = self.coord.describe(tid)
@@ -285,15 +288,6 @@ class Harness:
 
     def close(self) -> None:
         self.coord.shutdown()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 3.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition never became true")
-        await asyncio.sleep(0.001)
 
 
 async def settle(seconds: float = 0.03) -> None:
@@ -518,7 +512,7 @@ def test_init_while_prepare_commit_or_abort_answers_concurrent_transactions(comm
         pid, epoch = await h.ongoing()
         h.markers.gate = asyncio.Event()
         assert (await h.end(pid, epoch, commit)).error == E.NONE
-        await until(lambda: h.markers.sent)
+        await eventually_async(lambda: h.markers.sent, "a marker request", WAIT_S)
         before = h.log.count()
         assert (await h.init()).error == E.CONCURRENT_TRANSACTIONS
         assert (await h.init(expected=(pid, epoch))).error == E.CONCURRENT_TRANSACTIONS
@@ -730,7 +724,7 @@ def test_add_partitions_while_prepare_commit_or_abort_answers_concurrent_transac
         pid, epoch = await h.ongoing()
         h.markers.always[T0] = E.NOT_LEADER_OR_FOLLOWER
         assert (await h.end(pid, epoch, commit)).error == E.NONE
-        await until(lambda: len(h.markers.sent) >= 2)
+        await eventually_async(lambda: len(h.markers.sent) >= 2, "two marker requests", WAIT_S)
         assert await h.add(pid, epoch, U0) == E.CONCURRENT_TRANSACTIONS
         assert await h.add(pid, epoch, T0) == E.CONCURRENT_TRANSACTIONS
         del h.markers.always[T0]
@@ -857,7 +851,7 @@ def test_end_txn_while_markers_are_still_failing_answers_concurrent_transactions
         pid, epoch = await h.ongoing(T0, T1)
         h.markers.always[T1] = E.NOT_ENOUGH_REPLICAS
         assert (await h.end(pid, epoch, True)).error == E.NONE
-        await until(lambda: len(h.markers.sent) >= 3)
+        await eventually_async(lambda: len(h.markers.sent) >= 3, "three marker requests", WAIT_S)
         r = await h.end(pid, epoch, True)
         assert (r.error, r.producer_id, r.producer_epoch) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
         assert h.state() == "PrepareCommit"
@@ -1007,7 +1001,7 @@ def test_a_fenced_marker_stops_sending_and_writes_no_completion(error):
         pid, epoch = await h.ongoing(T0, T1)
         h.markers.always[T0] = error
         assert (await h.end(pid, epoch, True)).error == E.NONE
-        await until(lambda: h.markers.sent)
+        await eventually_async(lambda: h.markers.sent, "a marker request", WAIT_S)
         await settle()
         assert len(h.markers.sent) == 1
         assert "COMPLETE_COMMIT" not in h.log.states(TID)
@@ -1068,7 +1062,8 @@ def test_a_completion_append_answering_not_coordinator_is_abandoned():
         pid, epoch = await h.ongoing(T0)
         h.log.fail(E.NOT_LEADER_OR_FOLLOWER, times=1, when=state_is(S.COMPLETE_COMMIT))
         assert (await h.end(pid, epoch, True)).error == E.NONE
-        await until(lambda: any(v.state == S.COMPLETE_COMMIT for _, t, v in h.log.attempts))
+        await eventually_async(lambda: any(v.state == S.COMPLETE_COMMIT for _, t, v in h.log.attempts),
+                               "an attempt to write COMPLETE_COMMIT", WAIT_S)
         await settle()
         assert [v.state for _, t, v in h.log.attempts].count(S.COMPLETE_COMMIT) == 1
         assert h.log.states(TID)[-1] == "PREPARE_COMMIT"
@@ -1163,7 +1158,8 @@ def test_abort_of_timed_out_transactions_considers_only_idle_ongoing_ones():
         await hold.entered.wait()
         h.clock.advance_ms(2000)
         assert await h.coord.abort_timed_out_transactions() == 1
-        await until(lambda: h.log.states(ongoing)[-1] == "PREPARE_ABORT")
+        await eventually_async(lambda: h.log.states(ongoing)[-1] == "PREPARE_ABORT",
+                               "the timed-out transaction in PREPARE_ABORT", WAIT_S)
         for tid in (long_timeout, prepared, completed):
             assert len(h.log.states(tid)) == 1
         hold.release()
@@ -1182,7 +1178,7 @@ def test_a_failed_timeout_abort_does_not_bump_the_epoch_again():
         h.clock.advance_ms(1001)
         h.log.fail(E.NOT_ENOUGH_REPLICAS, when=state_is(S.PREPARE_ABORT))
         assert await h.coord.abort_timed_out_transactions() == 1
-        await until(lambda: h.log.attempts)
+        await eventually_async(lambda: h.log.attempts, "an attempt to write the abort", WAIT_S)
         await settle()
         d = h.coord.describe(TID)
         assert (d.state, d.producer_epoch) == ("Ongoing", 6)
@@ -1223,7 +1219,7 @@ def test_unload_while_markers_are_in_flight_writes_no_completion():
         pid, epoch = await h.ongoing(T0)
         h.markers.always[T0] = E.NOT_LEADER_OR_FOLLOWER
         assert (await h.end(pid, epoch, True)).error == E.NONE
-        await until(lambda: len(h.markers.sent) >= 2)
+        await eventually_async(lambda: len(h.markers.sent) >= 2, "two marker requests", WAIT_S)
         h.coord.unload([P])
         del h.markers.always[T0]
         await settle()
@@ -1243,7 +1239,7 @@ def test_a_reload_at_a_new_coordinator_epoch_stops_the_old_marker_sender():
                    last_update_ms=h.now)
         h.markers.always[T0] = E.NOT_LEADER_OR_FOLLOWER
         h.coord.load({P: 1})
-        await until(lambda: len(h.markers.sent) >= 3)
+        await eventually_async(lambda: len(h.markers.sent) >= 3, "three marker requests", WAIT_S)
         assert {m.coordinator_epoch for m in h.markers.sent} == {1}
         del h.markers.always[T0]
         h.coord.load({P: 2})
@@ -1467,7 +1463,8 @@ def test_init_rotation_across_a_reload_writes_nothing_stale():
         h.pids.block()
         try:
             init = asyncio.create_task(h.init())
-            await until(h.pids.entered.is_set)
+            await eventually_async(h.pids.entered.is_set, "InitProducerId allocating an id",
+                                   WAIT_S)
             h.coord.unload([P])
             h.coord.load({P: 2})
         finally:
@@ -1487,7 +1484,8 @@ def test_init_rotation_racing_add_partitions_fences_instead_of_failing():
         h.pids.block()
         try:
             init = asyncio.create_task(h.init())
-            await until(h.pids.entered.is_set)
+            await eventually_async(h.pids.entered.is_set, "InitProducerId allocating an id",
+                                   WAIT_S)
             assert await h.add(OLD_PID, SHORT_MAX - 1, T0) == E.NONE
         finally:
             h.pids.release()

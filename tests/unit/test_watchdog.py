@@ -4,9 +4,9 @@ with every thread's stack, and its end is reported too."""
 import asyncio
 import logging
 import threading
-import time
 
 from strata.common.watchdog import StallWatchdog
+from support.waiting import eventually
 
 
 class FakeClock:
@@ -60,16 +60,13 @@ def test_a_blocked_event_loop_is_reported_with_the_stack_that_blocks_it(caplog):
         dog.watch_loop(loop)
         dog.start()
         loop.call_soon_threadsafe(blocked_on_a_lock)
-        deadline = time.monotonic() + 30
-        while not any("stalled" in r.getMessage() for r in caplog.records):
-            assert time.monotonic() < deadline, "no stall report"
-            time.sleep(0.05)
-        report = next(r.getMessage() for r in caplog.records if "stalled" in r.getMessage())
+        report = eventually(lambda: next((r.getMessage() for r in caplog.records
+                                          if "stalled" in r.getMessage()), None),
+                            "a stall report", 30)
         assert "the event loop (event loop)" in report and "blocked_on_a_lock" in report
         held.release()
-        while not any("stall over: the event loop" in r.getMessage() for r in caplog.records):
-            assert time.monotonic() < deadline, "no end of the stall reported"
-            time.sleep(0.05)
+        eventually(lambda: any("stall over: the event loop" in r.getMessage()
+                               for r in caplog.records), "the end of the stall reported", 30)
     finally:
         if held.locked():
             held.release()

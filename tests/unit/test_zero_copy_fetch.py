@@ -14,7 +14,6 @@ import os
 import socket
 import struct
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from strata.server.context import BrokerContext
 from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
 from strata.protocol.client import client_frame, framed
+from support.waiting import eventually
 
 TOPIC = "t"
 SEGMENT_BYTES = 64 * 1024
@@ -271,10 +271,8 @@ def slow_reader(port: int, request) -> socket.socket:
 
 
 def wait_pending(server: KafkaServer) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not any(c._pending for c in list(server._connections)):
-        assert time.monotonic() < deadline, "the response never waited on the reader"
-        time.sleep(0.01)
+    eventually(lambda: any(c._pending for c in list(server._connections)),
+               "the response waiting on the reader", DEADLINE_S)
 
 
 def test_a_segment_deleted_by_retention_while_being_sent_arrives_whole(big_broker):
@@ -303,10 +301,8 @@ def test_regions_of_a_lost_connection_are_released(big_broker):
     for _ in range(3):
         with slow_reader(big_broker.port("zero_copy"), request):
             wait_pending(server)
-    deadline = time.monotonic() + DEADLINE_S
-    while server.connection_count or fds() > before:
-        assert time.monotonic() < deadline, "descriptors leaked"
-        time.sleep(0.01)
+    eventually(lambda: not server.connection_count and fds() <= before,
+               "the connections and their descriptors released", DEADLINE_S)
 
 
 def test_a_parked_long_poll_holds_no_segment_descriptors(broker):
@@ -316,17 +312,13 @@ def test_a_parked_long_poll_holds_no_segment_descriptors(broker):
     request = fetch_request(12, [(2, 0, 1 << 20)], 1 << 20)
     request = dataclasses.replace(request, min_bytes=1 << 20, max_wait=datetime.timedelta(seconds=5))
     with socket.create_connection(("127.0.0.1", broker.port("zero_copy")), timeout=DEADLINE_S) as sock:
-        deadline = time.monotonic() + DEADLINE_S
-        while server.connection_count == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        eventually(lambda: server.connection_count, "the connection accepted", DEADLINE_S)
         before = fds()
         sock.sendall(framed(client_frame(request, 7)))
-        while server.requests_in_flight == 0:   # parked: fewer bytes than min_bytes
-            assert time.monotonic() < deadline, "the fetch was answered at once"
-            time.sleep(0.001)
-        while fds() > before and server.requests_in_flight:
-            time.sleep(0.001)
+        eventually(lambda: server.requests_in_flight,   # parked: fewer bytes than min_bytes
+                   "the fetch parked (not answered at once)", DEADLINE_S, interval=0.001)
+        eventually(lambda: fds() <= before or not server.requests_in_flight,
+                   "the descriptors released or the long poll ended", DEADLINE_S, interval=0.001)
         assert server.requests_in_flight == 1, "descriptors were held until the long poll ended"
         head = recv_exact(sock, 4)
         frame = head + recv_exact(sock, struct.unpack(">i", head)[0])
