@@ -580,6 +580,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                 props, "unclean.leader.election.enable"),
             leader_imbalance_per_broker_percentage=_int(
                 props, "leader.imbalance.per.broker.percentage"),
+            min_insync_replicas=_int(props, "min.insync.replicas"),
+            eligible_leader_replicas_enable=_flag(props, "eligible.leader.replicas.enable"),
             auto_leader_rebalance_interval_s=_int(
                 props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
         metadata.controller = controller

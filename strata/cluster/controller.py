@@ -166,9 +166,11 @@ class ControllerService:
     def __init__(self, zk: StrataZkClient, broker_id: int, sink: NoticeSink, *,
                  unclean_leader_election_enable: bool = False,
                  leader_imbalance_per_broker_percentage: int = 10,
-                 auto_leader_rebalance_interval_s: float | None = None):
+                 auto_leader_rebalance_interval_s: float | None = None,
+                 min_insync_replicas: int = 1, eligible_leader_replicas_enable: bool = True):
         """``auto_leader_rebalance_interval_s``: ``leader.imbalance.check.interval.seconds``
-        when ``auto.leader.rebalance.enable``, else None."""
+        when ``auto.leader.rebalance.enable``, else None; ``min_insync_replicas``: the broker
+        default; ``eligible_leader_replicas_enable``: whether KIP-966's ELR is kept."""
         self.zk = zk
         self._rebalance_interval = auto_leader_rebalance_interval_s
         self._stopped = threading.Event()
@@ -176,6 +178,8 @@ class ControllerService:
         self.sink = sink
         self._unclean = unclean_leader_election_enable
         self._imbalance = leader_imbalance_per_broker_percentage
+        self._min_isr = min_insync_replicas
+        self._elr = eligible_leader_replicas_enable
         self._queue: queue.Queue = queue.Queue()
         self._queue_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
@@ -513,6 +517,8 @@ class ControllerService:
                    if parts and b in brokers and brokers[b].epoch == epoch}
         return MetadataImage(frozen_map(brokers), frozen_map(topics), self._epoch - 1,
                              self._unclean, self._imbalance,
+                             min_insync_replicas=self._min_isr,
+                             eligible_leader_replicas_enabled=self._elr,
                              broker_directories=frozen_map(self.zk.get_all_broker_directories()),
                              offline_replicas=frozen_map(offline))
 

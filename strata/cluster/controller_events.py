@@ -120,11 +120,18 @@ class AutoLeaderRebalance:
 
 @dataclass(frozen=True)
 class UncleanLeaderElectionChanged:
-    """``unclean.leader.election.enable`` changed: the broker default, or a topic's override
-    (``enabled`` None removes the override)."""
+    """The broker default of ``unclean.leader.election.enable`` changed."""
 
-    enabled: bool | None
-    topic: str | None = None
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class TopicConfigsChanged:
+    """A topic's config overrides (``/config/topics/T``) as now stored: the controller decides
+    with its ``unclean.leader.election.enable`` and ``min.insync.replicas``."""
+
+    topic: str
+    configs: Mapping[str, str]
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,18 @@ ZooKeeper-mode controller (``KafkaController``, ``PartitionStateMachine``,
   no live replica it gets no state until one registers;
 - a partition whose leader is not alive gets one by offline election (``election.py``) whenever
   a broker registers, a broker fails, unclean election is enabled or a controller takes over;
-- a failed broker then leaves every ISR it is in, except the last member of one, and a leader
-  that cannot be replaced becomes -1 (NoLeader);
+- a failed broker then leaves every ISR it is in (with ELR off, as Kafka's ZooKeeper mode,
+  except the last member of one), and a leader that cannot be replaced becomes -1 (NoLeader);
+- every change keeps KIP-966's eligible leader replicas (``eligible_leaders.py``): members that
+  left an ISR below min.insync.replicas stay electable when the ISR is empty, the last leader
+  is kept while the partition has neither ISR nor leader (balanced recovery);
 - a registration the controller has not handled yet (``image.broker_directories`` holds an
   older broker epoch) whose broker lost a log directory (KIP-858: a directory id it last
   registered with is missing) leaves every ISR it is in, the last member's included (the ISR
   is then empty and the partition waits, without unclean election, for a replica with the
-  data); one after an unclean shutdown (KIP-966: no clean-shutdown marker) leaves every ISR
-  but those it is the only member of (it holds all there is). Both happen before any election
+  data) and every ELR and last known ELR; one after an unclean shutdown (KIP-966: no
+  clean-shutdown marker) leaves every ISR and ELR (with ELR off, but the ISRs it is the only
+  member of: it holds all there is). Both happen before any election
   of the event, at registration and at failover alike; a partition it led gets the first live
   remaining ISR member, else -1; the broker rejoins ISRs only through AlterPartition, once
   its leader sees it caught up. The handled registration is then recorded
@@ -50,12 +54,14 @@ from dataclasses import replace
 from typing import Callable, Iterable
 
 from strata.cluster import election
+from strata.cluster.eligible_leaders import with_eligible_leaders
 from strata.cluster.controller_events import (
     AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, LogDirEventNotification,
     PartitionReassignmentRequested, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
-    StopReplica, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged, UpdatePartitionState)
+    StopReplica, TopicConfigsChanged, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
+    UpdatePartitionState)
 from strata.cluster.image import (
     NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerDirectories, BrokerRegistration,
     LeaderRecoveryState, MetadataImage, PartitionRegistration, TopicImage, frozen_map)
@@ -115,8 +121,14 @@ class _Change:
         self.announce(tp, is_new=True)
 
     def update(self, tp: TopicPartition, reg: PartitionRegistration, notify: bool = True,
-               exclude: int | None = None) -> PartitionRegistration:
+               exclude: int | None = None, unclean: frozenset[int] = frozenset(),
+               lost: frozenset[int] = frozenset()) -> PartitionRegistration:
+        """``reg`` (a change of the partition's leader or ISR) written, its ELR kept by
+        KIP-966's rules; ``unclean``/``lost``: brokers back from an unclean shutdown or
+        without their log, which leave the ELR (and, lost, the last known ELR)."""
         old = self.registration(tp)
+        reg = with_eligible_leaders(old, reg, self.image.effective_min_isr(tp),
+                                    self.image.eligible_leader_replicas_enabled, unclean, lost)
         reg = replace(reg, partition_epoch=old.partition_epoch + 1,
                       controller_epoch=self.image.controller_epoch)
         self._partitions[tp] = reg
@@ -190,33 +202,51 @@ def _online_partition_state_change(change: _Change, topic: str | None = None) ->
                 change.update(tp, elected)
 
 
+def _isr_without(change: _Change, isr: tuple[int, ...], broker_id: int) -> tuple[int, ...]:
+    """``isr`` without the broker; with ELR off (Kafka's ZooKeeper mode) the last member stays."""
+    if len(isr) == 1 and not change.image.eligible_leader_replicas_enabled:
+        return isr
+    return tuple(r for r in isr if r != broker_id)
+
+
 def _remove_replica_from_isrs(change: _Change, broker_id: int,
                               partitions: Iterable[TopicPartition] | None = None) -> None:
-    """``ReplicaStateMachine``'s move to OfflineReplica: the replica leaves the ISR unless it is
-    the last member; if it led, the leader becomes -1; the leader epoch goes up."""
+    """``ReplicaStateMachine``'s move to OfflineReplica: the replica leaves the ISR (with ELR
+    off, unless it is the last member); if it led, the leader becomes -1; the leader epoch
+    goes up."""
     for tp in change.image.all_partitions() if partitions is None else partitions:
         reg = change.registration(tp)
         if reg is None or broker_id not in reg.isr:
             continue
         leader = NO_LEADER if reg.leader == broker_id else reg.leader
-        isr = reg.isr if len(reg.isr) == 1 else tuple(r for r in reg.isr if r != broker_id)
+        isr = _isr_without(change, reg.isr, broker_id)
         change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
 
 
-def _leave_isrs_after_restart(change: _Change, broker_id: int, keep_last: bool) -> None:
-    """The broker leaves every ISR it is in (but those it alone is in, with ``keep_last``); a
-    partition it led gets the first live remaining member in assignment order, else -1."""
+def _leave_isrs_after_restart(change: _Change, broker_id: int, lost: bool) -> None:
+    """The broker leaves every ISR and ELR it is in (with ELR off, after an unclean shutdown,
+    not the ISRs it alone is in); a partition it led gets the first live remaining ISR member
+    in assignment order, else -1 (and an election from the ELR, or of the last leader, may
+    follow). A broker that ``lost`` its log also leaves the last known ELRs."""
     image = change.image
+    elr = image.eligible_leader_replicas_enabled
+    gone = frozenset((broker_id,))
     for tp in image.all_partitions():
         reg = change.registration(tp)
-        if reg is None or broker_id not in reg.isr or (keep_last and len(reg.isr) == 1):
+        if reg is None or not (broker_id in reg.isr or broker_id in reg.elr
+                               or (lost and broker_id in reg.last_known_elr)):
+            continue
+        if not elr and not lost and reg.isr == (broker_id,):
             continue
         isr = tuple(r for r in reg.isr if r != broker_id)
         leader = reg.leader
         if leader in (broker_id, NO_LEADER):
             leader = next((r for r in _electable(image, tp, image.replicas(tp))
                            if r in isr and image.is_eligible(r)), NO_LEADER)
-        change.update(tp, reg.with_leader_and_isr(leader, isr))
+        new = reg.with_leader_and_isr(leader, isr) if (leader, isr) != (reg.leader, reg.isr) \
+            else reg
+        change.update(tp, new, unclean=frozenset() if lost else gone,
+                      lost=gone if lost else frozenset())
 
 
 def _admit_registration(change: _Change, reg: BrokerRegistration) -> None:
@@ -228,7 +258,7 @@ def _admit_registration(change: _Change, reg: BrokerRegistration) -> None:
     lost = known is not None and bool(reg.directory_ids) \
         and not set(known.directory_ids) <= set(reg.directory_ids)
     if lost or not reg.clean_shutdown:
-        _leave_isrs_after_restart(change, reg.id, keep_last=not lost)
+        _leave_isrs_after_restart(change, reg.id, lost=lost)
     change.set_broker_directories(reg.id, BrokerDirectories(reg.directory_ids, reg.epoch))
 
 
@@ -286,7 +316,7 @@ def _take_replicas_offline(change: _Change, broker_id: int,
                 change.update(tp, elected, exclude=broker_id)
                 continue
             leader = NO_LEADER
-        isr = reg.isr if len(reg.isr) == 1 else tuple(r for r in reg.isr if r != broker_id)
+        isr = _isr_without(change, reg.isr, broker_id)
         if (leader, isr) != (reg.leader, reg.isr):
             change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
 
@@ -528,20 +558,21 @@ def on_auto_leader_rebalance(image: MetadataImage, event: AutoLeaderRebalance) -
 
 def on_unclean_leader_election_changed(image: MetadataImage,
                                        event: UncleanLeaderElectionChanged) -> ControllerResult:
-    """A config change the admin path already stored; turning it on elects offline partitions."""
-    change = _Change(image)
-    if event.topic is None:
-        change.image = replace(image, unclean_leader_election_enable=bool(event.enabled))
-    elif event.topic in image.topics:
-        topic = image.topics[event.topic]
-        configs = dict(topic.configs)
-        if event.enabled is None:
-            configs.pop(UNCLEAN_LEADER_ELECTION_ENABLE, None)
-        else:
-            configs[UNCLEAN_LEADER_ELECTION_ENABLE] = "true" if event.enabled else "false"
-        change.set_topic(event.topic, replace(topic, configs=frozen_map(configs)))
-    else:
+    """A broker default the admin path already stored; turning it on elects offline partitions."""
+    change = _Change(replace(image, unclean_leader_election_enable=bool(event.enabled)))
+    _online_partition_state_change(change)
+    return change.result()
+
+
+def on_topic_configs_changed(image: MetadataImage, event: TopicConfigsChanged) -> ControllerResult:
+    """Overrides the admin path already stored; the topic's offline partitions are elected
+    again (unclean election may have been turned on). A new min.insync.replicas applies from
+    each partition's next change, as in Kafka."""
+    topic = image.topics.get(event.topic)
+    if topic is None or topic.configs == event.configs:
         return ControllerResult(image)
+    change = _Change(image)
+    change.set_topic(event.topic, replace(topic, configs=frozen_map(event.configs)))
     _online_partition_state_change(change, event.topic)
     return change.result()
 
@@ -758,6 +789,7 @@ _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     ElectLeaders: on_elect_leaders,
     AutoLeaderRebalance: on_auto_leader_rebalance,
     UncleanLeaderElectionChanged: on_unclean_leader_election_changed,
+    TopicConfigsChanged: on_topic_configs_changed,
     ControllerFailover: on_controller_failover,
     PartitionReassignmentRequested: on_partition_reassignment,
     LogDirEventNotification: on_log_dir_event,

@@ -5,8 +5,10 @@ registration and the image, and returns the new registration (leader epoch bumpe
 no replica may lead. "Live" means alive and not shutting down (Kafka's ``isReplicaOnline``):
 
 - offline: the first live replica in assignment order that is in the ISR, the ISR cut to its live
-  members; with unclean election, else the first live replica, the ISR reset to it and the
-  partition RECOVERING;
+  members; else (KIP-966) the first live ELR member, the ISR reset to it; else, with neither ISR
+  nor ELR left, the last known leader if live (balanced recovery); with unclean election, else
+  the first live replica; the last two reset the ISR to the leader and make the partition
+  RECOVERING;
 - reassign: the first live ISR member of the target replicas, ISR unchanged;
 - preferred: the first replica, if live and in the ISR, ISR unchanged;
 - controlled shutdown: the first ISR member that is alive and not shutting down; shutting-down
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from strata.cluster.eligible_leaders import elr_leader, last_known_leader
 from strata.cluster.image import LeaderRecoveryState, MetadataImage, PartitionRegistration
 
 
@@ -54,11 +57,17 @@ def _live(image: MetadataImage, replicas: Sequence[int]) -> frozenset[int]:
 def elect_offline(image: MetadataImage, assignment: Sequence[int], current: PartitionRegistration,
                   unclean: bool) -> PartitionRegistration | None:
     live = _live(image, assignment)
-    leader = offline_partition_leader(assignment, current.isr, live, unclean)
+    leader = offline_partition_leader(assignment, current.isr, live, unclean=False)
+    if leader is not None:
+        return current.with_leader_and_isr(leader, tuple(r for r in current.isr if r in live))
+    leader = elr_leader(assignment, current, live)
+    if leader is not None:
+        return current.with_leader_and_isr(leader, (leader,))
+    leader = last_known_leader(current, live)
+    if leader is None and unclean:
+        leader = next((r for r in assignment if r in live), None)
     if leader is None:
         return None
-    if leader in current.isr:
-        return current.with_leader_and_isr(leader, tuple(r for r in current.isr if r in live))
     return current.with_leader_and_isr(leader, (leader,), LeaderRecoveryState.RECOVERING)
 
 

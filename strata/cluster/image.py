@@ -18,8 +18,9 @@ znodes onto these types one to one:
 
 Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
 every partition's ISR is a subset of its replicas that holds the leader when there is one,
-empty only while the partition has no leader (its last member lost its log directory); leader
-and partition epochs only grow for a given topic id; a partition without a
+empty only while the partition has no leader; the ISR and the eligible leader replicas
+(KIP-966) never share a member, and the ELR is empty while the ISR holds min.insync.replicas
+members; leader and partition epochs only grow for a given topic id; a partition without a
 ``PartitionRegistration`` has no state znode yet (no assigned replica was alive at creation).
 
 Threads: the values are immutable, so any thread may read them.
@@ -39,6 +40,7 @@ NO_LEADER = -1  # LeaderAndIsr.NoLeader
 INITIAL_LEADER_EPOCH = 0
 INITIAL_PARTITION_EPOCH = 0
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 def frozen_map(items: Mapping | None = None) -> Mapping:
@@ -108,12 +110,15 @@ class BrokerDirectories:
 @dataclass(frozen=True)
 class PartitionRegistration:
     """One partition's state znode: ``{"version":1,"leader":1,"leader_epoch":4,
-    "controller_epoch":2,"isr":[1,2]}`` plus ``"leader_recovery_state":1`` while RECOVERING.
+    "controller_epoch":2,"isr":[1,2]}`` plus ``"leader_recovery_state":1`` while RECOVERING
+    and KIP-966's ``"eligible_leader_replicas"`` and ``"last_known_elr"`` while not empty.
 
     ``partition_epoch`` is the znode's version (not in the JSON). The replicas live in the
     topic's assignment. Invariants: ``leader`` is in ``isr`` or is ``NO_LEADER``; ``isr`` is
-    empty only without a leader; RECOVERING only with an ISR of at most one member.
-    Immutable; any thread may read it.
+    empty only without a leader; RECOVERING only with an ISR of at most one member; ``elr``
+    (replicas out of the ISR that hold everything up to the high watermark) shares no member
+    with ``isr``; ``last_known_elr`` is the last leader while the partition has neither ISR
+    nor leader (Kafka's balanced recovery). Immutable; any thread may read it.
     """
 
     leader: int
@@ -122,6 +127,8 @@ class PartitionRegistration:
     partition_epoch: int = INITIAL_PARTITION_EPOCH
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
     controller_epoch: int = 0
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
     # the znode's last modification (mzxid) when read from ZooKeeper, 0 otherwise: a leader
     # whose registration (its broker epoch, a czxid) is newer restarted after this was written
     zxid: int = field(default=0, compare=False)
@@ -185,6 +192,9 @@ class MetadataImage:
     controller_epoch: int = 0
     unclean_leader_election_enable: bool = False
     leader_imbalance_per_broker_percentage: int = 10
+    # the broker default of min.insync.replicas, and whether KIP-966's ELR is kept
+    min_insync_replicas: int = 1
+    eligible_leader_replicas_enabled: bool = True
     # /config/brokers/<name>: dynamic broker configs by entity name ("<default>", "1", ...)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=frozen_map)
     # the controller's only: by broker id, the registration it last handled (KIP-858)
@@ -227,3 +237,13 @@ class MetadataImage:
         """The topic's ``unclean.leader.election.enable`` override, else the broker default."""
         value = self.topics[topic].configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
         return self.unclean_leader_election_enable if value is None else value.strip().lower() == "true"
+
+    def effective_min_isr(self, tp: TopicPartition) -> int:
+        """The topic's ``min.insync.replicas`` override, else the broker default, at most the
+        partition's replica count (Kafka's ``getTopicEffectiveMinIsr``)."""
+        value = self.topics[tp.topic].configs.get(MIN_INSYNC_REPLICAS)
+        try:
+            min_isr = self.min_insync_replicas if value is None else int(value)
+        except ValueError:
+            min_isr = self.min_insync_replicas
+        return min(min_isr, len(self.replicas(tp)))

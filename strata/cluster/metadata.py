@@ -447,6 +447,10 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                    "The final compression type for a given topic."),
     "unclean.leader.election.enable": _BrokerKey(_T.BOOLEAN, "false", "Whether replicas not in "
                                                  "the ISR may be elected leader."),
+    "eligible.leader.replicas.enable": _BrokerKey(_T.BOOLEAN, "true", "Whether the controller "
+                                                  "keeps Eligible Leader Replicas (KIP-966) and "
+                                                  "elects from them when the ISR is empty (Kafka "
+                                                  "4's eligible.leader.replicas.version=1)."),
     "auto.leader.rebalance.enable": _BrokerKey(_T.BOOLEAN, "true", "Enables auto leader "
                                                "balancing."),
     "leader.imbalance.per.broker.percentage": _BrokerKey(_T.INT, "10", "The ratio of leader "

@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 from strata.cluster.controller_events import (
     AlterPartition, ElectionType, ElectLeaders, PartitionReassignmentRequested,
-    UncleanLeaderElectionChanged)
+    TopicConfigsChanged)
 from strata.cluster.image import (
-    UNCLEAN_LEADER_ELECTION_ENABLE, Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
+    Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
 from strata.cluster.replica_deletion import replica_deletions
 from strata.cluster.metadata import (
     ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo,
@@ -217,7 +217,8 @@ class ZkClusterMetadata(ClusterMetadata):
         replicas = t.assignment[partition]
         if reg is None:
             return PartitionState(-1, -1, (), replicas, -1)
-        return PartitionState(reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch)
+        return PartitionState(reg.leader, reg.leader_epoch, reg.isr, replicas, reg.partition_epoch,
+                              reg.elr, reg.last_known_elr)
 
     def elect_leaders(self, partitions, election_type):
         """Only the active controller elects; any other broker answers NOT_CONTROLLER (the
@@ -488,10 +489,7 @@ class ZkClusterMetadata(ClusterMetadata):
                     self._notify("on_partitions_created", info, prev.partitions)
                 if prev.configs != info.configs:
                     self._notify("on_topic_config_changed", info, configs[name])
-                    if prev.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE) != \
-                            info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE):
-                        self._tell_controller(UncleanLeaderElectionChanged(
-                            _bool(info.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)), name))
+                    self._tell_controller(TopicConfigsChanged(name, frozen_map(info.configs)))
         if states:
             self._notify("on_partition_states", states)
         with self._view_changed:
@@ -581,10 +579,6 @@ def _alter_partition_item_error(item: AlterPartitionItem, names: Mapping) -> Err
     if item.leader_recovery_state not in tuple(LeaderRecoveryState):
         return ErrorCode.INVALID_REQUEST
     return None
-
-
-def _bool(value: str | None) -> bool | None:
-    return None if value is None else value.strip().lower() == "true"
 
 
 def _endpoint(endpoints: tuple[Endpoint, ...], listener: str | None) -> Endpoint | None:

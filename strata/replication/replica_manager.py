@@ -55,6 +55,8 @@ class PartitionState(NamedTuple):
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     partition_epoch: int = 0
+    elr: tuple[int, ...] = ()              # KIP-966: eligible leader replicas (metadata only)
+    last_known_elr: tuple[int, ...] = ()
 
 
 class _Follower:
@@ -282,9 +284,13 @@ class ReplicaManager:
 
     def _maybe_advance_high_watermark(self, tp: TopicPartition, ulog: UnifiedLog) -> bool:
         """HW = the least log end offset over the maximal ISR (the leader's own included);
-        it only grows. Wakes waiters (acks=all produces, fetches) when it moved."""
+        it only grows, and not while the ISR is under the effective min.insync.replicas
+        (KIP-966: so a replica that left the ISR then, an eligible leader replica, holds all
+        below it). Wakes waiters (acks=all produces, fetches) when it moved."""
         st = self.state(tp)
         if st is None or st.leader != self.broker_id:
+            return False
+        if len(st.isr) < min(self.min_insync_replicas(tp.topic), len(st.replicas)):
             return False
         leadership = self._leaderships.get(tp)
         target = ulog.log_end_offset

@@ -89,8 +89,9 @@ def test_kafka_features_describe_prints_the_finalized_features(broker):
         r"FinalizedVersionLevel: (\S+)\s+Epoch: (\S+)", out)}
     assert features["metadata.version"] == ("3.3-IV3", "3.3-IV3", "3.3-IV3", "0"), out
     for name in ("group.version", "transaction.version", "kraft.version", "share.version",
-                 "streams.version", "eligible.leader.replicas.version"):
+                 "streams.version"):
         assert features[name] == ("0", "0", "0", "0"), out
+    assert features["eligible.leader.replicas.version"] == ("0", "1", "1", "0"), out
 
 
 def test_kafka_leader_election_finds_every_preferred_leader_elected(broker):

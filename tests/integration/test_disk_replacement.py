@@ -46,8 +46,9 @@ def leader_isr(broker) -> tuple[int, list[int]]:
     return p.leader, sorted(p.isrs)
 
 
-def partition_state(cluster) -> tuple[int, list[int], int]:
-    """(leader, ISR, leader epoch) of partition 0 as the controller last wrote it in ZooKeeper
+def partition_state(cluster) -> tuple[int, list[int], int, int, list[int]]:
+    """(leader, ISR, leader epoch, controller, ELR) of partition 0 as the controller last wrote
+    it in ZooKeeper
     (a broker's Metadata answers leader -1 as soon as the leader's session is gone, before any
     controller has decided anything)."""
     zk = KazooClient(hosts=cluster.zk_connect)
@@ -60,7 +61,7 @@ def partition_state(cluster) -> tuple[int, list[int], int]:
         zk.close()
     state = json.loads(data)
     return state["leader"], sorted(state["isr"]), state["leader_epoch"], \
-        json.loads(controller)["brokerid"]
+        json.loads(controller)["brokerid"], sorted(state.get("eligible_leader_replicas", ()))
 
 
 class BackgroundProducer:
@@ -143,7 +144,7 @@ def replace_the_followers_disk_then_kill_the_leader(tmp_path, brokers: int, min_
         decided = wait_for("a new controller's decision", lambda: (
             (st := partition_state(cluster))[0] != leader and st[3] != leader and st))
         assert decided[2] > leader_epoch_before
-        new_leader = decided[:2]
+        new_leader = (*decided[:2], decided[4])
         assert new_leader[0] != wiped, f"the wiped replica was elected: {new_leader}"
         never(lambda: (st := partition_state(cluster))[0] == wiped and st,   # and it stays so
               "the wiped replica elected", during=2, interval=0.2)
@@ -158,7 +159,9 @@ def test_rf2_the_partition_waits_for_the_old_leader_instead_of_electing_the_wipe
     cluster, leader, wiped, before, background, state = \
         replace_the_followers_disk_then_kill_the_leader(tmp_path, brokers=2, min_isr=1)
     try:
-        assert state == (-1, [leader])   # offline: nobody with the data is alive
+        # offline: nobody with the data is alive; the old leader, last out of the ISR, is an
+        # eligible leader replica (KIP-966)
+        assert state == (-1, [], [leader])
         cluster.broker(leader).start()
         wait_for("the old leader leads again",
                  lambda: leader_isr(cluster.broker(wiped))[0] == leader)

@@ -333,7 +333,7 @@ def test_api_versions_reports_the_features_strata_has(broker, version):
         assert supported == FEATURES
     else:  # a v3 reader cannot take a range starting at 0
         assert supported == {"metadata.version": (7, 7)}
-    assert finalized == {"metadata.version": (7, 7)}
+    assert finalized == {"metadata.version": (7, 7), "eligible.leader.replicas.version": (1, 1)}
     assert r.finalized_features_epoch == 0
 
 

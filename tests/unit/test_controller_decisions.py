@@ -17,8 +17,8 @@ from strata.cluster import election
 from strata.cluster.controller_events import (
     AlterPartition, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, CreatePartitionState, ElectionType,
-    ElectLeaders, LeaderAndIsr, PartitionsAdded, StopReplica, TopicCreated, TopicDeleted,
-    UncleanLeaderElectionChanged, UpdatePartitionState)
+    ElectLeaders, LeaderAndIsr, PartitionsAdded, StopReplica, TopicConfigsChanged, TopicCreated,
+    TopicDeleted, UpdatePartitionState)
 from strata.cluster.controller_logic import handle
 from strata.cluster.image import (
     NO_LEADER, BrokerRegistration, LeaderRecoveryState, MetadataImage, PartitionRegistration,
@@ -256,13 +256,29 @@ def test_follower_failure_leaves_isr_and_bumps_leader_epoch_as_zk_mode_does():
     assert (r.leader, r.isr, r.leader_epoch, r.partition_epoch) == (1, (1, 2), 1, 1)
 
 
-def test_last_isr_member_dying_leaves_partition_leaderless_with_that_isr():
+def test_last_isr_member_dying_moves_to_the_elr_and_leads_again_when_back():
+    """KIP-966: the ISR may empty; its last member, which holds the high watermark, is kept as
+    an eligible leader replica and the last known leader."""
     image = with_topic(cluster(1, 2), ((1, 2),))
     image = handle(image, BrokerFailed(2)).image
     image = handle(image, BrokerFailed(1)).image
-    assert (reg(image).leader, reg(image).isr) == (NO_LEADER, (1,))
+    r = reg(image)
+    assert (r.leader, r.isr, r.elr, r.last_known_elr) == (NO_LEADER, (), (1,), (1,))
     image = handle(image, BrokerRegistered(BrokerRegistration(2, epoch=9))).image
-    assert reg(image).leader == NO_LEADER  # 2 is not in the ISR: no clean leader
+    assert reg(image).leader == NO_LEADER  # 2 is in neither ISR nor ELR: no clean leader
+    image = handle(image, BrokerRegistered(BrokerRegistration(1, epoch=10))).image
+    r = reg(image)
+    assert (r.leader, r.isr, r.elr, r.last_known_elr) == (1, (1,), (), ())
+    assert r.leader_recovery_state == LeaderRecoveryState.RECOVERED
+
+
+def test_with_elr_off_the_last_isr_member_dying_stays_in_the_isr_as_zk_mode_does():
+    image = with_topic(replace(cluster(1, 2), eligible_leader_replicas_enabled=False), ((1, 2),))
+    image = handle(image, BrokerFailed(2)).image
+    image = handle(image, BrokerFailed(1)).image
+    assert (reg(image).leader, reg(image).isr, reg(image).elr) == (NO_LEADER, (1,), ())
+    image = handle(image, BrokerRegistered(BrokerRegistration(2, epoch=9))).image
+    assert reg(image).leader == NO_LEADER
     image = handle(image, BrokerRegistered(BrokerRegistration(1, epoch=10))).image
     assert (reg(image).leader, reg(image).isr) == (1, (1,))
 
@@ -273,7 +289,7 @@ def test_unclean_election_resets_isr_to_the_leader_and_marks_it_recovering():
     image = handle(image, BrokerFailed(1)).image
     image = handle(image, BrokerRegistered(BrokerRegistration(2, epoch=9))).image
     epoch = reg(image).leader_epoch
-    image = handle(image, UncleanLeaderElectionChanged(True, topic="t")).image
+    image = handle(image, TopicConfigsChanged("t", {"unclean.leader.election.enable": "true"})).image
     r = reg(image)
     assert (r.leader, r.isr, r.leader_recovery_state) == (2, (2,), LeaderRecoveryState.RECOVERING)
     assert r.leader_epoch == epoch + 1

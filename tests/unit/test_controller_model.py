@@ -13,19 +13,27 @@ controller failovers (the new controller reloads the image from the writes alone
 - never two leaders of one partition (by topic id) in one leader epoch, across images and
   notices; leader and partition epochs only grow; a leader change bumps the leader epoch;
 - a leader is an alive replica in the ISR; a leader from outside the previous ISR only comes
-  from an unclean election (then the ISR is exactly the leader, RECOVERING);
+  from the previous ELR (KIP-966; the ISR is then exactly the leader), from balanced recovery
+  (no ISR or ELR left: the last known leader) or from an unclean election (then the ISR is
+  exactly the leader, RECOVERING);
+- with ELR on (drawn per run, with topics of min.insync.replicas 1 to 3): the ISR and ELR are
+  disjoint, the ELR is empty while the ISR holds min.insync.replicas members, and a replica
+  without the data is in no ELR; with ELR off both stay empty;
 - a partition is leaderless (or has no state yet) only while no replica may lead it: with
-  unclean election off, until an ISR member is back;
+  unclean election off, until an ISR member (or an ELR member, or the last known leader) is
+  back;
 - the ISR is a subset of the replicas, empty only without a leader, of at most one member
   while the leader is RECOVERING;
 - a replica that registered with a new directory id, or after an unclean shutdown while another
   ISR member held the data, is in no ISR and leads nothing until an accepted ISR proposal takes
-  it back (it caught up) or an unclean election picks it (KIP-858, KIP-966); and an ISR that
-  held a replica with the data keeps one (but through an unclean election);
+  it back (it caught up) or an unclean election picks it (KIP-858, KIP-966); and the replicas
+  that may lead (ISR, ELR, else the last known leader) that held one with the data keep one
+  (but through an unclean election);
 - an ISR proposal naming a member at a broker epoch other than its registration's is refused
   with INELIGIBLE_REPLICA (KIP-903);
 - after a broker failure, each partition's leader is what the model predicts (first live ISR
-  member in assignment order, else the first live replica when unclean election is on, else -1);
+  member in assignment order, else the first live ELR member, else the first live replica when
+  unclean election is on, else -1);
 - a refused or stale ISR proposal changes nothing; a valid one is accepted;
 - every notice carries the partition's new state, and every alive replica of a partition whose
   leader epoch moved is told.
@@ -61,6 +69,12 @@ NAMES = ("a", "b")
 
 brokers = st.sampled_from(BROKERS)
 names = st.sampled_from(NAMES)
+
+
+def holders(reg) -> set[int]:
+    """The replicas that may lead without an unclean election and hold the data: the ISR and
+    ELR, else the last known leader (balanced recovery)."""
+    return set(reg.isr) | set(reg.elr) or set(reg.last_known_elr)
 
 
 class VersionedStore:
@@ -149,6 +163,14 @@ class ControllerMatchesModel(RuleBasedStateMachine):
                    if old_topic is not None and old_topic.topic_id == topic.topic_id else None)
             if old is None or old.leader_epoch != reg.leader_epoch:
                 moved.add(tp)
+            # balanced recovery (KIP-966): the last known leader, or the leader itself after it
+            # left ISR and ELR earlier in the same event, elected as unclean elections are
+            recovered = (old is not None and after.eligible_leader_replicas_enabled
+                         and reg.leader != NO_LEADER and old.leader_epoch != reg.leader_epoch
+                         and reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+                         and reg.leader in (*old.last_known_elr, old.leader))
+            if recovered:
+                event("balanced recovery: the last known leader")
             if old is not None:
                 assert reg.leader_epoch >= old.leader_epoch
                 assert reg.partition_epoch >= old.partition_epoch
@@ -157,19 +179,22 @@ class ControllerMatchesModel(RuleBasedStateMachine):
                     assert reg.leader_epoch > old.leader_epoch
                     event("leader change")
                 if reg.leader not in (NO_LEADER, old.leader) and reg.leader not in old.isr:
-                    assert unclean_allowed, f"{tp}: unclean leader {reg.leader} from ISR {old.isr}"
-                    event("unclean election")
                     assert reg.isr == (reg.leader,)
-                    assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
-            elected_unclean = unclean_allowed and reg.leader != NO_LEADER \
+                    if reg.leader in old.elr and not recovered:
+                        event("election from the ELR")
+                    elif not recovered:
+                        assert unclean_allowed, f"{tp}: unclean leader {reg.leader} from ISR {old.isr}"
+                        event("unclean election")
+                        assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+            elected_unclean = recovered or unclean_allowed and reg.leader != NO_LEADER \
                 and reg.leader_recovery_state == LeaderRecoveryState.RECOVERING \
                 and (old is None or old.leader_epoch != reg.leader_epoch)
             stale = self.stale.get(key, set())
             if elected_unclean:
                 stale.discard(reg.leader)  # its log is the truth now
-            elif old is not None and set(old.isr) - stale:
-                assert set(reg.isr) - stale, \
-                    f"{tp}: the ISR {old.isr} -> {reg.isr} lost every replica with the data"
+            elif old is not None and holders(old) - stale:
+                assert holders(reg) - stale, \
+                    f"{tp}: {old} -> {reg} lost every replica with the data"
             self.record_leader(key, reg.leader_epoch, reg.leader)
         for notice in result.notices:
             assert after.is_alive(notice.broker_id)
@@ -190,11 +215,14 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         seen = self.leaders_by_epoch.setdefault((*key, leader_epoch), leader)
         assert seen == leader, f"{key}: leaders {seen} and {leader} in leader epoch {leader_epoch}"
 
-    @initialize(rf=st.integers(2, 3), partitions=st.integers(1, 3), seed=st.integers(0, 9))
-    def start_cluster_with_a_topic(self, rf, partitions, seed):
+    @initialize(rf=st.integers(2, 3), partitions=st.integers(1, 3), seed=st.integers(0, 9),
+                elr=st.booleans())
+    def start_cluster_with_a_topic(self, rf, partitions, seed, elr):
+        self.image = replace(self.image, eligible_leader_replicas_enabled=elr)
+        event("ELR on" if elr else "ELR off")
         for broker in BROKERS:
             self.register_or_bounce_broker(broker)
-        self.create_topic(NAMES[0], partitions, rf, seed)
+        self.create_topic(NAMES[0], partitions, rf, seed, min_isr=2)
 
     # --- brokers -------------------------------------------------------------------------------
 
@@ -223,7 +251,7 @@ class ControllerMatchesModel(RuleBasedStateMachine):
             if reg is None or broker not in self.image.replicas(tp) or (not lose_disk and clean):
                 continue
             key = (self.image.topics[tp.topic].topic_id, tp.partition)
-            isr = isrs.setdefault(key, set(reg.isr))
+            isr = isrs.setdefault(key, holders(reg))
             if not lose_disk and isr == {broker}:
                 continue
             isr.discard(broker)
@@ -278,6 +306,11 @@ class ControllerMatchesModel(RuleBasedStateMachine):
         for r in live:
             if r in old.isr:
                 return r
+        for r in live:
+            if r in old.elr:
+                return r
+        if not old.isr and not old.elr and old.last_known_elr and old.last_known_elr[0] in live:
+            return old.last_known_elr[0]
         if before.unclean_enabled(tp.topic) and live:
             return live[0]
         return NO_LEADER
@@ -297,11 +330,13 @@ class ControllerMatchesModel(RuleBasedStateMachine):
 
     # --- topics --------------------------------------------------------------------------------
 
-    @rule(name=names, partitions=st.integers(1, 3), rf=st.integers(1, 3), seed=st.integers(0, 9))
-    def create_topic(self, name, partitions, rf, seed):
+    @rule(name=names, partitions=st.integers(1, 3), rf=st.integers(1, 3), seed=st.integers(0, 9),
+          min_isr=st.integers(1, 3))
+    def create_topic(self, name, partitions, rf, seed, min_isr=1):
         eligible = sum(1 for b in self.image.brokers.values() if b.eligible)
         try:
-            self.apply(TopicCreated(name, self.new_topic_id(), partitions, rf, seed=seed))
+            self.apply(TopicCreated(name, self.new_topic_id(), partitions, rf, seed=seed,
+                                    configs=frozen_map({"min.insync.replicas": str(min_isr)})))
         except KafkaError as e:
             assert (e.code == ErrorCode.TOPIC_ALREADY_EXISTS and name in self.image.topics) or (
                 e.code == ErrorCode.INVALID_REPLICATION_FACTOR and rf > eligible)
@@ -463,7 +498,16 @@ class ControllerMatchesModel(RuleBasedStateMachine):
                 continue
             if reg.leader == NO_LEADER:  # leaderless only while no replica may lead
                 assert not set(eligible) & set(reg.isr)
+                assert not set(eligible) & set(reg.elr)
+                assert not (not reg.isr and not reg.elr and set(eligible) & set(reg.last_known_elr))
                 assert not (eligible and image.unclean_enabled(tp.topic))
+            assert not set(reg.isr) & set(reg.elr) and set(reg.elr) <= set(replicas)
+            if not image.eligible_leader_replicas_enabled:
+                assert reg.elr == () and reg.last_known_elr == ()
+            if len(reg.isr) >= image.effective_min_isr(tp):
+                assert reg.elr == ()
+            if reg.last_known_elr:
+                assert not reg.isr and reg.leader == NO_LEADER and len(reg.last_known_elr) == 1
             assert len(set(reg.isr)) == len(reg.isr) and set(reg.isr) <= set(replicas)
             assert reg.isr or reg.leader == NO_LEADER
             if reg.leader_recovery_state == LeaderRecoveryState.RECOVERING:
@@ -481,6 +525,7 @@ class ControllerMatchesModel(RuleBasedStateMachine):
             stale = self.stale.get((self.image.topics[tp.topic].topic_id, tp.partition), set())
             if reg is not None:
                 assert not stale & set(reg.isr), f"{tp}: {stale} in the ISR {reg.isr}"
+                assert not stale & set(reg.elr), f"{tp}: {stale} in the ELR {reg.elr}"
                 assert reg.leader not in stale, f"{tp}: {reg.leader} leads without the data"
 
     @invariant()

@@ -73,7 +73,8 @@ def test_the_last_isr_member_leading_from_a_failed_dir_leaves_the_partition_with
     image = with_topic(cluster(1, 2), (1, 2))
     image = handle(image, AlterPartition(1, EPOCH[1], "t", 0, 0, 0, (1,))).image
     result = offline(image, 1, T0)
-    assert state(result.image) == (NO_LEADER, (1,))   # waits: nobody else has the data
+    assert state(result.image) == (NO_LEADER, ())   # waits: nobody else has the data
+    assert result.image.registration(T0).elr == (1,)   # ... but it does (KIP-966)
     # reported again (the same set): nothing more happens
     assert offline(result.image, 1, T0).writes == ()
 
@@ -104,7 +105,7 @@ def test_a_partition_without_leader_elects_the_replica_once_its_dir_is_back():
     image = with_topic(cluster(1, 2), (1, 2))
     image = handle(image, AlterPartition(1, EPOCH[1], "t", 0, 0, 0, (1,))).image
     image = offline(image, 1, T0).image
-    assert state(image) == (NO_LEADER, (1,))
+    assert state(image) == (NO_LEADER, ())
     back = offline(image, 1)
     assert state(back.image) == (1, (1,))
     assert any(getattr(n, "broker_id", None) == 1 and n.partition == T0 for n in back.notices)

@@ -5,7 +5,8 @@ come back without their data, and for ISR proposals that name an earlier incarna
   directory: it leaves every ISR, the last member's too (the partition then waits for a
   replica with the data, unless unclean election is on);
 - KIP-966's unclean shutdown detection: a broker whose logs were not closed cleanly leaves the
-  ISRs it shares (it may lack what the others acknowledged), not one it alone is in;
+  ISRs and ELRs (it may lack what the others acknowledged); with no ISR or ELR member left, the
+  last known leader may lead again (balanced recovery, RECOVERING) unless it lost its log;
 - both before any election of the event, at registration and at controller failover alike, and
   the handled registration is recorded so that a later controller does not handle it again;
 - KIP-903: AlterPartition refuses a new ISR member whose broker epoch (as the leader saw it
@@ -74,11 +75,14 @@ def test_a_wiped_follower_found_at_failover_leaves_the_isr_before_the_dead_leade
                                        restarted=[registration(2, 500, generation=1, clean=False)])
     result = handle(stale, ControllerFailover(5))
     r = reg(result.image)
-    assert (r.leader, r.isr) == (NO_LEADER, (1,))   # offline: waits for the replica with data
+    # offline: waits for the replica with data
+    assert (r.leader, r.isr, r.elr, r.last_known_elr) == (NO_LEADER, (), (1,), (1,))
     assert result.image.broker_directories[2] == BrokerDirectories((disk(2, 1),), 500)
-    # the old leader comes back (killed: not a clean shutdown) and is the one to lead
-    back = handle(result.image, BrokerRegistered(registration(1, 600, clean=False)))
-    assert (reg(back.image).leader, reg(back.image).isr) == (1, (1,))
+    # the old leader comes back (killed: not a clean shutdown) and is the one to lead, as the
+    # last known leader (balanced recovery)
+    back = reg(handle(result.image, BrokerRegistered(registration(1, 600, clean=False))).image)
+    assert (back.leader, back.isr, back.elr) == (1, (1,), ())
+    assert back.leader_recovery_state == LeaderRecoveryState.RECOVERING
 
 
 def test_with_rf_3_the_replica_that_kept_its_data_is_elected_not_the_wiped_one():
@@ -90,16 +94,16 @@ def test_with_rf_3_the_replica_that_kept_its_data_is_elected_not_the_wiped_one()
 
 
 def test_the_wiped_replica_is_out_of_the_isr_before_an_election_in_the_same_event():
-    """Seen by the controller after its failure: the broker left the ISRs it shared when it
-    failed; the one it stayed in alone as the last member it leaves on registering."""
+    """Seen by the controller after its failure: the broker left the ISR when it failed, as
+    its last member into the ELR and the last known ELR; it leaves both on registering."""
     image = with_topic(cluster(1, 2), 1, 2)
     image = handle(image, BrokerFailed(2)).image
     image = handle(image, BrokerFailed(1)).image
-    assert (reg(image).leader, reg(image).isr) == (NO_LEADER, (1,))
+    assert (reg(image).leader, reg(image).isr, reg(image).elr) == (NO_LEADER, (), (1,))
     result = handle(image, BrokerRegistered(registration(1, 700, generation=1, clean=False)))
     r = reg(result.image)
-    assert (r.leader, r.isr) == (NO_LEADER, ())
-    assert r.leader_epoch == reg(image).leader_epoch + 1
+    assert (r.leader, r.isr, r.elr, r.last_known_elr) == (NO_LEADER, (), (), ())
+    assert r.leader_epoch == reg(image).leader_epoch  # neither leader nor ISR changed
     # writes: the ISR change first, the handled registration last
     assert [type(w) for w in result.writes] == [UpdatePartitionState, SetBrokerDirectories]
     # broker 2 (out of sync when it failed) is no clean candidate either

@@ -364,14 +364,20 @@ class TopicAssignment:
 #
 #     {"version":1,"leader":1,"leader_epoch":0,"controller_epoch":1,"isr":[1,2,3]}
 #
-# plus ``"leader_recovery_state":1`` only while the leader is RECOVERING. The partition epoch
-# is the znode's version: the version the next conditional write of the state expects.
+# plus ``"leader_recovery_state":1`` only while the leader is RECOVERING, and KIP-966's
+# ``"eligible_leader_replicas":[2]`` and ``"last_known_elr":[1]`` only while not empty (Kafka's
+# ZooKeeper mode never had them; its readers ignore fields they do not know). The partition
+# epoch is the znode's version: the version the next conditional write of the state expects.
 
 def encode_partition_state(state: PartitionRegistration) -> bytes:
     doc: dict[str, Any] = {"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
                            "controller_epoch": state.controller_epoch, "isr": list(state.isr)}
     if state.leader_recovery_state != LeaderRecoveryState.RECOVERED:
         doc["leader_recovery_state"] = int(state.leader_recovery_state)
+    if state.elr:
+        doc["eligible_leader_replicas"] = list(state.elr)
+    if state.last_known_elr:
+        doc["last_known_elr"] = list(state.last_known_elr)
     return encode_json(doc)
 
 
@@ -381,7 +387,9 @@ def decode_partition_state(data: bytes, zk_version: int, zxid: int = 0) -> Parti
         leader=int(doc["leader"]), isr=tuple(int(b) for b in doc["isr"]),
         leader_epoch=int(doc["leader_epoch"]), partition_epoch=zk_version,
         leader_recovery_state=LeaderRecoveryState(int(doc.get("leader_recovery_state", 0))),
-        controller_epoch=int(doc["controller_epoch"]), zxid=zxid)
+        controller_epoch=int(doc["controller_epoch"]), zxid=zxid,
+        elr=tuple(int(b) for b in doc.get("eligible_leader_replicas", ())),
+        last_known_elr=tuple(int(b) for b in doc.get("last_known_elr", ())))
 
 
 # --- /config --------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ FEATURES: dict[str, tuple[int, int]] = {
     "kraft.version": (0, 0),
     "group.version": (0, 0),
     "transaction.version": (0, 0),
-    "eligible.leader.replicas.version": (0, 0),
+    "eligible.leader.replicas.version": (0, 1),   # KIP-966 (``eligible.leader.replicas.enable``)
     "share.version": (0, 0),
     "streams.version": (0, 0),
 }

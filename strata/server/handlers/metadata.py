@@ -55,7 +55,7 @@ def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
 
 def partition_entries(ctx, rc, path: str, topic: str, first: int, end: int) -> tuple:
     """Partitions ``first`` to ``end - 1`` as Metadata and DescribeTopicPartitions describe them
-    (no ELR; fields a version lacks are dropped). Without a live leader: LEADER_NOT_AVAILABLE,
+    (with KIP-966's ELR and last known ELR; fields a version lacks are dropped). Without a live leader: LEADER_NOT_AVAILABLE,
     leader -1, as Kafka answers."""
     live = {b.node_id for b in ctx.metadata.live_brokers()}
     out = []
@@ -69,7 +69,7 @@ def partition_entries(ctx, rc, path: str, topic: str, first: int, end: int) -> t
             error_code=kio_error_code(ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE),
             replica_nodes=st.replicas, isr_nodes=st.isr,
             offline_replicas=tuple(r for r in st.replicas if r not in live),
-            eligible_leader_replicas=(), last_known_elr=()))
+            eligible_leader_replicas=st.elr, last_known_elr=st.last_known_elr))
     return tuple(out)
 
 
