@@ -40,9 +40,9 @@ from strata.protocol.records import (
     Compression,
     crc32c,
     inflate_bounded,
-    read_varint,
     release_inflated,
 )
+from strata.protocol.wire import read_varint
 
 _LEGACY_MIN_LENGTH = 14  # smallest magic 0 message after offset+size; any format's floor
 # The first 17 bytes; magic sits at byte 16 in every message format (v0, v1 and v2).

@@ -90,7 +90,8 @@ from kio.static.constants import EntityType
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol import produce_wire
 from strata.protocol.file_region import FileRegion
-from strata.protocol.fetch_wire import encode_uvarint, fetch_response_writable, write_fetch_response
+from strata.protocol.fetch_wire import fetch_response_writable, write_fetch_response
+from strata.protocol.wire import Malformed, encode_uvarint, skip_tags, uvarint
 
 __all__ = [
     "API_VERSIONS",
@@ -305,10 +306,6 @@ class UnsupportedVersion(KafkaError):
         super().__init__(f"{reason.value}: api key {api_key} ({name}) version {api_version}")
 
 
-class _Malformed(Exception):
-    """Internal: raised by the pre-scan; converted to MalformedRequest."""
-
-
 # --------------------------------------------------------------------------------------------
 # schema lookup
 
@@ -359,7 +356,7 @@ def kio_error_code(code: int) -> Any:
 # pre-scan: a schema-driven bounds check run before kio's native reader
 #
 # A skimmer is ``skim(buf, pos, end, edits) -> new_pos``. It walks exactly what kio's reader
-# will read, raising _Malformed if something does not fit in [pos, end) -- above all array
+# will read, raising Malformed if something does not fit in [pos, end) -- above all array
 # counts, which kio trusts for its pre-allocation. Unknown tagged fields (which kio rejects) are
 # recorded in ``edits`` as (start, end, replacement) byte ranges so a cleaned copy can be parsed.
 
@@ -376,28 +373,6 @@ _FIXED_SIZES = {
 }
 
 Skim = Callable[[Any, int, int, list], int]
-
-
-def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
-    if pos >= end:
-        raise _Malformed("truncated varint")
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        if pos >= end:
-            raise _Malformed("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 35:
-            raise _Malformed("varint too long")
 
 
 def _apply_edits(buf, start: int, end: int, edits: list) -> bytes:
@@ -438,7 +413,7 @@ class _SkimGen:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, Any] = {
-            "M": _Malformed, "_uvarint": _uvarint, "_skim_tags": _skim_tags,
+            "M": Malformed, "uvarint": uvarint, "_skim_tags": _skim_tags,
             "_h": _I16.unpack_from, "_i": _I32.unpack_from,
         }
         self.counter = 0
@@ -459,7 +434,7 @@ class _SkimGen:
         self.emit(ind, "if pos >= end: raise M('truncated')")
         self.emit(ind, f"{var} = buf[pos]")
         self.emit(ind, f"if {var} < 0x80: pos += 1")
-        self.emit(ind, f"else: {var}, pos = _uvarint(buf, pos, end)")
+        self.emit(ind, f"else: {var}, pos = uvarint(buf, pos, end)")
 
     def primitive(self, ind: int, kafka_type: str, flexible: bool) -> None:
         if kafka_type == "string" and not flexible:
@@ -600,27 +575,27 @@ def _field_skimmer(cls: type, name: str) -> Skim:
 
 def _skim_tags(buf, pos: int, end: int, edits: list, known: dict[int, Skim]) -> int:
     start = pos
-    count, pos = _uvarint(buf, pos, end)
+    count, pos = uvarint(buf, pos, end)
     if count == 0:
         return pos
     if 2 * count > end - pos:
-        raise _Malformed("tag count longer than frame")
+        raise Malformed("tag count longer than frame")
     kept: list[tuple[int, Any]] = []
     changed = False
     for _ in range(count):
         tag_start = pos
-        tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
+        tag, pos = uvarint(buf, pos, end)
+        size, pos = uvarint(buf, pos, end)
         value_end = pos + size
         if value_end > end:
-            raise _Malformed("tagged field longer than frame")
+            raise Malformed("tagged field longer than frame")
         skim = known.get(tag)
         if skim is None:
             changed = True  # unknown tag: ignored, as the protocol requires
         else:
             sub: list = []
             if skim(buf, pos, value_end, sub) != value_end:
-                raise _Malformed(f"tagged field {tag} size mismatch")
+                raise Malformed(f"tagged field {tag} size mismatch")
             if sub:
                 changed = True
                 kept.append((tag, _apply_edits(buf, pos, value_end, sub)))
@@ -635,17 +610,6 @@ def _skim_tags(buf, pos: int, end: int, edits: list, known: dict[int, Skim]) -> 
             else:
                 out += encode_uvarint(tag) + encode_uvarint(len(value)) + value
         edits.append((start, pos, bytes(out)))
-    return pos
-
-
-def _skip_all_tags(buf, pos: int, end: int) -> int:
-    count, pos = _uvarint(buf, pos, end)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        pos += size
-        if pos > end:
-            raise _Malformed("tagged field longer than frame")
     return pos
 
 
@@ -747,23 +711,23 @@ def parse_request(frame: bytes | bytearray | memoryview) -> DecodedRequest:
         # nullable string, even in the flexible header v2 -- then (v2) tagged fields, which no
         # Kafka version defines for requests: skip them all.
         if n < 10:
-            raise _Malformed("truncated client id")
+            raise Malformed("truncated client id")
         (length,) = _I16.unpack_from(frame, 8)
         pos = 10
         if length >= 0:
             if pos + length > n:
-                raise _Malformed("client id longer than frame")
+                raise Malformed("client id longer than frame")
             client_id = str(frame[pos:pos + length], "utf-8", "replace")
             pos += length
         elif length == -1:
             client_id = None
         else:
-            raise _Malformed("negative client id length")
+            raise Malformed("negative client id length")
         if decoder.flexible_header:
-            pos = _skip_all_tags(frame, pos, n)
+            pos = skip_tags(frame, pos, n)
         edits: list = []
         body_end = decoder.skim(frame, pos, n, edits)
-    except _Malformed as e:
+    except Malformed as e:
         raise MalformedRequest(f"api key {api_key} v{api_version}: {e}") from None
     buf = frame
     if edits:  # unknown tagged fields: parse a copy without them

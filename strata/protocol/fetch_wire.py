@@ -19,7 +19,9 @@ import datetime
 import struct
 from typing import NamedTuple
 
-__all__ = ["FETCH_KEY", "FETCH_VERSION", "PartitionFetch", "ReplicaFetch", "encode_uvarint",
+from strata.protocol.wire import encode_compact_string, encode_uvarint
+
+__all__ = ["FETCH_KEY", "FETCH_VERSION", "PartitionFetch", "ReplicaFetch",
            "fetch_response_writable", "write_fetch_response"]
 
 FETCH_KEY, FETCH_VERSION = 1, 12
@@ -39,23 +41,6 @@ class PartitionFetch(NamedTuple):
     last_fetched_epoch: int
     log_start_offset: int
     partition_max_bytes: int
-
-
-def encode_uvarint(n: int) -> bytes:
-    """An unsigned varint (compact lengths, tag numbers and sizes)."""
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _compact_string(s: str) -> bytes:
-    data = s.encode()
-    return encode_uvarint(len(data) + 1) + data
 
 
 class ReplicaFetch(NamedTuple):
@@ -79,13 +64,13 @@ class ReplicaFetch(NamedTuple):
                  encode_uvarint(len(self.topics) + 1)]
         pack = _PARTITION.pack
         for topic, partitions in self.topics:
-            parts.append(_compact_string(topic))
+            parts.append(encode_compact_string(topic))
             parts.append(encode_uvarint(len(partitions) + 1))
             parts.extend(pack(*p, 0) for p in partitions)
             parts.append(b"\x00")
         parts.append(encode_uvarint(len(self.forgotten) + 1))
         for topic, ids in self.forgotten:
-            parts.append(_compact_string(topic))
+            parts.append(encode_compact_string(topic))
             parts.append(encode_uvarint(len(ids) + 1))
             parts.extend(_I32.pack(i) for i in ids)
             parts.append(b"\x00")

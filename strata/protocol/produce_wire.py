@@ -15,6 +15,8 @@ import struct
 import typing
 from typing import Callable
 
+from strata.protocol.wire import Malformed, skip_tags, uvarint
+
 __all__ = ["FIRST_VERSION", "produce_reader"]
 
 FIRST_VERSION = 3    # v0-v2 (no transactional id) are left to kio's reader
@@ -31,8 +33,6 @@ def _element(tuple_type) -> type:
 def produce_reader(cls: type) -> Callable:
     """A reader for kio's Produce request class ``cls`` (v3-v11): ``read(buf, pos)`` gives the
     body and the bytes it took, as kio's ``entity_reader(cls)`` does."""
-    from strata.protocol.codec import _Malformed, _skip_all_tags, _uvarint   # codec imports us
-
     hints = typing.get_type_hints(cls)
     topic_cls = _element(hints["topic_data"])
     partition_cls = _element(typing.get_type_hints(topic_cls)["partition_data"])
@@ -41,14 +41,14 @@ def produce_reader(cls: type) -> Callable:
     def length(buf, pos: int) -> tuple[int, int]:
         """A string, bytes or array length: -1 for null."""
         if flexible:
-            n, pos = _uvarint(buf, pos, len(buf))
+            n, pos = uvarint(buf, pos, len(buf))
             return n - 1, pos
         return _I32.unpack_from(buf, pos)[0], pos + 4
 
     def count(buf, pos: int) -> tuple[int, int]:
         n, pos = length(buf, pos)
         if n < 0:
-            raise _Malformed("null array")
+            raise Malformed("null array")
         return n, pos
 
     def string(buf, pos: int, nullable: bool) -> tuple[str | None, int]:
@@ -59,7 +59,7 @@ def produce_reader(cls: type) -> Callable:
         if n < 0:
             if n == -1 and nullable:
                 return None, pos
-            raise _Malformed("null or negative string length")
+            raise Malformed("null or negative string length")
         return str(buf[pos:pos + n], "utf-8"), pos + n
 
     def read(buf, pos: int):
@@ -78,17 +78,17 @@ def produce_reader(cls: type) -> Callable:
                 (index,) = _I32.unpack_from(buf, pos)
                 size, pos = length(buf, pos + 4)
                 if size < -1:
-                    raise _Malformed("negative records length")
+                    raise Malformed("negative records length")
                 records = None if size == -1 else view[pos:pos + size]
                 pos += max(size, 0)
                 if flexible:
-                    pos = _skip_all_tags(buf, pos, len(buf))
+                    pos = skip_tags(buf, pos, len(buf))
                 partitions.append(partition_cls(index=index, records=records))
             if flexible:
-                pos = _skip_all_tags(buf, pos, len(buf))
+                pos = skip_tags(buf, pos, len(buf))
             topics.append(topic_cls(name=name, partition_data=tuple(partitions)))
         if flexible:
-            pos = _skip_all_tags(buf, pos, len(buf))
+            pos = skip_tags(buf, pos, len(buf))
         body = cls(transactional_id=transactional_id, acks=acks,
                    timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
         return body, pos - start

@@ -26,6 +26,7 @@ import cramjam
 import crc32c as _crc32c
 
 from strata.common.errors import CorruptRecordError, RecordTooLargeError
+from strata.protocol.wire import read_varint, write_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -138,22 +139,6 @@ def iter_headers(buf, position: int = 0, end: int | None = None) -> Iterator[Bat
             return
         yield BatchHeader(*fields, position)
         position += size
-
-
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """Decode a zig-zag varint at ``pos``; return (value, next position)."""
-    shift = 0
-    raw = 0
-    while True:
-        if shift > 63:
-            raise ValueError("varint too long")
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return (raw >> 1) ^ -(raw & 1), pos
 
 
 CONTROL_ABORT = 0
@@ -474,35 +459,26 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _write_varint(out: bytearray, n: int) -> None:
-    """Append ``n`` as a zig-zag varint."""
-    z = n << 1 if n >= 0 else ((-n) << 1) - 1
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-
-
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
         out.append(1)  # zig-zag of -1
     else:
-        _write_varint(out, len(data))
+        write_varint(out, len(data))
         out += data
 
 
 def _write_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None,
                   value: bytes | None, headers) -> None:
     body = bytearray(b"\x00")  # attributes
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
     _write_bytes(body, key)
     _write_bytes(body, value)
-    _write_varint(body, len(headers))
+    write_varint(body, len(headers))
     for header_key, header_value in headers:
         _write_bytes(body, header_key.encode() if isinstance(header_key, str) else header_key)
         _write_bytes(body, header_value)
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 

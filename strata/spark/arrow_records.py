@@ -34,8 +34,8 @@ import pyarrow as pa
 from strata.common.errors import CorruptRecordError
 from strata.protocol.records import (
     ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, CURRENT_MAGIC, HEADER, HEADER_SIZE,
-    LOG_OVERHEAD, MIN_BATCH_LENGTH, MIN_RECORD_LENGTH, TIMESTAMP_TYPE_MASK, _decompress, crc32c,
-    read_varint)
+    LOG_OVERHEAD, MIN_BATCH_LENGTH, MIN_RECORD_LENGTH, TIMESTAMP_TYPE_MASK, _decompress, crc32c)
+from strata.protocol.wire import read_varint, write_varint
 
 __all__ = [
     "SPARK_SCHEMA_DDL",
@@ -492,12 +492,8 @@ def _length_varint(size: int) -> bytes | None:
         length = size - width
         if length < MIN_RECORD_LENGTH:
             return None
-        z = length << 1
         out = bytearray()
-        while z >= 0x80:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
+        write_varint(out, length)
         if len(out) == width:
             return bytes(out)
     return None

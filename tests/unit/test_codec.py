@@ -27,7 +27,7 @@ from strata.protocol.codec import (
     UnsupportedVersion, api_versions_response, encode_api_versions_fallback, encode_response,
     encode_response_parts, error_response, kio_versions, parse_request, request_class,
     response_class)
-from strata.protocol.fetch_wire import encode_uvarint
+from strata.protocol.wire import encode_uvarint
 from strata.protocol.records import SimpleRecord, build_batch
 
 MB = 1 << 20

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strata.log.log_validator import _records_fill, _RUN_PROBE
-from strata.protocol.records import MIN_RECORD_LENGTH, _write_varint, read_varint
+from strata.protocol.records import MIN_RECORD_LENGTH
+from strata.protocol.wire import read_varint, write_varint
 
 
 def plain_walk(data, count: int, lo: int, hi: int) -> bool:
@@ -41,7 +42,7 @@ def framed(run_list) -> tuple[bytearray, int]:
     count = 0
     for length, repeat in run_list:
         for _ in range(repeat):
-            _write_varint(out, length)
+            write_varint(out, length)
             out += bytes([count % 251]) * length
             count += 1
     return out, count
