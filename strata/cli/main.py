@@ -54,6 +54,25 @@ def _flag(props: dict[str, str], key: str) -> bool:
     return props.get(key, BROKER_CONFIG_KEYS[key].default).strip().lower() == "true"
 
 
+def _tier_bootstrap_guard(props: dict[str, str], manager, metadata):
+    """KIP-1303's guard on this broker's replicas rebuilt from the remote tier."""
+    from strata.replication.tier_bootstrap_guard import (
+        LOCAL_LOG_BYTES_CONFIG, LOCAL_LOG_MS_CONFIG, TierBootstrapGuard)
+    return TierBootstrapGuard(
+        lambda tp: (ulog.size if (ulog := manager.get_log(tp)) is not None else None),
+        metadata, local_log_ms=_int(props, LOCAL_LOG_MS_CONFIG),
+        local_log_min_bytes=_int(props, LOCAL_LOG_BYTES_CONFIG))
+
+
+def _guarded_aux_state(rlm, guard):
+    """The remote log manager's rebuild from the remote tier; a rebuilt replica is guarded."""
+    def build(ulog, target_epoch: int, leader_local_start: int, leader_start: int) -> int:
+        out = rlm.build_remote_log_aux_state(ulog, target_epoch, leader_local_start, leader_start)
+        guard.bootstrapped(ulog.topic_partition)
+        return out
+    return build
+
+
 def parse_listener(value: str) -> tuple[str, int]:
     """``PLAINTEXT://host:port`` (first listener) to (host, port); an empty host binds all."""
     first = value.split(",")[0].strip()
@@ -528,10 +547,12 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         replica_manager.leader_quota = leader_quota
         replica_manager.broker_epoch_of = lambda broker: (    # KIP-903
             b.epoch if (b := metadata.view_image.brokers.get(broker)) is not None else -1)
+        guard = _tier_bootstrap_guard(props, manager, metadata)
+        scheduler.schedule_periodic("tier-bootstrap-guard", guard.poll, 1000)
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
             on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
-            remote_aux_state=rlm.build_remote_log_aux_state if rlm is not None else None)
+            remote_aux_state=_guarded_aux_state(rlm, guard) if rlm is not None else None)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
         # ISR-expansion retries run on the loop, as the fetches that propose expansions do

@@ -20,6 +20,7 @@ from strata.cluster import controller_logic
 from strata.cluster.controller_events import (
     AutoLeaderRebalance, ControlledShutdownRequested, BrokerFailed, BrokerRegistered, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, LogDirEventNotification, Notice, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
+    TierBootstrappedReplicas,
     TopicCreated, TopicDeleted, UpdatePartitionState, Write)
 from strata.cluster.image import MetadataImage, TopicImage, frozen_map
 from strata.cluster.zk import znodes as z
@@ -438,14 +439,17 @@ class ControllerService:
         if isinstance(item, _LogDirEvents):
             # the notifications only say "look": each broker's znode holds all it reports
             names = self.zk.get_log_dir_event_notifications()
-            reported = self.zk.get_all_offline_replicas()
-            events = []
+            reported = self.zk.get_all_reported(z.OFFLINE_REPLICAS_PATH)
+            guarded = self.zk.get_all_reported(z.TIER_BOOTSTRAPPED_PATH)
+            events: list[object] = []
             for b in sorted(image.alive_broker_ids()):
-                epoch, offline = reported.get(b, (-1, frozenset()))
-                if epoch != image.brokers[b].epoch:
-                    offline = frozenset()
+                epoch = image.brokers[b].epoch
+                offline = _current(reported, b, epoch)
                 if offline != image.offline_replicas.get(b, frozenset()):
-                    events.append(LogDirEventNotification(b, image.brokers[b].epoch, offline))
+                    events.append(LogDirEventNotification(b, epoch, offline))
+                bootstrapped = _current(guarded, b, epoch)
+                if bootstrapped != image.tier_bootstrapped.get(b, frozenset()):
+                    events.append(TierBootstrappedReplicas(b, epoch, bootstrapped))
             if names:
                 self.zk.delete_log_dir_event_notifications(names, self._epoch_zk_version)
             return events
@@ -513,14 +517,16 @@ class ControllerService:
                 name, topic_id, replicas,
                 frozen_map({tp.partition: reg for tp, reg in states.items() if tp.topic == name}),
                 frozen_map(self.zk.get_entity_configs("topics", name)), adding, removing)
-        offline = {b: parts for b, (epoch, parts) in self.zk.get_all_offline_replicas().items()
-                   if parts and b in brokers and brokers[b].epoch == epoch}
+        offline, guarded = ({b: parts for b, (epoch, parts) in self.zk.get_all_reported(base).items()
+                             if parts and b in brokers and brokers[b].epoch == epoch}
+                            for base in (z.OFFLINE_REPLICAS_PATH, z.TIER_BOOTSTRAPPED_PATH))
         return MetadataImage(frozen_map(brokers), frozen_map(topics), self._epoch - 1,
                              self._unclean, self._imbalance,
                              min_insync_replicas=self._min_isr,
                              eligible_leader_replicas_enabled=self._elr,
                              broker_directories=frozen_map(self.zk.get_all_broker_directories()),
-                             offline_replicas=frozen_map(offline))
+                             offline_replicas=frozen_map(offline),
+                             tier_bootstrapped=frozen_map(guarded))
 
     def _set_topic_id(self, found: z.TopicAssignment) -> uuid.UUID:
         topic_id = uuid.uuid4()
@@ -635,3 +641,10 @@ def _reassignment_fields(found: z.TopicAssignment):
 
 def _assignment_map(assignment: Sequence[Sequence[int]]) -> dict[int, z.ReplicaAssignment]:
     return {p: z.ReplicaAssignment(tuple(r)) for p, r in enumerate(assignment)}
+
+
+def _current(reports: dict[int, tuple[int, frozenset[TopicPartition]]], broker: int,
+             epoch: int) -> frozenset[TopicPartition]:
+    """What ``broker`` reported at its registration ``epoch`` (an older report: nothing)."""
+    reported_epoch, partitions = reports.get(broker, (-1, frozenset()))
+    return partitions if reported_epoch == epoch else frozenset()

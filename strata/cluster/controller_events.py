@@ -155,6 +155,17 @@ class LogDirEventNotification:
 
 
 @dataclass(frozen=True)
+class TierBootstrappedReplicas:
+    """Broker ``broker_id`` (at registration ``broker_epoch``) reports its replicas started at
+    the tiered offset whose local log does not yet span ``leader.election.eligible.local.log.*``
+    (KIP-1303's guard): all of them, read from ``/strata/tier_bootstrapped/N``."""
+
+    broker_id: int
+    broker_epoch: int
+    partitions: frozenset[TopicPartition] = frozenset()
+
+
+@dataclass(frozen=True)
 class ControllerFailover:
     """This broker won the controller election with ``controller_epoch``."""
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from strata.cluster import election
 from strata.cluster.eligible_leaders import with_eligible_leaders
@@ -60,7 +60,7 @@ from strata.cluster.controller_events import (
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, LogDirEventNotification,
     PartitionReassignmentRequested, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
-    StopReplica, TopicConfigsChanged, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
+    StopReplica, TierBootstrappedReplicas, TopicConfigsChanged, TopicCreated, TopicDeleted, UncleanLeaderElectionChanged,
     UpdatePartitionState)
 from strata.cluster.image import (
     NO_LEADER, UNCLEAN_LEADER_ELECTION_ENABLE, BrokerDirectories, BrokerRegistration,
@@ -98,10 +98,12 @@ class _Change:
         self.writes.append(SetBrokerDirectories(broker_id, value))
 
     def set_offline_replicas(self, broker_id: int, partitions: frozenset[TopicPartition]) -> None:
-        offline = {**self.image.offline_replicas, broker_id: frozenset(partitions)}
-        if not partitions:
-            del offline[broker_id]
-        self.image = replace(self.image, offline_replicas=frozen_map(offline))
+        self.image = replace(self.image, offline_replicas=_with_report(
+            self.image.offline_replicas, broker_id, partitions))
+
+    def set_tier_bootstrapped(self, broker_id: int, partitions: frozenset[TopicPartition]) -> None:
+        self.image = replace(self.image, tier_bootstrapped=_with_report(
+            self.image.tier_bootstrapped, broker_id, partitions))
 
     def set_topic(self, name: str, topic: TopicImage | None) -> None:
         topics = dict(self.image.topics)
@@ -174,13 +176,28 @@ class _Change:
         return ControllerResult(image, tuple(self.writes), tuple(self._notices.values()), response)
 
 
+def _with_report(reports: Mapping[int, frozenset[TopicPartition]], broker_id: int,
+                 partitions: frozenset[TopicPartition]) -> Mapping[int, frozenset[TopicPartition]]:
+    """A broker's report of its replicas of some kind set in ``reports`` (dropped when empty)."""
+    out = {**reports, broker_id: frozenset(partitions)}
+    if not partitions:
+        del out[broker_id]
+    return frozen_map(out)
+
+
 # --- the partition state machine's two moves ----------------------------------------------------
 
 def _electable(image: MetadataImage, tp: TopicPartition, replicas: tuple[int, ...]) -> tuple[int, ...]:
-    """``replicas`` without those in a failed log dir (in order)."""
-    if not image.offline_replicas:
-        return replicas
-    return tuple(r for r in replicas if image.is_replica_online(r, tp))
+    """``replicas`` without those in a failed log dir, in order but for those rebuilt from the
+    remote tier that do not span the election guard yet (KIP-1303), which go last: every
+    election picks the first that may lead, so one of them leads only if nobody else can."""
+    if image.offline_replicas:
+        replicas = tuple(r for r in replicas if image.is_replica_online(r, tp))
+    if image.tier_bootstrapped:
+        guarded = tuple(r for r in replicas if tp in image.tier_bootstrapped.get(r, ()))
+        if guarded:
+            replicas = tuple(r for r in replicas if r not in guarded) + guarded
+    return replicas
 
 
 def _online_partition_state_change(change: _Change, topic: str | None = None) -> None:
@@ -292,6 +309,8 @@ def on_broker_registered(image: MetadataImage, event: BrokerRegistered) -> Contr
     change.set_broker(replace(reg, fenced=False, in_controlled_shutdown=False))
     if reg.id in change.image.offline_replicas:  # a new incarnation: its dirs are back
         change.set_offline_replicas(reg.id, frozenset())
+    if reg.id in change.image.tier_bootstrapped:  # ... and it reports what it rebuilds anew
+        change.set_tier_bootstrapped(reg.id, frozenset())
     _admit_registration(change, change.image.brokers[reg.id])
     _online_partition_state_change(change)
     _announce_all(change, [reg.id])
@@ -343,6 +362,24 @@ def on_log_dir_event(image: MetadataImage, event: LogDirEventNotification) -> Co
         for tp in back:
             if tp.topic in change.image.topics and change.registration(tp) is not None:
                 change.announce(tp, to=[event.broker_id])
+    return change.result()
+
+
+def on_tier_bootstrapped_replicas(image: MetadataImage,
+                                  event: TierBootstrappedReplicas) -> ControllerResult:
+    """A broker's guarded replicas now (KIP-1303); elections from then on put them last. A
+    report of an earlier registration, or of a broker not alive, changes nothing."""
+    broker = image.brokers.get(event.broker_id)
+    if broker is None or not broker.alive or broker.epoch != event.broker_epoch:
+        return ControllerResult(image)
+    hosted = frozenset(tp for tp in event.partitions
+                       if (t := image.topics.get(tp.topic)) is not None
+                       and 0 <= tp.partition < len(t.assignment)
+                       and event.broker_id in t.assignment[tp.partition])
+    if hosted == image.tier_bootstrapped.get(event.broker_id, frozenset()):
+        return ControllerResult(image)
+    change = _Change(image)
+    change.set_tier_bootstrapped(event.broker_id, hosted)
     return change.result()
 
 
@@ -790,6 +827,7 @@ _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     AutoLeaderRebalance: on_auto_leader_rebalance,
     UncleanLeaderElectionChanged: on_unclean_leader_election_changed,
     TopicConfigsChanged: on_topic_configs_changed,
+    TierBootstrappedReplicas: on_tier_bootstrapped_replicas,
     ControllerFailover: on_controller_failover,
     PartitionReassignmentRequested: on_partition_reassignment,
     LogDirEventNotification: on_log_dir_event,

@@ -15,6 +15,8 @@ znodes onto these types one to one:
   the log directories broker N last registered with)
 - ``/strata/offline_replicas/N``          -> ``MetadataImage.offline_replicas[N]`` (the replicas
   broker N hosts in failed log dirs, as its current registration reported them)
+- ``/strata/tier_bootstrapped/N``         -> ``MetadataImage.tier_bootstrapped[N]`` (broker N's
+  replicas rebuilt from the remote tier, not yet spanning the election guard)
 
 Invariants kept by ``strata.cluster.controller_logic`` (the only code that makes new images):
 every partition's ISR is a subset of its replicas that holds the leader when there is one,
@@ -202,6 +204,9 @@ class MetadataImage:
     # the controller's only: by broker id, the replicas in its failed log dirs (never elected,
     # never admitted to an ISR until reported back)
     offline_replicas: Mapping[int, frozenset[TopicPartition]] = field(default_factory=frozen_map)
+    # the controller's only: by broker id, its replicas started at the tiered offset whose local
+    # log does not span the election guard yet (KIP-1303: elected only if nobody else can)
+    tier_bootstrapped: Mapping[int, frozenset[TopicPartition]] = field(default_factory=frozen_map)
 
     def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
         """False while ``broker_id`` reports its replica of ``tp`` in a failed log dir."""

@@ -451,6 +451,13 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                                   "keeps Eligible Leader Replicas (KIP-966) and "
                                                   "elects from them when the ISR is empty (Kafka "
                                                   "4's eligible.leader.replicas.version=1)."),
+    "leader.election.eligible.local.log.ms": _BrokerKey(
+        _T.LONG, "600000", "KIP-1303: a replica started at the tiered offset is not elected "
+        "while a replica with more local log can lead, until it has held its local log this "
+        "long (or the bytes below); negative: no time limit of the guard."),
+    "leader.election.eligible.local.log.bytes": _BrokerKey(
+        _T.LONG, "1073741824", "KIP-1303: ... or until its local log holds this many bytes; "
+        "negative: no size limit of the guard (both negative: no guard)."),
     "auto.leader.rebalance.enable": _BrokerKey(_T.BOOLEAN, "true", "Enables auto leader "
                                                "balancing."),
     "leader.imbalance.per.broker.percentage": _BrokerKey(_T.INT, "10", "The ratio of leader "

@@ -522,9 +522,15 @@ class ZkClusterMetadata(ClusterMetadata):
     def report_offline_replicas(self, broker_epoch: int, offline: frozenset[TopicPartition],
                                 failed: bool) -> None:
         """``/strata/offline_replicas/N`` then a log dir event notification for the controller."""
-        self.zk.report_offline_replicas(
-            self.node_id, broker_epoch, offline,
+        self.zk.report_replicas(
+            z.OFFLINE_REPLICAS_PATH, self.node_id, broker_epoch, offline,
             z.LOG_DIR_FAILURE_EVENT if failed else z.LOG_DIR_RECOVERY_EVENT)
+
+    def report_tier_bootstrapped(self, broker_epoch: int,
+                                 partitions: frozenset[TopicPartition]) -> None:
+        """``/strata/tier_bootstrapped/N`` then a log dir event notification for the controller."""
+        self.zk.report_replicas(z.TIER_BOOTSTRAPPED_PATH, self.node_id, broker_epoch, partitions,
+                                z.TIER_BOOTSTRAP_EVENT)
 
     def _grantable(self, tp: TopicPartition, st: PartitionState) -> PartitionState:
         """``st``, or without a leader while it names this broker as leader before its

@@ -7,6 +7,7 @@ old leader stopped, with no gap and no lost record."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,8 @@ from confluent_kafka.admin import NewTopic
 from zk_server import zookeeper_available
 
 from confluent_kafka import Producer
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from cluster_clients import admin, consume_all, dump_threads, log_end, partitions, wait_for
 from cluster_process import StrataCluster
@@ -61,6 +64,20 @@ def produce(bootstrap: str, topic: str, keys: list[bytes]) -> list[bytes]:
         producer.poll(0)
     producer.flush(90)
     return acked
+
+
+def guarded_at_zookeeper(cluster, broker: int) -> dict:
+    """Broker ``broker``'s report of its tier-bootstrapped replicas (KIP-1303), as stored."""
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=10)
+    try:
+        data, _ = zk.get(f"/strata/tier_bootstrapped/{broker}")
+        return json.loads(data)["partitions"]
+    except NoNodeError:
+        return {}
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def keys(start: int, n: int) -> list[bytes]:
@@ -184,3 +201,38 @@ def test_a_wiped_follower_starts_at_the_leaders_local_start_or_with_kip_1023_aft
         started = int(rebuilt.group(1)) + 1
         assert started == (tiered + 1 if last_tiered else local_start)
         assert local_segment_bases(follower, topic)[0] >= started
+
+
+def test_a_replica_rebuilt_from_the_tier_is_not_elected_while_one_with_more_local_log_can_lead(
+        tmp_path):
+    """KIP-1303's guard: replicas 1, 2, 3 (so 2 comes first after the leader); 2's disk is
+    wiped and it rebuilds from the remote tier. When the leader dies, 3 leads, not 2, whose
+    local log holds only the tail; with 3 gone too, 2 leads (nobody else can)."""
+    overrides = {**OVERRIDES, "leader.election.eligible.local.log.ms": "600000",
+                 "leader.election.eligible.local.log.bytes": "1073741824"}
+    with StrataCluster(tmp_path, brokers=3, overrides=overrides) as cluster:
+        topic = "guarded"
+        client = admin(cluster.bootstrap)
+        client.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                       config=TIERED_TOPIC)])[topic].result(30)
+        wait_for("1 leads", lambda: leader_of(cluster, topic) == 1)
+        first = keys(0, 3000)
+        assert produce(cluster.bootstrap, topic, first) == first
+        one, two, three = cluster.brokers
+        wait_for("the leader's local log shrank", lambda: list_offset(
+            one.bootstrap, topic, 0, EARLIEST_LOCAL)[1] >= 2000, timeout=60)
+        two.kill()
+        wait_for("2 out of the ISR", lambda: 2 not in partitions(one.bootstrap, topic)[0].isr)
+        shutil.rmtree(Path(two.data_dir) / "kafka-logs")
+        two.start()
+        wait_for("2 rebuilt and back in the ISR", lambda: sorted(
+            partitions(one.bootstrap, topic)[0].isr) == [1, 2, 3], timeout=90)
+        assert "started at the tiered offset" in two.output()
+        wait_for("2 reported as tier-bootstrapped", lambda: guarded_at_zookeeper(cluster, 2) == {
+            topic: [0]})
+        one.kill()
+        wait_for("3 leads, not the rebuilt 2", lambda: leader_of(cluster, topic) == 3)
+        assert consume_all(three.bootstrap, topic, 3000, timeout=90) == first
+        three.kill()
+        wait_for("2 leads once nobody else can", lambda: leader_of(cluster, topic) == 2)
+        assert consume_all(two.bootstrap, topic, 3000, timeout=90) == first

@@ -139,7 +139,8 @@ def test_log_dir_event_notifications_and_offline_replicas_round_trip():
     assert z.encode_log_dir_event(2) == b'{"version":1,"broker":2,"event":1}'   # Kafka's
     assert z.decode_log_dir_event(z.encode_log_dir_event(2, z.LOG_DIR_RECOVERY_EVENT)) == 2
     parts = frozenset({TopicPartition("t", 2), TopicPartition("t", 0), TopicPartition("u", 1)})
-    data = z.encode_offline_replicas(4294967312, parts)
+    data = z.encode_replica_report(4294967312, parts)
     assert data == b'{"version":1,"broker_epoch":4294967312,"partitions":{"t":[0,2],"u":[1]}}'
-    assert z.decode_offline_replicas(data) == (4294967312, parts)
-    assert z.offline_replicas_path(3) == "/strata/offline_replicas/3"
+    assert z.decode_replica_report(data) == (4294967312, parts)
+    assert z.replica_report_path(z.OFFLINE_REPLICAS_PATH, 3) == "/strata/offline_replicas/3"
+    assert z.replica_report_path(z.TIER_BOOTSTRAPPED_PATH, 3) == "/strata/tier_bootstrapped/3"

@@ -401,16 +401,17 @@ class StrataZkClient:
 
     # --- log dir events ------------------------------------------------------------------
 
-    def report_offline_replicas(self, broker_id: int, broker_epoch: int,
-                                partitions: frozenset[TopicPartition], event: int) -> None:
-        """A broker's own report: ``/strata/offline_replicas/N`` set to all its offline
-        replicas, then a ``/log_dir_event_notification`` for the controller."""
-        path = z.offline_replicas_path(broker_id)
-        data = z.encode_offline_replicas(broker_epoch, partitions)
+    def report_replicas(self, base: str, broker_id: int, broker_epoch: int,
+                        partitions: frozenset[TopicPartition], event: int) -> None:
+        """A broker's own report: ``<base>/N`` (``z.OFFLINE_REPLICAS_PATH`` or
+        ``z.TIER_BOOTSTRAPPED_PATH``) set to all its replicas of that kind, then a
+        ``/log_dir_event_notification`` for the controller."""
+        path = z.replica_report_path(base, broker_id)
+        data = z.encode_replica_report(broker_epoch, partitions)
         try:
             self._call(self._zk.set, path, data)
         except NoNodeError:
-            self.make_sure_persistent_path_exists(z.OFFLINE_REPLICAS_PATH)
+            self.make_sure_persistent_path_exists(base)
             try:
                 self._create(path, data)
             except ZkNodeExistsError:
@@ -418,18 +419,18 @@ class StrataZkClient:
         self._create(f"{z.LOG_DIR_EVENT_NOTIFICATION_PATH}/{z.LOG_DIR_EVENT_PREFIX}",
                      z.encode_log_dir_event(broker_id, event), sequence=True)
 
-    def get_all_offline_replicas(self) -> dict[int, tuple[int, frozenset[TopicPartition]]]:
-        """Broker id -> (broker epoch, offline replicas) as each broker last reported."""
-        ids = [c for c in self._children(z.OFFLINE_REPLICAS_PATH) if c.isdigit()]
-        found = self._get_many([z.offline_replicas_path(int(i)) for i in ids])
+    def get_all_reported(self, base: str) -> dict[int, tuple[int, frozenset[TopicPartition]]]:
+        """Broker id -> (broker epoch, replicas) as each broker last reported under ``base``."""
+        ids = [c for c in self._children(base) if c.isdigit()]
+        found = self._get_many([z.replica_report_path(base, int(i)) for i in ids])
         out = {}
         for i, f in zip(ids, found):
             if f is None:
                 continue
             try:
-                out[int(i)] = z.decode_offline_replicas(f[0])
+                out[int(i)] = z.decode_replica_report(f[0])
             except (ValueError, KeyError, TypeError) as exc:
-                log.error("ignoring unreadable %s: %s", z.offline_replicas_path(int(i)), exc)
+                log.error("ignoring unreadable %s: %s", z.replica_report_path(base, int(i)), exc)
         return out
 
     def get_log_dir_event_notifications(self) -> list[str]:

@@ -19,6 +19,8 @@ Kafka 3.9 ZooKeeper-mode tool reads what Strata writes and the other way round:
 - ``/log_dir_event_notification/log_dir_event_<seq>`` (``{"version":1,"broker":N,"event":1}``)
 - ``/strata/offline_replicas/N`` (Strata's own, the replicas broker N hosts in failed log dirs,
   version 1)
+- ``/strata/tier_bootstrapped/N`` (Strata's own, broker N's replicas started at the tiered
+  offset whose local log does not yet span the election guard, version 1)
 
 Pure values and codecs only: nothing here talks to ZooKeeper (``client.py`` does). Brokers and
 partition states decode to ``strata.cluster.image`` types; fields Kafka stores that the image
@@ -66,6 +68,9 @@ LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 # Strata's, where Kafka's controller asked the broker (LeaderAndIsr answers): written by broker N
 # before each of its log dir event notifications, read by the controller.
 OFFLINE_REPLICAS_PATH = "/strata/offline_replicas"
+# Strata's, the same way: broker N's tier-bootstrapped replicas not yet electable while a
+# replica with more local log is (KIP-1303's guard).
+TIER_BOOTSTRAPPED_PATH = "/strata/tier_bootstrapped"
 
 # org.apache.kafka.server.config.ConfigType.ALL
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
@@ -229,17 +234,20 @@ def decode_broker_directories(data: bytes) -> BrokerDirectories:
 #
 # ``log_dir_event_<seq>`` (persistent sequential, Kafka's ``LogDirEventNotificationSequenceZNode``):
 # ``{"version":1,"broker":2,"event":1}``; event 1 is Kafka's LogDirFailure, 2 Strata's "a dir
-# came back". The controller reads, acts on and deletes them. What is offline is in
-# ``/strata/offline_replicas/N``: ``{"version":1,"broker_epoch":4294967312,
-# "partitions":{"t":[0,2]}}`` (all of broker N's offline replicas, written by broker N; a
+# came back", 3 Strata's "tier-bootstrapped replicas changed". The controller reads, acts on and
+# deletes them. What broker N reports is in ``/strata/offline_replicas/N`` and
+# ``/strata/tier_bootstrapped/N``: ``{"version":1,"broker_epoch":4294967312,
+# "partitions":{"t":[0,2]}}`` (all of broker N's replicas of that kind, written by broker N; a
 # broker epoch other than its registration's is stale).
 
 LOG_DIR_FAILURE_EVENT = 1
 LOG_DIR_RECOVERY_EVENT = 2
+TIER_BOOTSTRAP_EVENT = 3
 
 
-def offline_replicas_path(broker_id: int) -> str:
-    return f"{OFFLINE_REPLICAS_PATH}/{broker_id}"
+def replica_report_path(base: str, broker_id: int) -> str:
+    """``base`` (``OFFLINE_REPLICAS_PATH`` or ``TIER_BOOTSTRAPPED_PATH``) for broker N."""
+    return f"{base}/{broker_id}"
 
 
 def encode_log_dir_event(broker_id: int, event: int = LOG_DIR_FAILURE_EVENT) -> bytes:
@@ -251,18 +259,18 @@ def decode_log_dir_event(data: bytes) -> int:
     return int(decode_json(data)["broker"])
 
 
-def encode_offline_replicas(broker_epoch: int, partitions: frozenset[TopicPartition]) -> bytes:
+def encode_replica_report(broker_epoch: int, partitions: frozenset[TopicPartition]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(partitions):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
     return encode_json({"version": 1, "broker_epoch": broker_epoch, "partitions": by_topic})
 
 
-def decode_offline_replicas(data: bytes) -> tuple[int, frozenset[TopicPartition]]:
+def decode_replica_report(data: bytes) -> tuple[int, frozenset[TopicPartition]]:
     """(broker epoch, frozenset of TopicPartition)."""
     doc = decode_json(data)
     if int(doc["version"]) != 1:
-        raise ValueError(f"Unsupported version of offline replicas: {data!r}")
+        raise ValueError(f"Unsupported version of a replica report: {data!r}")
     return int(doc["broker_epoch"]), frozenset(
         TopicPartition(t, int(p)) for t, ps in (doc.get("partitions") or {}).items() for p in ps)
 
