@@ -1,0 +1,205 @@
+"""TLS contexts from Kafka's ``ssl.*`` settings, for a listener (server side) and for the
+broker's own connections to other brokers (client side).
+
+Keystores: ``ssl.keystore.type`` PEM (``ssl.keystore.location``, a file holding the private key
+and the certificate chain, or inline ``ssl.keystore.key`` and
+``ssl.keystore.certificate.chain``) or PKCS12; ``ssl.key.password`` decrypts an encrypted PEM
+key, ``ssl.keystore.password`` a PKCS12 file. JKS is refused with how to convert it. Truststores:
+``ssl.truststore.type`` PEM (a file, or inline ``ssl.truststore.certificates``) or PKCS12; none
+trusts the system's CAs. ``ssl.client.auth`` none/requested/required,
+``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3), ``ssl.endpoint.identification.algorithm``
+(``https``, Kafka's default, checks the peer's host name; empty turns it off) on the client side.
+Every key is looked up with the listener's ``listener.name.<l>.`` prefix first.
+
+Certificates and keys are parsed by ``cryptography`` and handed to the standard ``ssl``
+module; no cryptography of our own.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from strata.common.listeners import listener_prop
+
+__all__ = ["TlsConfigError", "client_context", "server_context"]
+
+_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+class TlsConfigError(ValueError):
+    """An ``ssl.*`` setting that cannot be used."""
+
+
+def _get(props: Mapping[str, str], listener: str | None, key: str,
+         default: str | None = None) -> str | None:
+    value = listener_prop(props, listener, key, default) if listener else props.get(key, default)
+    return value.strip() if isinstance(value, str) and value.strip() else default
+
+
+def _password(value: str | None) -> bytes | None:
+    return value.encode() if value else None
+
+
+def _store_type(props, listener, kind: str) -> str:
+    location = _get(props, listener, f"ssl.{kind}.location") or ""
+    explicit = _get(props, listener, f"ssl.{kind}.type")
+    if explicit is None:   # Kafka's default is JKS; a file's suffix or inline PEM says better
+        if location.lower().endswith((".p12", ".pfx")):
+            return "PKCS12"
+        return "PEM" if location.lower().endswith((".pem", ".crt")) or not location else "JKS"
+    return explicit.upper()
+
+
+def _refuse_jks(kind: str, location: str | None) -> TlsConfigError:
+    return TlsConfigError(
+        f"ssl.{kind}.type JKS is not supported ({location}): convert it to PKCS12 with "
+        f"`keytool -importkeystore -srckeystore {location or '<file>.jks'} -srcstoretype JKS "
+        f"-destkeystore {kind}.p12 -deststoretype PKCS12` and set ssl.{kind}.type=PKCS12")
+
+
+def _keystore_pem(props, listener) -> tuple[bytes, bytes] | None:
+    """(certificate chain PEM, unencrypted private key PEM), or None without a keystore."""
+    kind = _store_type(props, listener, "keystore")
+    location = _get(props, listener, "ssl.keystore.location")
+    if kind == "JKS":
+        raise _refuse_jks("keystore", location)
+    if kind == "PKCS12":
+        if location is None:
+            raise TlsConfigError("ssl.keystore.type PKCS12 needs ssl.keystore.location")
+        key, cert, extra = pkcs12.load_key_and_certificates(
+            Path(location).read_bytes(), _password(_get(props, listener, "ssl.keystore.password")))
+        if key is None or cert is None:
+            raise TlsConfigError(f"{location} holds no private key and certificate")
+        chain = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (cert, *extra))
+        return chain, _unencrypted(key)
+    if kind != "PEM":
+        raise TlsConfigError(f"ssl.keystore.type {kind} is not supported (PEM, PKCS12)")
+    inline_key = _get(props, listener, "ssl.keystore.key")
+    inline_chain = _get(props, listener, "ssl.keystore.certificate.chain")
+    if inline_key or inline_chain:
+        if not (inline_key and inline_chain):
+            raise TlsConfigError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
+        key_pem, chain = inline_key.encode(), inline_chain.encode()
+    elif location is not None:
+        key_pem = chain = Path(location).read_bytes()
+    else:
+        return None
+    key = serialization.load_pem_private_key(
+        _first_block(key_pem, b"PRIVATE KEY"), _password(_get(props, listener, "ssl.key.password")))
+    return _certificates(chain), _unencrypted(key)
+
+
+def _first_block(pem: bytes, label: bytes) -> bytes:
+    """The first PEM block whose label ends with ``label`` (a key in a file of several)."""
+    start = pem.find(b"-----BEGIN ")
+    while start >= 0:
+        line_end = pem.find(b"-----", start + 11)
+        if pem[start + 11:line_end].endswith(label):
+            end = pem.find(b"-----END ", line_end)
+            return pem[start:pem.find(b"-----", end + 9) + 5]
+        start = pem.find(b"-----BEGIN ", line_end)
+    raise TlsConfigError(f"no {label.decode()} in the keystore")
+
+
+def _certificates(pem: bytes) -> bytes:
+    out, start = [], pem.find(b"-----BEGIN CERTIFICATE-----")
+    while start >= 0:
+        end = pem.find(b"-----END CERTIFICATE-----", start) + len(b"-----END CERTIFICATE-----")
+        out.append(pem[start:end])
+        start = pem.find(b"-----BEGIN CERTIFICATE-----", end)
+    if not out:
+        raise TlsConfigError("no certificate in the keystore")
+    return b"\n".join(out) + b"\n"
+
+
+def _unencrypted(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _truststore_pem(props, listener) -> str | None:
+    kind = _store_type(props, listener, "truststore")
+    location = _get(props, listener, "ssl.truststore.location")
+    if kind == "JKS":
+        raise _refuse_jks("truststore", location)
+    if kind == "PKCS12":
+        if location is None:
+            raise TlsConfigError("ssl.truststore.type PKCS12 needs ssl.truststore.location")
+        _, cert, extra = pkcs12.load_key_and_certificates(
+            Path(location).read_bytes(), _password(_get(props, listener, "ssl.truststore.password")))
+        certs = [c for c in (cert, *extra) if c is not None]
+        return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+    inline = _get(props, listener, "ssl.truststore.certificates")
+    if inline:
+        return inline
+    return Path(location).read_text() if location else None
+
+
+def _load_keystore(context: ssl.SSLContext, chain: bytes, key: bytes) -> None:
+    """``ssl`` loads a key and chain from files only: a private temporary file, removed at once."""
+    fd, path = tempfile.mkstemp(prefix="strata-keystore-", suffix=".pem")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key + b"\n" + chain)
+        context.load_cert_chain(path)
+    finally:
+        os.unlink(path)
+
+
+def _protocols(context: ssl.SSLContext, props, listener) -> None:
+    enabled = [p.strip() for p in (_get(props, listener, "ssl.enabled.protocols",
+                                        "TLSv1.2,TLSv1.3") or "").split(",") if p.strip()]
+    versions = [_PROTOCOLS[p] for p in enabled if p in _PROTOCOLS]
+    if not versions:
+        raise TlsConfigError(f"ssl.enabled.protocols {enabled} names none of "
+                             f"{', '.join(_PROTOCOLS)}")
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+
+
+def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The listener's TLS context; its keystore is required."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _protocols(context, props, listener)
+    keystore = _keystore_pem(props, listener)
+    if keystore is None:
+        raise TlsConfigError(f"listener {listener} uses TLS but has no keystore "
+                             f"(ssl.keystore.location, or ssl.keystore.key and "
+                             f"ssl.keystore.certificate.chain)")
+    _load_keystore(context, *keystore)
+    auth = (_get(props, listener, "ssl.client.auth", "none") or "none").lower()
+    if auth not in ("none", "requested", "required"):
+        raise TlsConfigError(f"ssl.client.auth must be none, requested or required, not {auth}")
+    if auth != "none":
+        trusted = _truststore_pem(props, listener)
+        if trusted:
+            context.load_verify_locations(cadata=trusted)
+        else:
+            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        context.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
+    return context
+
+
+def client_context(props: Mapping[str, str], listener: str | None = None) -> ssl.SSLContext:
+    """The TLS context of this broker's connections to ``listener`` of other brokers."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _protocols(context, props, listener)
+    trusted = _truststore_pem(props, listener)
+    if trusted:
+        context.load_verify_locations(cadata=trusted)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    keystore = _keystore_pem(props, listener)
+    if keystore is not None:   # presented when the other side asks (ssl.client.auth)
+        _load_keystore(context, *keystore)
+    key = "ssl.endpoint.identification.algorithm"    # set empty: no host name check
+    algorithm = listener_prop(props, listener, key, "https") if listener else props.get(key, "https")
+    context.check_hostname = (algorithm or "").strip().lower() == "https"
+    return context
