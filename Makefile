@@ -8,10 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml benchmarks/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark]' -e ./benchmarks
 	touch $@
 
 venv: $(STAMP)
@@ -73,66 +73,66 @@ faults-net: venv system-deps
 		$(VENV)/bin/pytest -q -m faults_net tests/integration/test_network_faults.py
 
 bench-log: venv
-	$(PY) -m strata.bench.log_bench
+	$(PY) -m benchmarks.log_bench
 
 # Log cleaner throughput (MB/s of dirty log compacted in-process).
 bench-cleaner: venv
-	$(PY) -m strata.bench.cleaner
+	$(PY) -m benchmarks.cleaner
 
 # Broker restart time with 1M offset commits in __consumer_offsets, before and after the log
 # cleaner compacts it (issue 28), 3 rounds each; results are copied into docs/benchmarks.md by hand.
 bench-offsets-restart: venv
-	$(PY) -m strata.bench.offsets_restart --rounds 3
+	$(PY) -m benchmarks.offsets_restart --rounds 3
 
 # Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
 # writes its section of docs/benchmarks.md and the charts under docs/benchmarks/.
 bench: venv kafka-dist
-	$(PY) -m strata.bench.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
+	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
 
 # Every workload of `make bench` at a tiny size against Strata alone (part of `make test`).
 bench-smoke: venv
-	$(PY) -m strata.bench.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
+	$(PY) -m benchmarks.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
 # 3 rounds each; results are copied into docs/benchmarks.md by hand.
 bench-failover: venv system-deps kafka-dist
-	$(PY) -m strata.bench.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
-	$(PY) -m strata.bench.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
+	$(PY) -m benchmarks.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
+	$(PY) -m benchmarks.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
 
 # Partition unavailability under network faults (issue 51): Strata and Kafka 4.4.0 (KRaft), each
 # node in a network namespace (needs root); 5 faults x 3 rounds of 25 s each, about 15 minutes.
 bench-netfaults: venv system-deps
 	KAFKA_VERSION=4.4.0 bash scripts/kafka-dist.sh >/dev/null
-	$(PY) -m strata.bench.netfaults --system strata --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-strata.json
-	KAFKA_VERSION=4.4.0 $(PY) -m strata.bench.netfaults --system kafka --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-kafka.json
+	$(PY) -m benchmarks.netfaults --system strata --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-strata.json
+	KAFKA_VERSION=4.4.0 $(PY) -m benchmarks.netfaults --system kafka --rounds 3 --cut-s 25 --json docs/benchmarks/netfaults-kafka.json
 
 # RF 3 acks=all produce (flat out, then rate-limited for latency) and a follower's catch-up on
 # three brokers, Strata and Kafka 4.x.
 bench-replication: venv system-deps kafka-dist
-	$(PY) -m strata.bench.replication --system kafka --rounds 3 --json docs/benchmarks/replication-kafka.json
-	$(PY) -m strata.bench.replication --system strata --rounds 3 --json docs/benchmarks/replication-strata.json
+	$(PY) -m benchmarks.replication --system kafka --rounds 3 --json docs/benchmarks/replication-kafka.json
+	$(PY) -m benchmarks.replication --system strata --rounds 3 --json docs/benchmarks/replication-strata.json
 
 # Kafka transactions on one broker (issue 29): transactions/s of 1,000-record transactions and
 # read_committed (and read_uncommitted) consume throughput over committed and partly aborted
 # data, Strata and Kafka 4.x, 3 rounds each; results are copied into docs/benchmarks.md by hand.
 bench-transactions: venv kafka-dist
-	$(PY) -m strata.bench.transactions --system kafka --rounds 3 --json docs/benchmarks/transactions-kafka.json
-	$(PY) -m strata.bench.transactions --system strata --rounds 3 --json docs/benchmarks/transactions-strata.json
+	$(PY) -m benchmarks.transactions --system kafka --rounds 3 --json docs/benchmarks/transactions-kafka.json
+	$(PY) -m benchmarks.transactions --system strata --rounds 3 --json docs/benchmarks/transactions-strata.json
 
 # A replaced follower (log dir wiped, same id) rejoining the ISR of a 1 GiB topic, tiered and not
 # (KIP-405's test case 3; tiered: KIP-1023 off and on alternately), Strata and Kafka 4.x;
 # results are copied into docs/benchmarks.md by hand.
 bench-rejoin: venv system-deps kafka-dist
-	$(PY) -m strata.bench.rejoin --system strata --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-strata-untiered.json
-	$(PY) -m strata.bench.rejoin --system kafka --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-kafka-untiered.json
-	$(PY) -m strata.bench.rejoin --system strata --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-strata-tiered.json
-	$(PY) -m strata.bench.rejoin --system kafka --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-kafka-tiered.json
+	$(PY) -m benchmarks.rejoin --system strata --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-strata-untiered.json
+	$(PY) -m benchmarks.rejoin --system kafka --tiered off --data-mib 1024 --rounds 3 --json docs/benchmarks/rejoin-kafka-untiered.json
+	$(PY) -m benchmarks.rejoin --system strata --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-strata-tiered.json
+	$(PY) -m benchmarks.rejoin --system kafka --tiered on --data-mib 1024 --rounds 3 --fetch-last-tiered-offset both --json docs/benchmarks/rejoin-kafka-tiered.json
 
 # Full-history scan of a >= 1 GiB tiered topic with Spark: the strata source in `direct` and
 # `broker` mode vs Spark's Kafka connector, 3 rounds; writes its section of docs/benchmarks.md.
 bench-spark: venv spark-kafka-dist
-	$(PY) -m strata.bench.spark_scan --report-md docs/benchmarks.md --json docs/benchmarks/spark_scan.json
+	$(PY) -m benchmarks.spark_scan --report-md docs/benchmarks.md --json docs/benchmarks/spark_scan.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -7,7 +7,7 @@
         c.broker(2).start(); c.wait_metadata()
 
 ``placement`` puts ZooKeeper and each broker on an address and runs them behind a command
-prefix (strata/bench/netfault.py's Network: a network namespace each); by default all on 127.0.0.1.
+prefix (benchmarks/netfault.py's Network: a network namespace each); by default all on 127.0.0.1.
 """
 
 from __future__ import annotations

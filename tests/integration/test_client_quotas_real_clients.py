@@ -1,6 +1,6 @@
 """Client quotas through real clients: Kafka 4.3's ``kafka-configs`` sets and describes them
 (AlterClientQuotas / DescribeClientQuotas), they survive a restart, and a confluent-kafka
-producer over its quota is throttled (its rate is measured by ``python -m strata.bench.quota``,
+producer over its quota is throttled (its rate is measured by ``python -m benchmarks.quota``,
 not asserted here)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_kafka_configs_sets_and_describes_client_and_user_quotas_that_survive_a_
 
 
 def _set_producer_quota(bootstrap: str, client_id: str, bytes_per_second: int) -> None:
-    from strata.bench.quota import set_producer_quota
+    from benchmarks.quota import set_producer_quota
     set_producer_quota(bootstrap, client_id, bytes_per_second)
 
 

@@ -1,4 +1,4 @@
-"""`python -m strata.bench.fetch_cost` at a tiny size on Strata: a raw reader sweeps the
+"""`python -m benchmarks.fetch_cost` at a tiny size on Strata: a raw reader sweeps the
 partition with sequential Fetches, read_uncommitted and read_committed, and the broker's CPU
 per Fetch is reported. Its timings are not checked here (docs/benchmarks.md)."""
 
@@ -15,7 +15,7 @@ import pytest
 def test_a_raw_reader_sweeps_the_partition_and_the_broker_cpu_is_reported(tmp_path, isolation):
     out = tmp_path / "fetch-cost.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "strata.bench.fetch_cost", "--system", "strata", "--records",
+        [sys.executable, "-m", "benchmarks.fetch_cost", "--system", "strata", "--records",
          "3000", "--passes", "2", "--rounds", "1", "--json", str(out), *isolation],
         capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,9 +1,9 @@
 """Network partitions on broker processes and a real ZooKeeper, each in its own network
-namespace (strata/bench/netfault.py), with tiering on: issue 51's "How it is shown".
+namespace (benchmarks/netfault.py), with tiering on: issue 51's "How it is shown".
 
 - The harness itself: ``cut(a, b)`` stops TCP between a and b alone (a connect times out)
   while both still reach everyone else; ``isolate`` and ``split`` likewise; ``heal`` restores.
-- Network faults (the bench's, strata/bench/netfaults.py ``apply_fault``: leader isolated,
+- Network faults (the bench's, benchmarks/netfaults.py ``apply_fault``: leader isolated,
   leader cut from ZooKeeper only, leader split from the majority, controller isolated, the
   link between a leader and a follower down), each for about 20 s, while two acks=all
   producers (an idempotent one and a plain one, without idempotence) write to a tiered RF 3
@@ -45,8 +45,8 @@ from kazoo.client import KazooClient
 
 from cluster_clients import admin, log_end
 from cluster_process import StrataCluster
-from strata.bench.netfault import CLIENTS, Network, netfault_available
-from strata.bench.netfaults import (FAULTS, PRODUCER, Producing, apply_fault, cut_from_zookeeper,
+from benchmarks.netfault import CLIENTS, Network, netfault_available
+from benchmarks.netfaults import (FAULTS, PRODUCER, Producing, apply_fault, cut_from_zookeeper,
                                     read_back, stall, unread, whole)
 from strata.cluster.zk.znodes import broker_path, partition_state_path
 from strata.net.connection import list_offset
@@ -228,7 +228,7 @@ class Leadership:
 
 
 def producers(bootstrap: str) -> dict[str, Producing]:
-    """The two producers of the bench's kind (strata/bench/netfaults.py), each at ``RATE``
+    """The two producers of the bench's kind (benchmarks/netfaults.py), each at ``RATE``
     records/s over every partition, values tagged by producer: an idempotent acks=all one
     and a plain acks=all one (without idempotence a retry may store a record twice; it must
     still lose none)."""
@@ -586,7 +586,7 @@ class Run:
 
 
 def fault_round(run: Run, fault: str, turn: int, seconds: float) -> None:
-    """One fault (strata/bench/netfaults.py's ``apply_fault``) for ``seconds``, then heals and
+    """One fault (benchmarks/netfaults.py's ``apply_fault``) for ``seconds``, then heals and
     waits until every broker, asked itself, sees all three and whole ISRs; compares the
     replicas' local logs right away (before local retention takes what an ex-leader appended);
     then waits until both producers are acknowledged, the group commits beyond where it was,

@@ -1,4 +1,4 @@
-"""`python -m strata.bench.rejoin` at a tiny size on Strata (4 MiB, 256 KiB segments, 4 s ZooKeeper
+"""`python -m benchmarks.rejoin` at a tiny size on Strata (4 MiB, 256 KiB segments, 4 s ZooKeeper
 sessions; about 20 s): a wiped follower of a tiered topic rejoins with KIP-1023 off and on, and
 fetches only the leader's local tail. Its timings are not checked here (docs/benchmarks.md)."""
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.skipif(not _ok, reason=_why), pytest.mark.slow]
 def test_a_wiped_tiered_follower_rejoins_with_only_the_local_tail(tmp_path):
     out = tmp_path / "rejoin.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "strata.bench.rejoin", "--system", "strata", "--tiered", "on",
+        [sys.executable, "-m", "benchmarks.rejoin", "--system", "strata", "--tiered", "on",
          "--data-mib", "4", "--segment-mib", "0.25", "--local-retention-segments", "2",
          "--rounds", "1", "--fetch-last-tiered-offset", "both",
          "--override", "zookeeper.session.timeout.ms=4000", "--json", str(out)],

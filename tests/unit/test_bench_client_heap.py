@@ -12,7 +12,7 @@ import pytest
 # four rounds.
 CHURN = """
 import ctypes, resource, sys
-from strata.bench.workloads import apply_client_heap
+from benchmarks.workloads import apply_client_heap
 print(apply_client_heap(sys.argv[1]))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from strata.bench import cpu
-from strata.bench.cpu import CLOCK_TICKS, CpuMeter, cpu_per_gib, tree_cpu_seconds
+from benchmarks import cpu
+from benchmarks.cpu import CLOCK_TICKS, CpuMeter, cpu_per_gib, tree_cpu_seconds
 
 
 def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int, cstime: int) -> str:
@@ -85,7 +85,7 @@ def test_a_live_childs_cpu_counts_in_its_parents_tree_on_the_real_proc():
 
 
 def test_cpu_load_spins_its_processes_while_entered_and_reaps_them_on_exit():
-    from strata.bench.compare import CpuLoad
+    from benchmarks.compare import CpuLoad
     with CpuLoad(2) as load:
         assert len(load.procs) == 2
         deadline = time.monotonic() + 60

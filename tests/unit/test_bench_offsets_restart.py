@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from strata.bench.offsets_restart import (broker_log_marks, cleaned_lines, committed_offset,
+from benchmarks.offsets_restart import (broker_log_marks, cleaned_lines, committed_offset,
                                           segment_records)
 from strata.protocol.records import SimpleRecord, build_batch
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from strata.bench import compare
-from strata.bench.compare import Results
+from benchmarks import compare
+from benchmarks.compare import Results
 
 
 def _results() -> Results:
@@ -68,7 +68,7 @@ def test_table_and_charts_show_broker_cpu_per_gib_beside_throughput_lower_is_bet
 
 
 def test_each_system_runs_first_in_every_other_round():
-    from strata.bench.compare import round_order
+    from benchmarks.compare import round_order
     assert [round_order(["strata", "kafka"], r) for r in range(4)] == [
         ["strata", "kafka"], ["kafka", "strata"], ["strata", "kafka"], ["kafka", "strata"]]
     assert round_order(["strata"], 1) == ["strata"]

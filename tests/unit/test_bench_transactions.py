@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from strata.bench.transactions import (aborted, check_committed, committed_txns, line,
+from benchmarks.transactions import (aborted, check_committed, committed_txns, line,
                                        parse_args, summarize, txn_key)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from strata.bench.consume_sessions import perf_counts
-from strata.bench.cpu import user_system_seconds
+from benchmarks.consume_sessions import perf_counts
+from benchmarks.cpu import user_system_seconds
 
 
 def test_perf_stat_csv_lines_become_counts_by_event_name():

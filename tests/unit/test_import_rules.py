@@ -3,7 +3,7 @@ functions included): ``protocol`` imports no asyncio, sockets or Strata package 
 ``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
 ``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
 imports ``server``, so ``spark`` never does; ``protocol``'s modules import each other without a
-cycle."""
+cycle; nothing imports the benchmarks (the top-level ``benchmarks`` package)."""
 
 from __future__ import annotations
 
@@ -134,3 +134,10 @@ def test_client_connections_import_only_common_and_protocol():
                                            - {"strata", "strata.server", "strata.cli"}))
 def test_nothing_but_the_entry_points_imports_the_server(package):
     assert _breaking(package, lambda n: _package(n) != "strata.server") == []
+
+
+def test_nothing_in_strata_imports_the_benchmarks():
+    """The harnesses are the top-level ``benchmarks`` package, installed beside the test extra and
+    not shipped in the ``strata`` wheel: the product must run without them."""
+    assert not (ROOT / "bench").exists()
+    assert _breaking("strata", lambda n: n.split(".")[0] != "benchmarks") == []

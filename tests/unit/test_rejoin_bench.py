@@ -8,9 +8,9 @@ import argparse
 
 import pytest
 
-from strata.bench import rejoin, replication
-from strata.bench.brokers import KafkaBroker, StrataBroker
-from strata.bench.workloads import MIB
+from benchmarks import rejoin, replication
+from benchmarks.brokers import KafkaBroker, StrataBroker
+from benchmarks.workloads import MIB
 
 
 def _args(**kw) -> argparse.Namespace:

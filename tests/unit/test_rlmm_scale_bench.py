@@ -1,4 +1,4 @@
-"""strata.bench.rlmm_scale: its synthetic metadata, loaded through the snapshot path (version 2
+"""benchmarks.rlmm_scale: its synthetic metadata, loaded through the snapshot path (version 2
 columns, lazy caches), answers exactly as the original replay of the records; and the
 benchmark's smoke mode runs."""
 
@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from strata.bench import rlmm_scale
+from benchmarks import rlmm_scale
 from strata.tiered.api import TopicIdPartition, TopicPartition
 from strata.tiered.metadata.topic_based import (
     SNAPSHOT_VERSION,
@@ -105,7 +105,7 @@ def test_snapshot_path_answers_as_the_full_replay_on_20000_generated_segments(tm
 
 def test_the_benchmark_smoke_mode_runs(tmp_path):
     out = tmp_path / "out.json"
-    done = subprocess.run([sys.executable, "-m", "strata.bench.rlmm_scale", "--segments", "2000",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.rlmm_scale", "--segments", "2000",
                            "--rounds", "1", "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""The report of ``make bench-spark`` (strata.bench.spark_scan): markdown table and JSON from
+"""The report of ``make bench-spark`` (benchmarks.spark_scan): markdown table and JSON from
 given scan figures; no broker, no Spark."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from strata.bench.spark_scan import (
+from benchmarks.spark_scan import (
     MODE_LABELS, Params, Scan, Topic, render, report_json, round_speedups, speedup)
 
 DATE = datetime.date(2026, 1, 2)
@@ -36,7 +36,7 @@ def table_row(report: str, mode: str) -> list[str]:
 
 
 def test_each_mode_gets_a_row_of_medians_with_their_range():
-    report = render(three_modes(), Params(), TOPIC, "python -m strata.bench.spark_scan",
+    report = render(three_modes(), Params(), TOPIC, "python -m benchmarks.spark_scan",
                     ["2 CPUs"], ["Strata x"], DATE)
     rows = [x for x in report.splitlines() if x.startswith("| ") and "---" not in x]
     assert [r.split("|")[1].strip() for r in rows[1:]] == [MODE_LABELS[m] for m in
@@ -55,10 +55,10 @@ def test_each_mode_gets_a_row_of_medians_with_their_range():
 
 
 def test_the_report_names_the_run_the_setup_and_the_direct_to_connector_ratio():
-    report = render(three_modes(), Params(), TOPIC, "python -m strata.bench.spark_scan --gib 1",
+    report = render(three_modes(), Params(), TOPIC, "python -m benchmarks.spark_scan --gib 1",
                     ["2 CPUs (AMD EPYC)"], ["Strata abc1234", "PySpark 4.0.0"], DATE)
     lines = report.splitlines()
-    assert lines[0] == "Run 2026-01-02: `python -m strata.bench.spark_scan --gib 1`"
+    assert lines[0] == "Run 2026-01-02: `python -m benchmarks.spark_scan --gib 1`"
     assert "- machine: 2 CPUs (AMD EPYC)" in lines
     assert "- PySpark 4.0.0" in lines
     assert any("1,048,576 records of 1024 B in 2 partitions" in x and "64 MiB segments" in x

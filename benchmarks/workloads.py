@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from strata.bench.brokers import java_command
+from benchmarks.brokers import java_command
 
 MIB = 1024 * 1024
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"

@@ -2,8 +2,8 @@
 (remote segments straight from the object store) and in ``broker`` mode (everything through
 Fetch), against Spark's own Kafka connector (spark-sql-kafka-0-10, through Fetch).
 
-    python -m strata.bench.spark_scan                  # make bench-spark: 1 GiB, 3 rounds
-    python -m strata.bench.spark_scan --smoke          # 8 MiB, 1 round, under a minute
+    python -m benchmarks.spark_scan                  # make bench-spark: 1 GiB, 3 rounds
+    python -m benchmarks.spark_scan --smoke          # 8 MiB, 1 round, under a minute
 
 One Strata broker (``strata serve``, filesystem remote tier, ``--remote-latency-ms`` added to
 every GET of its remote tier and of the ``direct`` readers', metrics on a local port) holds one
@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strata.bench.brokers import REPO_ROOT, Broker, free_port, make_broker
-from strata.bench.compare import (
+from benchmarks.brokers import REPO_ROOT, Broker, free_port, make_broker
+from benchmarks.compare import (
     git_describe, machine_facts, parse_overrides, prom_sum, replace_section, tiered_topic_config)
-from strata.bench.workloads import MIB, Topics, log, producer_config, random_values
+from benchmarks.workloads import MIB, Topics, log, producer_config, random_values
 from strata.spark import session
 
 MODES = ("direct", "broker", "connector")
@@ -334,7 +334,7 @@ def report_json(scans: list[Scan], p: Params, topic: Topic, command: str,
 # --- driver ------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m strata.bench.spark_scan", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.spark_scan", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="8 MiB in 1 MiB segments, 1 round")
     ap.add_argument("--gib", type=float, default=None, help="topic size in GiB (default 1)")
@@ -367,7 +367,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     p: Params = args.params
-    command = shlex.join(["python", "-m", "strata.bench.spark_scan",
+    command = shlex.join(["python", "-m", "benchmarks.spark_scan",
                           *(sys.argv[1:] if argv is None else argv)])
     jars, why = connector_jars()
     if "connector" in p.modes and not jars:

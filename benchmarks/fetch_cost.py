@@ -1,6 +1,6 @@
 """The broker's CPU per Fetch, with a reader that costs almost nothing.
 
-    python -m strata.bench.fetch_cost --system strata|kafka [--records 200000] [--passes 10]
+    python -m benchmarks.fetch_cost --system strata|kafka [--records 200000] [--passes 10]
         [--rounds 3] [--read-committed] [--json FILE]
 
 One broker, one partition of ``--records`` 1 KiB records (produced by confluent-kafka, so in
@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata.bench.brokers import kafka_libs_for, make_broker
-from strata.bench.cpu import user_system_seconds
-from strata.bench.workloads import MIB, Topics, produce_throughput, random_values
+from benchmarks.brokers import kafka_libs_for, make_broker
+from benchmarks.cpu import user_system_seconds
+from benchmarks.workloads import MIB, Topics, produce_throughput, random_values
 from strata.net.connection import Connection, recv_into_exact
 from strata.protocol.client import client_frame, fetch_request, framed
 from strata.protocol.records import iter_headers

@@ -1,6 +1,6 @@
 """Remote log metadata at scale: restart time and memory of the topic-based RLMM.
 
-    python -m strata.bench.rlmm_scale --segments 1000000 --partitions 1000 --rounds 3
+    python -m benchmarks.rlmm_scale --segments 1000000 --partitions 1000 --rounds 3
         [--replay-segments N] [--replay-rounds R] [--page-cache warm|cold]
         [--data-dir DIR] [--seed S] [--json PATH]
 
@@ -22,7 +22,7 @@ it after a clean shutdown:
 - a real ``TopicBasedRemoteLogMetadataManager`` then replays the logs and writes its
   snapshot of every metadata partition, and the logs are shut down cleanly.
 
-Each round then runs in a fresh process (``sys.executable -m strata.bench.rlmm_scale
+Each round then runs in a fresh process (``sys.executable -m benchmarks.rlmm_scale
 --child``): it opens the logs (``LogManager.startup``, not counted in the RLMM figures),
 then measures
 
@@ -474,7 +474,7 @@ def run_round(path: Path, mode: str, cold: bool) -> dict[str, Any]:
     if cold:
         evict_page_cache(path)
     load = loadavg()
-    out = subprocess.run([sys.executable, "-m", "strata.bench.rlmm_scale", "--child", str(path),
+    out = subprocess.run([sys.executable, "-m", "benchmarks.rlmm_scale", "--child", str(path),
                           "--mode", mode], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"round failed ({out.returncode}): {out.stderr[-4000:]}")
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     report: dict[str, Any] = {
-        "command": " ".join([os.path.basename(sys.executable), "-m", "strata.bench.rlmm_scale",
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.rlmm_scale",
                              *(argv if argv is not None else sys.argv[1:])]),
         "python": platform.python_version(), "cpus": os.cpu_count(),
         "snapshot_version": snapshot_version(), "page_cache": args.page_cache,

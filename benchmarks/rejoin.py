@@ -1,6 +1,6 @@
 """A replaced broker rejoining the ISR, with tiered storage and without (KIP-405's test case 3):
 
-    python -m strata.bench.rejoin --system strata|kafka --tiered on|off --data-mib N
+    python -m benchmarks.rejoin --system strata|kafka --tiered on|off --data-mib N
         --rounds 3 [--fetch-last-tiered-offset off|on|both] [--json F]
 
 The cluster is failover.py's three nodes (Kafka: three KRaft nodes in combined mode; Strata: three
@@ -60,11 +60,11 @@ import time
 import uuid
 from pathlib import Path
 
-from strata.bench.brokers import KafkaBroker, find_kafka_libs, free_port, java_command, log
-from strata.bench.failover import (NODE_IDS, START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster,
+from benchmarks.brokers import KafkaBroker, find_kafka_libs, free_port, java_command, log
+from benchmarks.failover import (NODE_IDS, START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster,
                                    KafkaCluster, cluster_arguments, make_cluster, wait_for)
-from strata.bench.replication import broker_ids, source_tree, uptime
-from strata.bench.workloads import MIB, produce_throughput, random_values
+from benchmarks.replication import broker_ids, source_tree, uptime
+from benchmarks.workloads import MIB, produce_throughput, random_values
 from strata.common.errors import code_of
 from strata.common.types import uuid_to_kafka_str
 from strata.net.connection import roundtrip
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "system": cluster.system, "version": cluster.version(),
-            "command": shlex.join(["python", "-m", "strata.bench.rejoin",
+            "command": shlex.join(["python", "-m", "benchmarks.rejoin",
                                    *(argv if argv is not None else sys.argv[1:])]),
             "cpus": os.cpu_count(), "tiered": args.tiered, "data_MiB": args.data_mib,
             "segment_MiB": args.segment_mib, "setup": setup, "rounds": rounds,

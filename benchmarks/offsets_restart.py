@@ -1,9 +1,9 @@
 """Broker restart time with a large ``__consumer_offsets``, before and after compaction (issue 28):
 
-    python -m strata.bench.offsets_restart [--groups 200] [--partitions 50] [--commits 100]
+    python -m benchmarks.offsets_restart [--groups 200] [--partitions 50] [--commits 100]
         [--rounds 3] [--clients 4] [--segment-mib 1] [--roll-ms 10000] [--json F] [--dir D]
 
-One ``strata serve`` (``strata.bench.brokers.StrataBroker``: one node, no ZooKeeper, Strata's
+One ``strata serve`` (``benchmarks.brokers.StrataBroker``: one node, no ZooKeeper, Strata's
 defaults but for these settings, the same in every phase except ``log.cleaner.enable``):
 ``offsets.topic.replication.factor=1``, ``offsets.topic.segment.bytes`` ``--segment-mib`` MiB
 (1, the smallest ``segment.bytes``; so that ``__consumer_offsets`` has rolled, cleanable
@@ -77,9 +77,9 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-from strata.bench.brokers import StrataBroker, free_port, log
-from strata.bench.cpu import tree_cpu_seconds
-from strata.bench.replication import source_tree, uptime
+from benchmarks.brokers import StrataBroker, free_port, log
+from benchmarks.cpu import tree_cpu_seconds
+from benchmarks.replication import source_tree, uptime
 from strata.common.errors import code_of
 from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class

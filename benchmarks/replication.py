@@ -1,6 +1,6 @@
 """Replicated produce and follower catch-up on a three-node cluster on this machine:
 
-    python -m strata.bench.replication --system kafka|strata --rounds 3 [--json F]
+    python -m benchmarks.replication --system kafka|strata --rounds 3 [--json F]
         [--workloads produce,latency,catchup]
 
 The clusters are failover.py's (``KafkaCluster``: three KRaft nodes in combined mode;
@@ -74,11 +74,11 @@ import time
 import uuid
 from pathlib import Path
 
-from strata.bench.brokers import log
-from strata.bench.cpu import CpuMeter
-from strata.bench.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cluster_arguments,
+from benchmarks.brokers import log
+from benchmarks.cpu import CpuMeter
+from benchmarks.failover import (START_TIMEOUT_S, WHOLE_TIMEOUT_S, Cluster, cluster_arguments,
                                    make_cluster, wait_for)
-from strata.bench.workloads import (MIB, percentile, produce_throughput, producer_config,
+from benchmarks.workloads import (MIB, percentile, produce_throughput, producer_config,
                                     random_values, send_flat_out)
 from strata.common.errors import code_of
 from strata.net.connection import roundtrip
@@ -100,7 +100,7 @@ def uptime() -> str:
 def source_tree() -> str:
     """``git describe --always --dirty`` of the repository the brokers run from (Strata runs the
     working tree, which others may be editing), or "?" outside a git checkout."""
-    from strata.bench.brokers import REPO_ROOT
+    from benchmarks.brokers import REPO_ROOT
     try:
         out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10, check=False)
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "system": cluster.system, "version": cluster.version(), "source": started_tree,
-            "command": shlex.join(["python", "-m", "strata.bench.replication",
+            "command": shlex.join(["python", "-m", "benchmarks.replication",
                                    *(argv if argv is not None else sys.argv[1:])]),
             "cpus": os.cpu_count(), "record_size": RECORD_SIZE, "uptime_end": uptime(),
             "produce": produce_rounds, "latency": latency_rounds, "catchup": catchup_rounds,

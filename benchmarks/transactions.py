@@ -1,11 +1,11 @@
 """Kafka transactions on one broker: transactions per second and read_committed consume
 throughput, Strata against Apache Kafka 4.x on this machine (issue 29).
 
-    python -m strata.bench.transactions --system strata|kafka --rounds N [--transactions T]
+    python -m benchmarks.transactions --system strata|kafka --rounds N [--transactions T]
         [--record-size B] [--records-per-txn R] [--partitions 1,6] [--abort-every 10]
         [--warmup-transactions 200] [--json F]
 
-One broker, started once for all rounds (``strata.bench.brokers.make_broker``: Strata is
+One broker, started once for all rounds (``benchmarks.brokers.make_broker``: Strata is
 ``strata serve`` with its defaults, Kafka 4.x one KRaft node in combined mode, both with the
 harness's ``COMMON_BROKER`` settings). Records are ``--record-size`` (1 KiB) random
 (incompressible) values, no compression; each record's key is its transaction's number (4
@@ -58,7 +58,7 @@ Each round, for each ``--partitions`` count (1, then 6), on fresh topics deleted
     reference: it receives every record, the aborted transactions' too (counted and asserted).
 
 Beside each timed figure: the broker's CPU-seconds over the span (user + system of its process
-tree, ``strata.bench.cpu``) and per GiB of record values produced or delivered. Each round
+tree, ``benchmarks.cpu``) and per GiB of record values produced or delivered. Each round
 records ``uptime`` (the load averages) before and after it; on a shared machine every figure
 says as much about the load as about the broker.
 """
@@ -79,10 +79,10 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from strata.bench.brokers import find_kafka_libs, kafka_version, log, make_broker
-from strata.bench.cpu import CpuMeter
-from strata.bench.replication import source_tree, uptime
-from strata.bench.workloads import (MIB, Topics, consumer_config, percentile, producer_config,
+from benchmarks.brokers import find_kafka_libs, kafka_version, log, make_broker
+from benchmarks.cpu import CpuMeter
+from benchmarks.replication import source_tree, uptime
+from benchmarks.workloads import (MIB, Topics, consumer_config, percentile, producer_config,
                                     random_values)
 
 WORKLOADS = ("txn-produce", "txn-produce-aborts", "read-committed-consume",
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "system": args.system, "version": version, "source": source_tree(),
-            "command": shlex.join(["python", "-m", "strata.bench.transactions",
+            "command": shlex.join(["python", "-m", "benchmarks.transactions",
                                    *(argv if argv is not None else sys.argv[1:])]),
             "cpus": os.cpu_count(), "record_size": args.record_size,
             "transactions": args.transactions, "records_per_txn": args.records_per_txn,

@@ -1,6 +1,6 @@
 """Failover times of a three-node cluster on this machine:
 
-    python -m strata.bench.failover --system kafka|strata --rounds 3 [--json F]
+    python -m benchmarks.failover --system kafka|strata --rounds 3 [--json F]
 
 Kafka is three KRaft nodes in combined mode (``process.roles=broker,controller``, node ids 1..3,
 a static ``controller.quorum.voters``, one cluster id); Strata is three ``strata serve``
@@ -52,7 +52,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from strata.bench.brokers import (REPO_ROOT, Broker, KafkaBroker, StrataBroker, find_kafka_libs,
+from benchmarks.brokers import (REPO_ROOT, Broker, KafkaBroker, StrataBroker, find_kafka_libs,
                                   free_port, kafka_version, log)
 from strata.common.types import uuid_to_kafka_str
 from strata.net.connection import roundtrip
@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "system": cluster.system, "version": cluster.version(),
-            "command": shlex.join(["python", "-m", "strata.bench.failover",
+            "command": shlex.join(["python", "-m", "benchmarks.failover",
                                    *(argv if argv is not None else sys.argv[1:])]),
             "cpus": os.cpu_count(), "leader_failover": leader_rounds,
             "controller_failover": controller_rounds, "summary": summary}, indent=2) + "\n")

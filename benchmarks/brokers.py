@@ -6,7 +6,7 @@ Both get the same broker settings (``COMMON_BROKER``) and a filesystem remote ti
 own (``file://<log dir>/remote-storage``), Kafka its test jar's ``LocalTieredStorage`` under
 ``<data dir>/remote-storage``.
 
-    python -m strata.bench.brokers kafka --dir /var/tmp/kafka-ref   # run Kafka in the foreground
+    python -m benchmarks.brokers kafka --dir /var/tmp/kafka-ref   # run Kafka in the foreground
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from strata.common.types import uuid_to_kafka_str
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KAFKA_VERSION = "4.3.1"
 
 # Settings both systems get. The intervals are shortened so that tiering and local retention act

@@ -1,12 +1,12 @@
 """Strata and Apache Kafka side by side on this machine: the same workloads, clients and broker
 settings against each, in alternating rounds, with medians, spreads and Strata/Kafka ratios.
 
-    python -m strata.bench.compare                    # make bench: both systems, 3 rounds
-    python -m strata.bench.compare --smoke            # make bench-smoke: Strata only, tiny sizes
+    python -m benchmarks.compare                    # make bench: both systems, 3 rounds
+    python -m benchmarks.compare --smoke            # make bench-smoke: Strata only, tiny sizes
 
 Each round starts each system afresh (a new data dir; Kafka in KRaft mode from the jars of
 ``scripts/kafka-dist.sh`` with ``LocalTieredStorage``, Strata with its filesystem remote tier;
-settings in ``strata.bench.brokers``), runs the selected workloads in this order, restarts the
+settings in ``benchmarks.brokers``), runs the selected workloads in this order, restarts the
 broker for the restart figure, and stops it. Each round begins with an untimed warm-up
 (``warmup_records`` produced and consumed) so that Kafka's JIT is not measured cold.
 Systems alternate in A B B A A B ... order, so the machine's drift reaches both and neither
@@ -16,7 +16,7 @@ always runs first (right after the ceilings' 1 GiB of writes, in the first round
     confluent-kafka producer, linger.ms=5, batch.size=1000000; acks=all is idempotent.
 ``consume``
     confluent-kafka consumer (assigned, no group) reading the acks=1 topic from its start
-    (``fetch.queue.backoff.ms`` 10: see ``strata.bench.workloads.consumer_config``).
+    (``fetch.queue.backoff.ms`` 10: see ``benchmarks.workloads.consumer_config``).
 ``latency``
     acks=all producer at a fixed rate below saturation: produce() to delivery, p50/p99/p99.9.
 ``java-produce-acks1`` / ``java-produce-acksall`` / ``java-consume``
@@ -46,17 +46,17 @@ always runs first (right after the ceilings' 1 GiB of writes, in the first round
 
 Beside the figures of each throughput workload and of ``latency``: the broker's CPU-seconds
 (user + system of the broker process and its children, the JVM for Kafka, from ``/proc``;
-``strata.bench.cpu``) over the workload's span, and per GiB of record values moved
+``benchmarks.cpu``) over the workload's span, and per GiB of record values moved
 ("broker CPU s/GiB"; /proc counts in clock ticks, 10 ms, so tiny runs read 0).
 
 Beside them, in ``--json`` and the log, what the rest of the machine did over the span
-(``strata.bench.cpu.MachineMeter``): CPU-seconds idle and stolen by the hypervisor, and MiB the
+(``benchmarks.cpu.MachineMeter``): CPU-seconds idle and stolen by the hypervisor, and MiB the
 kernel wrote back from the page cache. A round slower than its CPU-seconds explain waited on
 one of these. Every round starts after ``sync``, so no round pays for the writeback of the
 one before it.
 
 The confluent-kafka clients run in this process, which keeps the memory it frees
-(``--client-heap kept``, the default: ``strata.bench.workloads.keep_freed_heap``); with
+(``--client-heap kept``, the default: ``benchmarks.workloads.keep_freed_heap``); with
 ``--client-heap returned`` glibc hands it back to the kernel as it does by default, and the
 clients fault it in again.
 
@@ -89,11 +89,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from strata.bench import ceilings
-from strata.bench.brokers import (
+from benchmarks import ceilings
+from benchmarks.brokers import (
     COMMON_BROKER, REPO_ROOT, Broker, find_kafka_libs, kafka_version, make_broker)
-from strata.bench.cpu import CpuMeter, MachineMeter
-from strata.bench.workloads import (
+from benchmarks.cpu import CpuMeter, MachineMeter
+from benchmarks.workloads import (
     CLIENT_HEAPS, MIB, Topics, apply_client_heap, consume_throughput, java_consume, java_produce,
     log, produce_latency, produce_throughput, random_values)
 from strata.net.connection import list_offset
@@ -242,7 +242,7 @@ def fill_tiered(bootstrap: str, topics: Topics, label: str, mib: int, segment_by
 def cold_reader_loop(bootstrap: str, topic: str, end: int, stop, out) -> None:
     """Read ``topic`` [0, end) again and again until ``stop`` is set; put (bytes, seconds)."""
     from confluent_kafka import Consumer, TopicPartition
-    from strata.bench.workloads import consumer_config
+    from benchmarks.workloads import consumer_config
     c = Consumer(consumer_config(bootstrap))
     nbytes = 0
     t0 = time.perf_counter()
@@ -297,8 +297,8 @@ def remote_read(system: str, data: Path, libs: Path | None, p: Params,
                 overrides: dict[str, str] | None, values: list[bytes]) -> dict:
     """The ``remote-read`` workload on a broker of its own (see the module docstring)."""
     import urllib.request
-    from strata.bench.brokers import free_port
-    from strata.bench.workloads import fetch_latency
+    from benchmarks.brokers import free_port
+    from benchmarks.workloads import fetch_latency
     extra: dict[str, str] = {}
     metrics = None
     if system == "strata":
@@ -351,7 +351,7 @@ def remote_read(system: str, data: Path, libs: Path | None, p: Params,
 def restart_figures(broker: Broker, topic: str) -> dict:
     """Stop the broker cleanly, start it, and time it back to Metadata and to a remote read."""
     from confluent_kafka import Consumer, TopicPartition
-    from strata.bench.workloads import consumer_config
+    from benchmarks.workloads import consumer_config
     broker.stop()
     to_metadata = broker.start(timeout=600)
     c = Consumer({**consumer_config(broker.bootstrap), "fetch.wait.max.ms": 10})
@@ -701,7 +701,7 @@ def replace_section(path: Path, section: str, start: str = MARK_START, end: str 
 # --- driver --------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m strata.bench.compare", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes, 1 round, Strata only (make bench-smoke)")
@@ -763,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     p: Params = args.params
     systems, selected = args.system_list, args.selected
-    command = shlex.join(["python", "-m", "strata.bench.compare", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "benchmarks.compare", *(sys.argv[1:] if argv is None else argv)])
     results = Results()
     client_heap = apply_client_heap(args.client_heap)
     log(f"client heap: {client_heap}")

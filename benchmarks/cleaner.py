@@ -1,6 +1,6 @@
 """Log cleaner throughput: MB/s of dirty log compacted by ``Cleaner.clean``.
 
-    python -m strata.bench.cleaner [--total-mib 64] [--keys 10000] [--value-bytes 100]
+    python -m benchmarks.cleaner [--total-mib 64] [--keys 10000] [--value-bytes 100]
                                    [--codec none|lz4|zstd] [--dir DIR] [--system strata|kafka]
 
 Writes ``--total-mib`` of batches of 200 keyed records (keys drawn from ``--keys``) to a
@@ -8,7 +8,7 @@ compacted log, rolls it, then times one clean of the whole dirty section (offset
 swap) and prints one JSON line: dirty MiB, seconds, MB/s (10^6 bytes), and the bytes kept.
 
 ``--system kafka`` produces the same records (same keys, values, count, codec, 200 a batch) to
-a 1 MiB-segment topic of an Apache Kafka broker (``strata.bench.brokers``), rolls it, turns on
+a 1 MiB-segment topic of an Apache Kafka broker (``benchmarks.brokers``), rolls it, turns on
 ``cleanup.policy=compact`` and reads Kafka's own figure from its ``log-cleaner.log`` (Kafka
 prints MiB; ``mb_per_s`` is converted to 10^6 bytes, ``logged`` is Kafka's text).
 ``--system strata-broker`` does the same against ``strata serve`` and reads its cleaner's
@@ -93,7 +93,7 @@ def broker_clean(system: str, base: Path, count: int, keys: int, value: bytes, c
     from confluent_kafka import Producer
     from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                        ConfigResource, NewTopic)
-    from strata.bench.brokers import find_kafka_libs, make_broker
+    from benchmarks.brokers import find_kafka_libs, make_broker
     libs, log4j = None, None
     if system == "kafka":
         libs, why = find_kafka_libs()

@@ -1,10 +1,10 @@
 """How long partitions are unavailable during network faults, Strata (ZooKeeper) against Apache
 Kafka (KRaft, combined mode), under an idempotent acks=all producer (issue 51):
 
-    python -m strata.bench.netfaults --system strata|kafka [--faults F,...] [--rounds 3]
+    python -m benchmarks.netfaults --system strata|kafka [--faults F,...] [--rounds 3]
                                      [--cut-s 30] [--json FILE]
 
-Each node runs in its own network namespace (strata/bench/netfault.py; needs root): Strata is
+Each node runs in its own network namespace (benchmarks/netfault.py; needs root): Strata is
 ZooKeeper and three brokers, Kafka three nodes with ``process.roles=broker,controller`` whose
 CONTROLLER listener is on a second address of the node, so that the quorum's traffic can be cut
 apart from the rest. Failure detection is each system's default (Strata:
@@ -49,10 +49,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from strata.bench.brokers import (REPO_ROOT, KafkaBroker, StrataBroker, find_kafka_libs,
+from benchmarks.brokers import (REPO_ROOT, KafkaBroker, StrataBroker, find_kafka_libs,
                                   kafka_version, log)
-from strata.bench.failover import _code, kraft_quorum_leader
-from strata.bench.netfault import Network, netfault_available
+from benchmarks.failover import _code, kraft_quorum_leader
+from benchmarks.netfault import Network, netfault_available
 from strata.common.types import uuid_to_kafka_str
 from strata.net.connection import roundtrip
 
@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "system": cluster.system, "version": cluster.version(),
-            "command": shlex.join(["python", "-m", "strata.bench.netfaults",
+            "command": shlex.join(["python", "-m", "benchmarks.netfaults",
                                    *(argv if argv is not None else sys.argv[1:])]),
             "cpus": os.cpu_count(), "producer": PRODUCER, "rate_per_partition": RATE,
             "cut_s": args.cut_s, "rounds": rounds, "acknowledged": len(producing.acked),

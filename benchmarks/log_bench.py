@@ -1,6 +1,6 @@
 """In-process throughput of the local log: append and read of 1 MiB batches of 1 KB records.
 
-    python -m strata.bench.log_bench [--total-mib 4096] [--rounds 3] [--dir DIR]
+    python -m benchmarks.log_bench [--total-mib 4096] [--rounds 3] [--dir DIR]
 
 Append goes through ``UnifiedLog.append_as_leader`` (header validation, CRC32C, offset
 assignment, producer-state and index updates, one pwrite into the page cache; rolled segments

@@ -1,4 +1,4 @@
-"""A quota-limited producer's achieved rate: ``python -m strata.bench.quota``.
+"""A quota-limited producer's achieved rate: ``python -m benchmarks.quota``.
 
 Starts a Strata broker (or uses ``--bootstrap``), sets ``producer_byte_rate`` for one client id
 with AlterClientQuotas, and lets a confluent-kafka producer with that client id send 10 KiB
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     broker = None
     if args.bootstrap is None:
-        from strata.bench.brokers import StrataBroker
+        from benchmarks.brokers import StrataBroker
         broker = StrataBroker(Path(tempfile.mkdtemp(prefix="strata-quota-bench-")),
                               {"quota.window.num": str(args.window_num)})
         broker.start()

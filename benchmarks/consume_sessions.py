@@ -1,6 +1,6 @@
 """Hot consume, session after session on one broker: where a round's time goes.
 
-    python -m strata.bench.consume_sessions --system strata|kafka [--records 1000000]
+    python -m benchmarks.consume_sessions --system strata|kafka [--records 1000000]
         [--sessions 8] [--cpu-load 1] [--client-heap kept|returned] [--override KEY=VALUE ...]
 
 One broker, one topic of ``--records`` 1 KiB records (produced and read once untimed), then
@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata.bench.brokers import kafka_libs_for, make_broker
-from strata.bench.compare import CpuLoad
-from strata.bench.cpu import user_system_seconds
-from strata.bench.workloads import (
+from benchmarks.brokers import kafka_libs_for, make_broker
+from benchmarks.compare import CpuLoad
+from benchmarks.cpu import user_system_seconds
+from benchmarks.workloads import (
     CLIENT_HEAPS, MIB, Topics, apply_client_heap, consume_throughput, log, produce_throughput,
     random_values)
 
