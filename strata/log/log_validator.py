@@ -204,9 +204,8 @@ def _records_fill(data, count: int, keyless: list[int] | None = None, lo: int = 
     ``_run_length``). Records come in runs of one length (a batch's sizes change where a
     varint grows, or where values differ): a run is proven from the length prefixes at its
     stride, compared all at once in C, and stepped over whole; where lengths vary, records are
-    stepped one at a time (about 0.5 us each). With ``keyless`` (compacted topics) every record
-    is stepped, to reach its key length, and the index of each record without a key is
-    appended."""
+    stepped one at a time. With ``keyless`` (compacted topics) every record is stepped, to
+    reach its key length, and the index of each record without a key is appended."""
     end = len(data) if hi is None else hi
     pos = lo
     n = 0

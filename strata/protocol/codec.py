@@ -43,14 +43,10 @@ What we learned about kio (0.6.5; schemas generated from a recent Kafka 4.x's me
   Encoding is zero-copy: the writer passes the records object itself to ``io.write``, so a sink
   that keeps large chunks by reference (``_Sink``) never copies them, and a ``memoryview`` (e.g.
   over a segment file) works too since kio only calls ``len()`` on it.
-* Measured on this machine (median of 200 runs, warm cache): decoding a Produce v11 request
-  carrying 1 MiB of records takes ~30 us in ``parse_request`` -- kio's reader ~24 us, nearly all
-  of it the 1 MiB copy (``bytes(memoryview)`` of 1 MiB alone is ~23 us), our pre-scan ~1 us.
-  Encoding a Fetch v12 response carrying 1 MiB: ``encode_response_parts`` ~16 us (zero-copy),
-  ``encode_response`` ~42 us (one ``b"".join`` copy); kio writing into a BytesIO + getvalue()
-  is ~39 us. Per-element costs matter more than payload size: a Fetch request for 1000
-  partitions parses in ~275 us (kio ~200, pre-scan ~60), Metadata for 1000 topics ~275 us
-  (kio ~125, pre-scan ~135).
+* Cost: ``parse_request``'s time is mostly kio's copy of the records; ``encode_response_parts``
+  copies nothing, ``encode_response`` joins the parts once. Per-element work (partitions,
+  topics), not payload size, is what a large request costs (figures: docs/benchmarks.md, "The
+  wire codec over kio").
 * Hazard found: kio's native array reader pre-allocates ``Vec::with_capacity(count)`` from the
   wire count before reading elements. A 5-byte compact array length (~2**35) makes it allocate
   ~256 GiB and Rust aborts the whole process (no Python exception). ``parse_request`` therefore

@@ -2,9 +2,9 @@
 response the broker sends.
 
 Each acks=all record costs a follower one Fetch request and its leader one Fetch response, and
-kio's writer took longer to build and encode them (20-45 us each) than the rest of the round's
-Python work. Both are written here directly, byte for byte as kio writes them (the tests
-compare the two):
+kio's writer took longer to build and encode them than the rest of the round's Python work
+(docs/benchmarks.md, "Fetch written without kio"). Both are written here directly, byte for
+byte as kio writes them (the tests compare the two):
 
 * ``ReplicaFetch`` holds what a follower's Fetch v12 carries and writes its frame; ``to_kio``
   gives the same request as kio's object, for code that wants one (blocking connections, tests).

@@ -217,8 +217,8 @@ def _xerial_decode(data: bytes) -> bytes:
 # A produced batch may inflate to at most this many bytes (``strata.log.log_validator`` inflates
 # through ``inflate_bounded``); a batch beyond it (a compression bomb: 6 KiB of zstd make
 # 200 MB) is refused with RECORD_TOO_LARGE, which producers answer by splitting the batch. It
-# also bounds the record walk's time on the event loop (about 0.2 us a record: under a second
-# for 32 MiB of the smallest records).
+# also bounds the record walk's time on the event loop (docs/benchmarks.md, "Bad input and
+# bounds").
 MAX_INFLATED_BATCH_BYTES = 32 << 20
 _inflate_buffers = threading.local()
 

@@ -7,15 +7,13 @@ runs ``importlib.invalidate_caches()``. On Python 3.10 and 3.11 that makes every
 in ``sys.path_importer_cache`` re-read its archive's whole directory (CPython gh-103200, made
 lazy in 3.12), and the cache holds one importer per package imported out of a zip or jar:
 
-- about 15 for ``pyspark.zip`` (one per package: ``pyspark/sql``, ``pyspark/errors``, ...),
-  4-8 ms each;
-- one for spark-core's jar, which Spark puts on the worker's path (15 MB, thousands of
-  entries): 20-85 ms.
+- about 15 for ``pyspark.zip`` (one per package: ``pyspark/sql``, ``pyspark/errors``, ...);
+- one for spark-core's jar, which Spark puts on the worker's path (thousands of entries).
 
-Measured in a worker, that is 70-150 ms a call, and a query makes several calls one after
-another. ``trim_import_caches`` brings the next call's re-reads to none: it drops every zip
-importer, and each archive's cached directory with it, so an archive is read again only when an
-import next searches it (what Python 3.12 does).
+A query makes several such calls one after another (their cost: docs/architecture.md, Spark).
+``trim_import_caches`` brings the next call's re-reads to none: it drops every zip importer, and
+each archive's cached directory with it, so an archive is read again only when an import next
+searches it (what Python 3.12 does).
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ def prepare_worker() -> None:
 
     A reused PySpark worker runs a full ``gc.collect()`` after every task, and every
     planning call is a task of such a worker. With PySpark, pyarrow, numpy and Strata's
-    reading code imported that walks 50,000-110,000 objects: 30-60 ms of CPU a call, about
-    0.2 s for a ``direct`` query, while the other task or the next stage wants the core.
+    reading code imported that walks every object they made, each call, while the other task
+    or the next stage wants the core (its cost: docs/architecture.md, Spark).
     Freezing takes what exists out of those collections. It happens when ``sys.modules`` has
     grown: at the first entry, and at the next after a task that imported more (the read
     path imports most of what it uses on first use); by then the collection after that task

@@ -21,12 +21,12 @@ transition ``RemoteLogSegmentState.is_valid_transition`` refuses (Kafka's cache 
 drops both; the topic-based manager's consumer does that with the exception).
 
 A cache restored from a snapshot starts *lazy* (``RemoteLogMetadataCache.from_columns``): it
-holds its partition's state as ``SegmentColumns`` (arrays, about 90 bytes a segment, no
-Python object per segment) and answers ``remote_log_segment_metadata`` and
-``highest_offset_for_epoch`` from them, building only the segment it returns. Anything else
-(a change, a listing, ``segments``/``epochs``) first materialises it once into the dicts of
-RemoteLogSegmentMetadata and RemoteLogLeaderEpochState every other cache has (about 0.8 KiB
-a segment, 3-4 us a segment to build); the answers are the same either way.
+holds its partition's state as ``SegmentColumns`` (arrays, no Python object per segment) and
+answers ``remote_log_segment_metadata`` and ``highest_offset_for_epoch`` from them, building
+only the segment it returns. Anything else (a change, a listing, ``segments``/``epochs``) first
+materialises it once into the dicts of RemoteLogSegmentMetadata and RemoteLogLeaderEpochState
+every other cache has; the answers are the same either way (the memory and time of each form:
+docs/benchmarks.md, "Remote log metadata at scale").
 """
 
 from __future__ import annotations
