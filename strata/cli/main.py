@@ -438,7 +438,7 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
     from strata.cluster.metadata import SENDFILE_PROP, ClusterMetadata
     from strata.common.leadership_lease import ALWAYS_HELD
-    from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
+    from strata.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
     from strata.coordinator.offsets_log import ReplicaOffsetsLog
     from strata.coordinator.producer_id_manager import ProducerIdManager
     from strata.replication.replica_manager import ReplicaManager
