@@ -77,7 +77,7 @@ class ReplayMarker(NamedTuple):
 
 class ReplicaOffsetsLog:
     """An internal coordinator topic over the ReplicaManager: the group coordinator's
-    ``OffsetsLog`` (``strata.coordinator.group_coordinator``) by default, or, through
+    ``OffsetsLog`` (``strata.coordinator.group``) by default, or, through
     ``for_transaction_state``, the transaction coordinator's ``__transaction_state``."""
 
     def __init__(self, replica_manager: Any, metadata: Any,

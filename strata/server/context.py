@@ -19,7 +19,7 @@ class BrokerContext:
     replica_manager: ReplicaManager
     fetch_watchers: PartitionWatchers = field(default_factory=PartitionWatchers)
     auto_create_topics: bool = True
-    group_coordinator: Any = None      # strata.coordinator.group_coordinator.GroupCoordinator
+    group_coordinator: Any = None      # strata.coordinator.group.GroupCoordinator
     offsets_log: Any = None            # strata.coordinator.offsets_log.ReplicaOffsetsLog
     producer_ids: Any = None           # strata.coordinator.producer_id_manager.ProducerIdManager
     txn_coordinator: Any = None        # strata.coordinator.txn_coordinator.TransactionCoordinator

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from strata.common.errors import ErrorCode
-from strata.coordinator.group_coordinator import GroupState
+from strata.coordinator.group import GroupState
 from strata.coordinator.offsets_records import GroupMetadataKey, OffsetCommitKey, partition_for
 from strata.protocol.codec import API_VERSIONS, ApiKey
 from strata.server.dispatch import advertised_versions

@@ -15,7 +15,7 @@ import pytest
 
 from strata.common.clock import MockClock
 from strata.common.errors import ErrorCode, KafkaError
-from strata.coordinator.group_coordinator import (
+from strata.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     GroupState,

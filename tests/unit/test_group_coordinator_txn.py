@@ -16,7 +16,7 @@ from kio.serial import entity_reader
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
-from strata.coordinator.group_coordinator import (
+from strata.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     GroupState,
@@ -205,7 +205,7 @@ def test_a_failed_append_leaves_nothing_pending_and_maps_the_error():
         h.log.fail_with = None
         h.coord.complete_transaction(h.partition, PID, True)
         assert fetched(h, ("t", 0)) == {("t", 0): (-1, ErrorCode.NONE)}
-        assert h.coord._txn_groups == {}
+        assert h.coord._offsets.txn_groups == {}
     run(main())
 
 
@@ -312,7 +312,7 @@ def test_unload_drops_pending_state_and_a_reload_brings_back_the_open_transactio
         await h.coord.commit_offsets(GROUP, "", -1, [("t", 0, 5)])
         await txn_commit(h, [("t", 0, 10)])
         h.coord.unload([h.partition])
-        assert h.coord._txn_groups == {}
+        assert h.coord._offsets.txn_groups == {}
         h.coord.complete_transaction(h.partition, PID, True)   # not ours any more: nothing
         h.coord.load([h.partition])
         assert fetched(h, ("t", 0)) == {("t", 0): (5, ErrorCode.NONE)}
@@ -327,7 +327,7 @@ def test_a_deleted_topic_takes_its_pending_offsets_with_it():
     async def main():
         h = harness()
         await txn_commit(h, [("gone", 0, 10), ("kept", 0, 20)])
-        h.coord._delete_topic_offsets("gone")
+        h.coord._offsets.delete_topic_offsets("gone")
         assert fetched(h, ("gone", 0), stable=True) == {("gone", 0): (-1, ErrorCode.NONE)}
         h.coord.complete_transaction(h.partition, PID, True)
         assert fetched(h, ("gone", 0), ("kept", 0)) == {("gone", 0): (-1, ErrorCode.NONE),
@@ -340,7 +340,7 @@ def test_deleting_the_group_drops_its_open_transaction():
         h = harness()
         await txn_commit(h, [("t", 0, 10)])
         assert await h.coord.delete_groups([GROUP]) == {GROUP: ErrorCode.NONE}
-        assert h.coord.group_state(GROUP) is None and h.coord._txn_groups == {}
+        assert h.coord.group_state(GROUP) is None and h.coord._offsets.txn_groups == {}
         h.coord.complete_transaction(h.partition, PID, True)
         assert fetched(h, ("t", 0)) == {("t", 0): (-1, ErrorCode.NONE)}
     run(main())

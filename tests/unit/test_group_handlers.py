@@ -16,7 +16,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader
 
 from strata.common.errors import ErrorCode
-from strata.coordinator.group_coordinator import GroupCoordinator, GroupCoordinatorConfig
+from strata.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.protocol.codec import (
     API_VERSIONS,

@@ -3,7 +3,8 @@ functions included): ``protocol`` imports no asyncio, sockets or Strata package 
 ``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
 ``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
 imports ``server``, so ``spark`` never does; ``protocol``'s modules import each other without a
-cycle; nothing imports the benchmarks (the top-level ``benchmarks`` package)."""
+cycle; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
+package (``coordinator.group``) is imported by its name only, never by its modules."""
 
 from __future__ import annotations
 
@@ -141,3 +142,17 @@ def test_nothing_in_strata_imports_the_benchmarks():
     not shipped in the ``strata`` wheel: the product must run without them."""
     assert not (ROOT / "bench").exists()
     assert _breaking("strata", lambda n: n.split(".")[0] != "benchmarks") == []
+
+
+COORDINATOR_PACKAGES = ["strata.coordinator.group"]
+
+
+@pytest.mark.parametrize("package", COORDINATOR_PACKAGES)
+def test_a_coordinator_package_is_imported_by_its_name_only(package):
+    """A coordinator package's modules (state machine, membership, offsets, loader, ...) are
+    its own business: every other module imports the names its ``__init__`` exports, so the
+    package can be reshaped (the next group protocols land in it) without touching them."""
+    assert any(name == package for names in IMPORTS.values() for name in names)
+    assert sorted(f"{module} imports {name}" for module, names in IMPORTS.items()
+                  if not (module == package or module.startswith(package + "."))
+                  for name in names if name.startswith(package + ".")) == []

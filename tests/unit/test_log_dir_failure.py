@@ -16,7 +16,7 @@ import pytest
 
 from strata.common.errors import ErrorCode, KafkaStorageError
 from strata.common.types import TopicPartition
-from strata.coordinator.group_coordinator import (
+from strata.coordinator.group import (
     GroupCoordinator, GroupCoordinatorConfig, OffsetCommitPartition)
 from strata.log import indexes, segment
 from strata.log.log_config import LogConfig

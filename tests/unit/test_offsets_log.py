@@ -9,7 +9,7 @@ import pytest
 from strata.cluster.metadata import ClusterMetadata
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
-from strata.coordinator.group_coordinator import (
+from strata.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     OffsetCommitPartition,

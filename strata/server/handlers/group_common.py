@@ -47,7 +47,7 @@ def millis(value, default: int | None = None) -> int | None:
 def offsets_to_commit(ctx, body) -> tuple[dict, list]:
     """An (Txn)OffsetCommit request's partitions: UNKNOWN_TOPIC_OR_PARTITION for those that do
     not exist, ``OffsetCommitPartition``s for the others."""
-    from strata.coordinator.group_coordinator import OffsetCommitPartition
+    from strata.coordinator.group import OffsetCommitPartition
     from strata.coordinator.offsets_records import NO_LEADER_EPOCH
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: list = []

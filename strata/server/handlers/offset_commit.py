@@ -7,7 +7,7 @@ id is allowed (Kafka keeps it for backwards compatibility); a null one is INVALI
 
 from __future__ import annotations
 
-from strata.coordinator.group_coordinator import DEFAULT_RETENTION_TIME
+from strata.coordinator.group import DEFAULT_RETENTION_TIME
 from strata.protocol.codec import response_class
 from strata.server.handlers.group_common import (
     commit_response, coordinator, millis, offsets_to_commit)

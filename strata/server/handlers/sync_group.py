@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
-from strata.coordinator.group_coordinator import SyncGroupResult
+from strata.coordinator.group import SyncGroupResult
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.group_common import coordinator
 

@@ -16,7 +16,7 @@ client and the transaction coordinator, not here.
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
-from strata.coordinator.group_coordinator import NO_GENERATION, UNKNOWN_MEMBER_ID
+from strata.coordinator.group import NO_GENERATION, UNKNOWN_MEMBER_ID
 from strata.protocol.codec import response_class
 from strata.server.handlers.group_common import commit_response, offsets_to_commit
 
