@@ -36,12 +36,13 @@ run: venv
 run-cluster: venv system-deps
 	@bash scripts/run-cluster.sh
 
+# The benchmark harnesses' own tests (tests/bench/, the `bench` marker) run in `make bench-smoke`,
+# which CI (.ci/run) runs after `make test`.
 test: venv system-deps kafka-dist spark-kafka-dist
-	$(VENV)/bin/pytest -q -m "not faults and not faults_net" --durations=25
-	$(MAKE) --no-print-directory bench-smoke
+	$(VENV)/bin/pytest -q -m "not faults and not faults_net and not bench" --durations=25
 
 test-fast: venv
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow and not bench"
 
 # The bad-input tests for long: mutated real client requests for STRATA_FUZZ_SECONDS (900 here,
 # 20 in `make test`) and 5,000 hypothesis examples per property (200 in `make test`).
@@ -90,8 +91,11 @@ bench: venv kafka-dist
 	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
 
-# Every workload of `make bench` at a tiny size against Strata alone (part of `make test`).
-bench-smoke: venv
+# The harnesses' tests (tests/bench/: their reports and meters, fetch_cost and rejoin at a tiny
+# size), then every workload of `make bench` at a tiny size against Strata alone; run by CI
+# after `make test`.
+bench-smoke: venv system-deps
+	$(VENV)/bin/pytest -q -m bench tests/bench
 	$(PY) -m benchmarks.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
