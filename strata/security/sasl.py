@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
 from strata.common.listeners import listener_prop
+from strata.security.scram import server_factory as scram_server_factory
 
 __all__ = ["ANONYMOUS", "JaasConfig", "KafkaPrincipal", "MECHANISMS", "PlainServer",
            "SaslAuthenticationFailed", "SaslConfigError", "SaslServer", "ScramCredentials",
@@ -161,6 +162,8 @@ def _plain(props: Mapping[str, str], listener: str,
 MECHANISMS: dict[str, Callable[[Mapping[str, str], str, ScramCredentials | None],
                                Callable[[], SaslServer]]] = {
     "PLAIN": _plain,
+    "SCRAM-SHA-256": scram_server_factory("SCRAM-SHA-256"),
+    "SCRAM-SHA-512": scram_server_factory("SCRAM-SHA-512"),
 }
 
 
