@@ -27,6 +27,12 @@ On disk, in the first log dir:
   (through AlterConfigs / IncrementalAlterConfigs); a per-broker value wins over the default,
   which wins over server.properties. An older Strata ignores the key.
 
+  ``users`` (when any) holds each user's entity configs as ZooKeeper's ``/config/users/<user>``
+  does: SCRAM credentials in Kafka's string form under their mechanism's name
+  (``{"alice": {"SCRAM-SHA-512": "salt=...,stored_key=...,server_key=...,iterations=4096"}}``),
+  set by AlterUserScramCredentials (``cluster/scram_credentials.py`` has the rules); other
+  entries of a user are kept as they are.
+
 Invariants: topic ids are random version-4 UUIDs, never the zero or one UUID, whose Kafka
 string form does not start with ``-`` (Kafka's ``Uuid.randomUuid``); ``configs`` holds only
 topic-level overrides, as the strings the client sent.
@@ -67,6 +73,8 @@ from strata.tiered.config import (
     validate_stored_topic_remote_storage, validate_topic_remote_storage)
 from strata.replication.quota import DYNAMIC_REPLICATION_QUOTA_CONFIGS, REPLICATION_QUOTA_CONFIG_DEF
 from strata.replication.replica_manager import PartitionState
+from strata.cluster import scram_credentials
+from strata.security.scram import ScramCredential, user_credentials
 
 log = logging.getLogger(__name__)
 
@@ -621,6 +629,8 @@ class ClusterMetadata:
         self._image = self._load_topics()
         # Dynamic broker configs: resource name ("" or this node's id) -> {key: value}
         self._dynamic_broker: dict[str, dict[str, str]] = self._load_dynamic_broker_configs()
+        # Users' entity configs (SCRAM credentials): user -> {key: value}
+        self._user_configs: dict[str, dict[str, str]] = self._load_user_configs()
         if self._dynamic_broker:
             self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
         for name, config in self._image.configs.items():
@@ -760,7 +770,8 @@ class ClusterMetadata:
         return _build_image(topics, configs)
 
     def _persist(self, topics: Iterable[TopicInfo],
-                 broker_configs: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 broker_configs: Mapping[str, Mapping[str, str]] | None = None,
+                 users: Mapping[str, Mapping[str, str]] | None = None) -> None:
         doc: dict[str, Any] = {
             "version": METADATA_FORMAT_VERSION,
             "cluster_id": self.cluster_id,
@@ -772,6 +783,9 @@ class ClusterMetadata:
             broker_configs = getattr(self, "_dynamic_broker", {})
         if broker_configs:
             doc["broker_configs"] = {name: dict(c) for name, c in broker_configs.items() if c}
+        users = getattr(self, "_user_configs", {}) if users is None else users
+        if users:
+            doc["users"] = {name: dict(c) for name, c in users.items() if c}
         with self.dir_failures.guard(self.log_dir, "writing the cluster metadata"):
             atomic_write(self.metadata_path,
                          json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
@@ -1388,6 +1402,51 @@ class ClusterMetadata:
         self._dynamic_broker = dynamic
         self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
         self._notify("on_broker_configs_changed", self.remote_log_manager_config)
+
+    # ---- SCRAM credentials: the users' entity configs ------------------------------------------
+
+    def _load_user_configs(self) -> dict[str, dict[str, str]]:
+        path = self.metadata_path
+        if not path.exists():
+            return {}
+        try:
+            stored = json.loads(path.read_bytes()).get("users") or {}
+            return {str(u): {str(k): str(v) for k, v in c.items()} for u, c in stored.items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise MetaPropertiesError(f"Unreadable users in {path}: {exc}") from exc
+
+    def user_scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        """The user's SCRAM credentials by mechanism name."""
+        return user_credentials(self._user_configs.get(user, {}))
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """``strata.security.sasl.ScramCredentials``: what the SCRAM server checks against."""
+        return self.user_scram_credentials(user).get(mechanism)
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None
+                                        ) -> list[scram_credentials.DescribeResult]:
+        return scram_credentials.describe(users, self.user_scram_credentials,
+                                          lambda: list(self._user_configs))
+
+    def alter_user_scram_credentials(self, deletions: Iterable[scram_credentials.Deletion],
+                                     upsertions: Iterable[scram_credentials.Upsertion]
+                                     ) -> list[scram_credentials.AlterResult]:
+        """AlterUserScramCredentials: durable before this returns."""
+        with self._lock:
+            results, changes = scram_credentials.plan_alteration(
+                deletions, upsertions, lambda u, m: m in self.user_scram_credentials(u))
+            if changes:
+                users = dict(self._user_configs)
+                for user, change in changes.items():
+                    users[user] = scram_credentials.apply_changes(users.get(user, {}), change)
+                    if not users[user]:
+                        del users[user]
+                self._persist(self._image.topics.values(), users=users)
+                self._user_configs = users
+                log.info("SCRAM credentials altered: %s", {
+                    u: {m: "deleted" if c is None else "set" for m, c in ch.items()}
+                    for u, ch in changes.items()})
+        return results
 
     # ---- DescribeConfigs -----------------------------------------------------------------------
 

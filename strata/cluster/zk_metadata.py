@@ -44,13 +44,15 @@ from strata.cluster.metadata import (
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
-from strata.cluster.zk.client import StrataZkClient, ZkNodeExistsError, ZooKeeperError
+from strata.cluster import scram_credentials
+from strata.cluster.zk.client import StrataZkClient, ZkNodeExistsError, ZkTree, ZooKeeperError
 from strata.cluster.zk.view import ZkMetadataView
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.files import atomic_write
 from strata.common.types import TopicPartition, uuid_to_kafka_str
 from strata.log.log_config import LogConfig
 from strata.replication.replica_manager import PartitionState
+from strata.security.scram import ScramCredential, desanitize, sanitize, user_credentials
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class ZkClusterMetadata(ClusterMetadata):
         self.controller = None  # this broker's ControllerService, once started
         # set at registration: leader epochs granted to this broker's previous incarnation
         self._stale_leaderships: dict[TopicPartition, int] | None = None
+        self._users_tree: ZkTree | None = None   # /config/users, once the view starts
         self.broker_epoch = -1
         super().__init__(log_dir, node_id, broker_props)
         self._wait_s = self._int_prop(METADATA_WAIT_MS, DEFAULT_METADATA_WAIT_MS) / 1000
@@ -89,6 +92,8 @@ class ZkClusterMetadata(ClusterMetadata):
 
     def start_view(self) -> None:
         """Read the cluster from ZooKeeper, then follow it (listeners hear the first image)."""
+        # the users' configs (SCRAM credentials), read by authentications from memory
+        self._users_tree = self.zk.tree(f"{z.CONFIG_PATH}/users", lambda: None)
         self._view = ZkMetadataView(self.zk, self._on_image).start(self._wait_s)
 
     def close(self) -> None:
@@ -97,6 +102,8 @@ class ZkClusterMetadata(ClusterMetadata):
         self._closed = True  # not under the lock: a writer holds it while waiting for the view
         if self._view is not None:
             self._view.close()
+        if self._users_tree is not None:
+            self._users_tree.close()
 
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Asks the controller to move this broker's leaderships away (Kafka's controlled
@@ -197,6 +204,68 @@ class ZkClusterMetadata(ClusterMetadata):
             if kept:
                 out[name] = kept
         return out
+
+    # ---- SCRAM credentials: /config/users/<user> -----------------------------------------------
+
+    def _load_user_configs(self) -> dict[str, dict[str, str]]:
+        """None from the log dir: a cluster keeps users in ZooKeeper (``/config/users``)."""
+        local = super()._load_user_configs()
+        if local:
+            log.warning("ignoring the users %s stored in %s: a cluster keeps them in ZooKeeper "
+                        "(set their credentials again with kafka-configs)", sorted(local),
+                        self.log_dir)
+        return {}
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """From this broker's copy of ``/config/users`` (no ZooKeeper read: any thread, the
+        event loop's included); None before the view starts."""
+        tree = self._users_tree
+        if tree is None:
+            return None
+        found = tree.data(z.config_entity_path("users", sanitize(user)))
+        if found is None:
+            return None
+        try:
+            return user_credentials(z.decode_entity_config(found[0])).get(mechanism)
+        except Exception:  # noqa: BLE001 - a bad znode is no credential
+            log.warning("unreadable configs of user %r in ZooKeeper", user)
+            return None
+
+    def user_scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        """Read from ZooKeeper itself (as Kafka's ZooKeeper mode describes), so a change made
+        through any broker is seen at once."""
+        with _zk_errors(f"reading the configs of user {user}"):
+            return user_credentials(self.zk.get_entity_configs("users", sanitize(user)))
+
+    def describe_user_scram_credentials(self, users):
+        def all_users() -> list[str]:
+            with _zk_errors("listing the users"):
+                return [desanitize(n) for n in self.zk.get_all_entities_with_config("users")]
+        return scram_credentials.describe(users, self.user_scram_credentials, all_users)
+
+    def alter_user_scram_credentials(self, deletions, upsertions):
+        """Each user's ``/config/users/<user>`` rewritten against the version read (its other
+        entries, client quotas among them, kept) with its change notification, as Kafka's
+        ``AdminZkClient.changeConfigs``; a user whose write fails gets its own error."""
+        with self._lock:
+            results, changes = scram_credentials.plan_alteration(
+                deletions, upsertions, lambda u, m: m in self.user_scram_credentials(u))
+            failed: dict[str, KafkaError] = {}
+            for user, change in changes.items():
+                try:
+                    with _zk_errors(f"writing the configs of user {user}"):
+                        self.zk.update_entity_configs(
+                            "users", sanitize(user),
+                            lambda config, change=change: scram_credentials.apply_changes(
+                                config, change))
+                except KafkaError as exc:
+                    failed[user] = exc
+            if failed:
+                log.warning("SCRAM credentials of %s not altered: %s", sorted(failed), failed)
+            else:
+                log.info("SCRAM credentials of %s altered (ZooKeeper)", sorted(changes))
+        return [scram_credentials.AlterResult(r.user, failed[r.user].code, str(failed[r.user]))
+                if r.user in failed else r for r in results]
 
     # ---- brokers and partitions ----------------------------------------------------------------
 

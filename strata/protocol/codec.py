@@ -255,6 +255,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
@@ -1192,6 +1193,13 @@ def _err_write_txn_markers(req, rc, code, msg):
         for m in req.body.markers))
 
 
+def _err_alter_user_scram_credentials(req, rc, code, msg):
+    # Kafka's getErrorResponse: each user named, once, in name order
+    users = {d.name for d in req.body.deletions or ()} | {u.name for u in req.body.upsertions or ()}
+    return _mk(rc, "", code, results=tuple(
+        _mk(rc, "results", code, user=user, error_message=msg) for user in sorted(users)))
+
+
 def _err_describe_topic_partitions(req, rc, code, msg):
     return _mk(rc, "", code, next_cursor=None, topics=tuple(
         _mk(rc, "topics", code, name=t.name, partitions=()) for t in req.body.topics))
@@ -1234,6 +1242,7 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _err_alter_partition_reassignments,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: _err_describe_topic_partitions,
     ApiKey.ALTER_CLIENT_QUOTAS: _err_alter_client_quotas,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _err_alter_user_scram_credentials,
 }
 
 

@@ -18,6 +18,7 @@ from strata.server.handlers import (
     list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata,
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sync_group)
+from strata.server.handlers import alter_user_scram_credentials
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ HANDLERS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments.handle,
     ApiKey.ALTER_PARTITION: alter_partition.handle,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials.handle,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials.handle,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: get_telemetry_subscriptions.handle,
     ApiKey.PUSH_TELEMETRY: push_telemetry.handle,

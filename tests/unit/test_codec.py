@@ -190,7 +190,8 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
     assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
     assert API_VERSIONS[ApiKey.END_TXN] == (0, 4)   # v5 is transactions V2
-    assert len(API_VERSIONS) == 48
+    assert API_VERSIONS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
+    assert len(API_VERSIONS) == 49
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -680,6 +681,10 @@ MIRRORED = {
     ApiKey.ALTER_CLIENT_QUOTAS: (
         lambda b: [tuple((e.entity_type, e.entity_name) for e in x.entity) for x in b.entries],
         lambda r: [tuple((e.entity_type, e.entity_name) for e in x.entity) for x in r.entries]),
+    # each user named, once, in name order
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (
+        lambda b: sorted({x.name for x in (*b.deletions, *b.upsertions)}),
+        lambda r: [x.user for x in r.results]),
     # v0-3 name one key and answer without it; v4+ answer each key
     ApiKey.FIND_COORDINATOR: (lambda b: list(getattr(b, "coordinator_keys", ["one"])),
                               lambda r: [c.key for c in r.coordinators]

@@ -698,6 +698,27 @@ class StrataZkClient:
             except ZkNodeExistsError:
                 self._call(self._zk.set, path, data)
 
+    def update_entity_configs(self, entity_type: str, entity_name: str,
+                              update: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Rewrites ``/config/<type>/<name>`` as ``update`` makes its current configs, against
+        the version read (a concurrent writer's change is read again and kept, not lost), then
+        appends its change notification; returns what was written."""
+        path = z.config_entity_path(entity_type, entity_name)
+        for _ in range(100):
+            found = self._get(path)
+            config = update({} if found is None else z.decode_entity_config(found[0]))
+            data = z.encode_entity_config(config)
+            try:
+                if found is None:
+                    self._create(path, data)
+                else:
+                    self._call(self._zk.set, path, data, version=found[1].version)
+            except (ZkNodeExistsError, BadVersionError, NoNodeError):
+                continue
+            self.create_config_change_notification(f"{entity_type}/{entity_name}")
+            return config
+        raise ZooKeeperError(f"could not update {path}: it keeps changing")
+
     def create_config_change_notification(self, entity_path: str) -> str:
         """Appends ``/config/changes/config_change_<seq>`` for ``entity_path`` (``topics/T``,
         ``brokers/<default>``, ``brokers/1``); returns the node's name."""
