@@ -73,12 +73,28 @@ def _guarded_aux_state(rlm, guard):
     return build
 
 
-def parse_listener(value: str) -> tuple[str, int]:
-    """``PLAINTEXT://host:port`` (first listener) to (host, port); an empty host binds all."""
-    first = value.split(",")[0].strip()
-    _, _, hostport = first.rpartition("://")
-    host, _, port = hostport.rpartition(":")
-    return host.strip("[]"), int(port)
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"   # Strata's: make run listens on loopback
+
+
+def _listeners(props: dict[str, str]):
+    """Kafka's listener settings (``strata.common.listeners``); brokers do not yet speak SASL
+    to each other."""
+    from strata.common.listeners import parse_listeners
+    listeners = parse_listeners({"listeners": DEFAULT_LISTENERS, **props})
+    if listeners.inter_broker.sasl:
+        raise ValueError(f"the inter-broker listener {listeners.inter_broker_listener} uses "
+                         f"SASL, which brokers do not speak to each other yet: use a PLAINTEXT "
+                         f"or SSL listener for inter.broker.listener.name")
+    return listeners
+
+
+def _inter_broker_ssl(props: dict[str, str]):
+    """The TLS context of this broker's connections to the others (their inter-broker
+    listener), None when that listener is not TLS."""
+    from strata.net.tls import client_context
+    listeners = _listeners(props)
+    return client_context(props, listeners.inter_broker_listener) \
+        if listeners.inter_broker.tls else None
 
 
 class _LogsFollowMetadata:
@@ -231,19 +247,18 @@ def _join_cluster(props: dict[str, str], node_id: int):
     return zk
 
 
-def _register(zk, metadata, node_id: int, props: dict[str, str], host: str, port: int,
-              rack: str | None, clean_shutdown: bool = True):
+def _register(zk, metadata, node_id: int, endpoints: tuple, rack: str | None,
+              clean_shutdown: bool = True):
     """``/brokers/ids/N`` now and again after every new session (Kafka's registration); the
     metadata hears each registration's epoch (``on_registered``). It names the log directory
     (KIP-858) and whether the logs had been closed cleanly; a new session of this process
     lost nothing, so it registers clean."""
-    from strata.cluster.image import BrokerRegistration, Endpoint
+    from strata.cluster.image import BrokerRegistration
     from strata.cluster.metadata import ZERO_UUID
     from strata.cluster.zk.client import StateChangeHandler
     from strata.cluster.zk.client import ZkNodeExistsError
-    listener = (props.get("inter.broker.listener.name") or "PLAINTEXT").strip()
     directories = () if metadata.directory_id == ZERO_UUID else (metadata.directory_id,)
-    registration = BrokerRegistration(node_id, rack, (Endpoint(listener, host, port),),
+    registration = BrokerRegistration(node_id, rack, endpoints,
                                       directory_ids=directories, clean_shutdown=clean_shutdown)
     # A broker restarted right after a crash finds its previous session's registration still
     # there; Kafka's ZooKeeper mode gives up at once, Strata waits (at most one session
@@ -310,7 +325,7 @@ def _replication_quotas(node_id: int, metadata):
     return leader, follower
 
 
-def _alter_partition_manager(node_id: int, metadata, lease):
+def _alter_partition_manager(node_id: int, metadata, lease, ssl_context=None):
     """AlterPartition to whichever broker is the controller now, as this broker's epoch,
     held while ``lease`` is in doubt."""
     from strata.replication.alter_partition import AlterPartitionManager
@@ -326,7 +341,8 @@ def _alter_partition_manager(node_id: int, metadata, lease):
 
     return AlterPartitionManager(
         node_id, broker_epoch, controller,
-        lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None), lease=lease).start()
+        lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None), lease=lease,
+        ssl_context=ssl_context).start()
 
 
 def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
@@ -350,7 +366,8 @@ def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
         return None if found is None else (found.host, found.port)
 
     return ClusterMetadataTopicLog(create_topic, leader_of, client_id=f"broker-{node_id}-rlmm",
-                                   min_insync_replicas=min(2, rf))
+                                   min_insync_replicas=min(2, rf),
+                                   ssl_context=_inter_broker_ssl(props))
 
 
 def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogManager,
@@ -457,7 +474,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     node_id = _int(props, "node.id", _int(props, "broker.id", 1))
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
     log_dirs[0].mkdir(parents=True, exist_ok=True)
-    host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    listeners = _listeners(props)
+    inter_broker_ssl = _inter_broker_ssl(props)
     raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
     loop = asyncio.get_running_loop()
     from strata.common.watchdog import STALLS
@@ -502,6 +520,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         log_dirs[0], allocate_block=lambda: (
             (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
+                        inter_broker_ssl=inter_broker_ssl,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=_flag(props, "auto.create.topics.enable"),
                         producer_ids=producer_ids,
@@ -552,7 +571,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         replica_manager.fetchers = ReplicaFetcherManager.from_properties(
             node_id, props, endpoint_of, replica_manager.get_log,
             on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
-            remote_aux_state=_guarded_aux_state(rlm, guard) if rlm is not None else None)
+            remote_aux_state=_guarded_aux_state(rlm, guard) if rlm is not None else None,
+            ssl_context=inter_broker_ssl)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
         # ISR-expansion retries run on the loop, as the fetches that propose expansions do
@@ -576,23 +596,36 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         metrics_server.registry.register(ClientQuotaCollector(ctx.quotas))
         if cleaner is not None:
             metrics_server.registry.register(LogCleanerCollector(cleaner))
-    server = KafkaServer(Dispatcher(ctx), host or "0.0.0.0", port,
-                         max_request_size=_int(props, "socket.request.max.bytes"),
-                         idle_timeout_ms=_int(props, "connections.max.idle.ms"),
-                         sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false",
-                         send_buffer_bytes=_int(props, "socket.send.buffer.bytes"),
-                         receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes"))
-    await server.start()
-    adv_host, adv_port = parse_listener(props.get("advertised.listeners") or
-                                        props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
-    ctx.advertised_host = adv_host or socket.getfqdn()
-    ctx.advertised_port = adv_port or server.port
-    metadata.advertised_endpoint = (ctx.advertised_host, ctx.advertised_port)
+    from strata.cluster.image import Endpoint
+    from strata.net.tls import server_context
+    from strata.security.sasl import server_factories
+    ctx.failed_authentication_delay_ms = _int(props, "connection.failed.authentication.delay.ms", 100)
+    dispatcher = Dispatcher(ctx)
+    servers = [KafkaServer(dispatcher, listener.host or "0.0.0.0", listener.port,
+                           max_request_size=_int(props, "socket.request.max.bytes"),
+                           idle_timeout_ms=_int(props, "connections.max.idle.ms"),
+                           sendfile=props.get(SENDFILE_PROP, "true").strip().lower() != "false",
+                           send_buffer_bytes=_int(props, "socket.send.buffer.bytes"),
+                           receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes"),
+                           listener=listener.name, security_protocol=listener.security_protocol,
+                           ssl=server_context(props, listener.name) if listener.tls else None,
+                           sasl_factories=server_factories(props, listener.name, metadata)
+                           if listener.sasl else None)
+               for listener in listeners.listeners]
+    for server in servers:
+        await server.start()
+    bound = {s.listener: s.port for s in servers}
+    # the inter-broker listener first: brokers' own connections take the first endpoint
+    advertised = sorted(listeners.advertised, key=lambda a: a.name != listeners.inter_broker_listener)
+    endpoints = [Endpoint(a.name, a.host or socket.getfqdn(), a.port or bound[a.name],
+                          a.security_protocol) for a in advertised]
+    metadata.advertised_endpoints = {e.listener: (e.host, e.port) for e in endpoints}
+    ctx.advertised_host, ctx.advertised_port = endpoints[0].host, endpoints[0].port
+    server = servers[0]
     controller = None
     if zk is not None:
         from strata.cluster.controller import ControllerService, LoggingNoticeSink
-        await asyncio.to_thread(_register, zk, metadata, node_id, props, ctx.advertised_host,
-                                ctx.advertised_port, metadata.rack,
+        await asyncio.to_thread(_register, zk, metadata, node_id, tuple(endpoints), metadata.rack,
                                 all(manager.had_clean_shutdown.values()))
         rebalance = _flag(props, "auto.leader.rebalance.enable")
         controller = ControllerService(
@@ -606,8 +639,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             auto_leader_rebalance_interval_s=_int(
                 props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
         metadata.controller = controller
-        replica_manager.alter_partition = _alter_partition_manager(node_id, metadata,
-                                                                   leadership_lease)
+        replica_manager.alter_partition = _alter_partition_manager(
+            node_id, metadata, leadership_lease, inter_broker_ssl)
     if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
         scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                     replica_manager.replica_lag_time_max_ms // 2)
@@ -623,9 +656,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     scheduler.schedule_periodic("producer-expiration",
                                 lambda: [ul.remove_expired_producers() for ul in manager.all_logs()],
                                 _int(props, "producer.id.expiration.check.interval.ms"))
-    log.info("broker %d up: cluster %s, listening on %s:%d, advertised %s:%d, %d partition logs",
-             node_id, metadata.cluster_id, host or "0.0.0.0", server.port, ctx.advertised_host,
-             ctx.advertised_port, len(manager.partitions()))
+    log.info("broker %d up: cluster %s, listening on %s, advertised %s, %d partition logs",
+             node_id, metadata.cluster_id,
+             ", ".join(f"{s.host}:{s.port} ({s.listener})" for s in servers),
+             ", ".join(f"{e.host}:{e.port} ({e.listener})" for e in endpoints),
+             len(manager.partitions()))
     if started is not None:
         started(server.port)
     await stop.wait()
@@ -655,7 +690,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     if ctx.txn_verifier is not None:
         ctx.txn_verifier.close()
     watchers.close()  # long-polling fetches answer now
-    await server.stop()
+    for server in servers:
+        await server.stop()
     if zk is None:  # an admin change under way finishes; listeners hear nothing more
         await asyncio.to_thread(metadata.close)
     if metrics_server is not None:

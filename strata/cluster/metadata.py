@@ -641,12 +641,18 @@ class ClusterMetadata:
     def controller_id(self) -> int:
         return self.node_id
 
-    # Where clients reach this broker; set by the broker once it listens.
-    advertised_endpoint: tuple[str, int] = ("", 0)
+    # Where clients reach this broker, by listener name (the inter-broker listener first); set
+    # by the broker once it listens.
+    advertised_endpoints: Mapping[str, tuple[str, int]] = {}
     rack: str | None = None
 
-    def live_brokers(self) -> list[BrokerInfo]:
-        host, port = self.advertised_endpoint
+    def live_brokers(self, listener: str | None = None) -> list[BrokerInfo]:
+        """This broker, with its endpoint on ``listener`` (the inter-broker one for None)."""
+        if not self.advertised_endpoints:
+            return [BrokerInfo(self.node_id, "", 0, self.rack)]
+        if listener not in self.advertised_endpoints:
+            listener = next(iter(self.advertised_endpoints))
+        host, port = self.advertised_endpoints[listener]
         return [BrokerInfo(self.node_id, host, port, self.rack)]
 
     def elect_leaders(self, partitions: list[TopicPartition] | None, election_type: int

@@ -1,12 +1,14 @@
 """Connections to a broker for requests the usual client libraries cannot spell (ListOffsets
 -4/-5 among them, a replica's Fetch): send a request framed by ``strata.protocol.client``, read
 back its response. ``Connection`` blocks; ``AsyncConnection`` is the same on an asyncio event
-loop."""
+loop. Either speaks TLS when given an ``ssl.SSLContext`` (the broker's own connections to
+another broker's TLS listener), checking the host name if the context says so."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 
 from strata.common.errors import code_of
@@ -41,11 +43,17 @@ class Connection:
     correlation id."""
 
     def __init__(self, address: str | tuple[str, int], timeout: float = 10,
-                 client_id: str = "test-client") -> None:
+                 client_id: str = "test-client", ssl_context: ssl.SSLContext | None = None) -> None:
         host, port = address.rsplit(":", 1) if isinstance(address, str) else address
         self.address = f"{host}:{port}"
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            try:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host.strip("[]"))
+            except BaseException:
+                self.sock.close()
+                raise
         self.client_id = client_id
         self._correlation_id = 0
 
@@ -94,12 +102,14 @@ class AsyncConnection(asyncio.BufferedProtocol):
         self._lost: BaseException | None = None
 
     @classmethod
-    async def open(cls, address: str, timeout: float = 10,
-                   client_id: str = "test-client") -> "AsyncConnection":
+    async def open(cls, address: str, timeout: float = 10, client_id: str = "test-client",
+                   ssl_context: ssl.SSLContext | None = None) -> "AsyncConnection":
         host, port = address.rsplit(":", 1)
         loop = asyncio.get_running_loop()
+        tls = {} if ssl_context is None else {"ssl": ssl_context,
+                                              "server_hostname": host.strip("[]")}
         _, conn = await asyncio.wait_for(loop.create_connection(
-            lambda: cls(timeout, client_id), host, int(port)), timeout)
+            lambda: cls(timeout, client_id), host, int(port), **tls), timeout)
         return conn
 
     async def request(self, body, response_cls):

@@ -256,6 +256,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
@@ -1092,6 +1094,15 @@ def _err_describe_cluster(req, rc, code, msg):
                endpoint_type=getattr(req.body, "endpoint_type", 1))
 
 
+def _err_sasl_handshake(req, rc, code, msg):
+    return _mk(rc, "", code, mechanisms=())
+
+
+def _err_sasl_authenticate(req, rc, code, msg):
+    return _mk(rc, "", code, error_message=msg, auth_bytes=b"",
+               **({"session_lifetime": datetime.timedelta(0)} if req.api_version >= 1 else {}))
+
+
 def _err_alter_client_quotas(req, rc, code, msg):
     return _mk(rc, "", code, entries=tuple(
         _mk(rc, "entries", code, error_message=msg, entity=tuple(
@@ -1234,6 +1245,8 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.CREATE_PARTITIONS: _err_create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _err_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: _err_describe_cluster,
+    ApiKey.SASL_HANDSHAKE: _err_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: _err_sasl_authenticate,
     ApiKey.CREATE_ACLS: _err_create_acls,
     ApiKey.DELETE_ACLS: _err_delete_acls,
     ApiKey.DESCRIBE_PRODUCERS: _err_describe_producers,

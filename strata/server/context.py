@@ -7,6 +7,7 @@ from typing import Any
 
 from strata.cluster.client_quotas import ClientQuotaStore
 from strata.replication.replica_manager import ReplicaManager
+from strata.security.session import AuthenticationStats
 from strata.server.purgatory import PartitionWatchers
 
 
@@ -30,8 +31,12 @@ class BrokerContext:
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     fetch_max_bytes: int = 57_671_680    # fetch.max.bytes: caps a Fetch request's max_bytes
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher
+    inter_broker_ssl: Any = None         # ssl.SSLContext to other brokers' TLS listener, or None
+    authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
+    failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
 
     def __post_init__(self) -> None:
         # Clients learn this broker's endpoint from the metadata (Metadata, FindCoordinator, ...)
-        if self.advertised_host and hasattr(self.metadata, "advertised_endpoint"):
-            self.metadata.advertised_endpoint = (self.advertised_host, self.advertised_port)
+        if self.advertised_host and hasattr(self.metadata, "advertised_endpoints"):
+            self.metadata.advertised_endpoints = {
+                "PLAINTEXT": (self.advertised_host, self.advertised_port)}

@@ -17,11 +17,16 @@ from strata.server.handlers import (
     get_telemetry_subscriptions, heartbeat, init_producer_id, join_group, leave_group,
     list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata,
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
-    sync_group)
+    sasl_authenticate, sasl_handshake, sync_group)
 from strata.server.handlers import alter_user_scram_credentials
 from strata.server.handlers.group_common import CURRENT_CONNECTION
+from strata.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
+
+# what a SASL listener serves before the exchange is complete (Kafka's SaslServerAuthenticator)
+_BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                                    ApiKey.SASL_AUTHENTICATE})
 
 HANDLERS = {
     ApiKey.API_VERSIONS: api_versions.handle,
@@ -70,6 +75,8 @@ HANDLERS = {
     ApiKey.ALTER_PARTITION: alter_partition.handle,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials.handle,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials.handle,
+    ApiKey.SASL_HANDSHAKE: sasl_handshake.handle,
+    ApiKey.SASL_AUTHENTICATE: sasl_authenticate.handle,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: get_telemetry_subscriptions.handle,
     ApiKey.PUSH_TELEMETRY: push_telemetry.handle,
@@ -91,6 +98,11 @@ class Dispatcher:
         handler = HANDLERS.get(request.api_key)
         if handler is None:
             return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        session = conn.sasl
+        if session is not None and not session.authenticated and \
+                request.api_key not in _BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"unexpected Kafka request of type {request.api_key.name} "
+                                  f"during SASL handshake")
         token = CURRENT_CONNECTION.set(conn)
         try:
             quotas = getattr(self.ctx, "quotas", None)  # server.quotas.ClientQuotaManager

@@ -32,15 +32,18 @@ import asyncio
 import logging
 import os
 import socket
+import ssl as ssl_module
 import struct
 from collections import deque
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import (
     ApiKey, DecodedRequest, MalformedRequest, UnsupportedVersion, encode_api_versions_fallback,
     encode_response_parts, error_response, parse_request)
 from strata.protocol.file_region import FileRegion
+from strata.security.sasl import ANONYMOUS, SaslServer
+from strata.security.session import SaslSession
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +58,31 @@ _HIGH_WATER = 4 * 1024 * 1024  # transport buffer, and bytes pending behind a re
 Handler = Callable[[DecodedRequest, "ConnectionInfo"], Awaitable[object | None]]
 
 
+class CloseConnection(Exception):
+    """Raised by a handler: the request is not answered and its connection is closed (a
+    request Kafka refuses that way, such as one sent before SASL authentication)."""
+
+
 class ConnectionInfo:
-    """What a handler may know about the peer, and the request being handled: its size in
-    bytes, and ``throttle_ms``, which the handler sets to have the connection muted that long
-    once the response has left (KIP-219)."""
+    """What a handler may know about the peer (its address, the listener it came in on and
+    that listener's security protocol), and the request being handled: its size in bytes, and
+    ``throttle_ms``, which the handler sets to have the connection muted that long once the
+    response has left (KIP-219)."""
 
-    __slots__ = ("peer", "connection_id", "request_size", "throttle_ms")
+    __slots__ = ("peer", "connection_id", "request_size", "throttle_ms", "listener",
+                 "security_protocol", "sasl", "principal", "close_after_response")
 
-    def __init__(self, peer: str, connection_id: int):
+    def __init__(self, peer: str, connection_id: int, listener: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT", sasl: SaslSession | None = None):
         self.peer = peer
         self.connection_id = connection_id
         self.request_size = 0
         self.throttle_ms = 0
+        self.listener = listener
+        self.security_protocol = security_protocol
+        self.sasl = sasl                    # the SASL exchange, on a SASL listener
+        self.principal = ANONYMOUS          # who authenticated (User:ANONYMOUS until then)
+        self.close_after_response = False   # a handler's wish: close once its answer is sent
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -113,7 +129,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
         peer = transport.get_extra_info("peername")
-        self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id)
+        factories = self._server.sasl_factories
+        self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id,
+                                   self._server.listener, self._server.security_protocol,
+                                   SaslSession(factories) if factories else None)
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         sock = transport.get_extra_info("socket")
         if sock is not None and self._server.send_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
@@ -259,12 +278,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.info.request_size = len(frame)
         try:
             body = await self._server.handler(request, self.info)
+        except CloseConnection as exc:
+            log.info("closing %s: %s", self.info.peer, exc)
+            self.close()
+            return
         finally:
             self._handling = False
             self._server.requests_in_flight -= 1
         try:
             if body is not None and not self._closed:
                 self._respond(request, body)
+            if self.info.close_after_response:
+                self.close()
         finally:
             if self.info.throttle_ms > 0:
                 await self._mute(self.info.throttle_ms)
@@ -435,6 +460,11 @@ USE_DEFAULT_BUFFER_SIZE = -1   # Kafka's Selectable.USE_DEFAULT_BUFFER_SIZE: the
 class KafkaServer:
     """Accepts connections on one listener and feeds their requests to ``handler``.
 
+    ``listener`` and ``security_protocol`` name the listener (each connection's
+    ``ConnectionInfo`` carries them); ``ssl``, its TLS context (SSL and SASL_SSL listeners):
+    responses are then copied through the TLS layer, never sent with sendfile;
+    ``sasl_factories``, its SASL mechanisms (SASL_PLAINTEXT and SASL_SSL listeners).
+
     ``sendfile=False`` sends file regions as copies (the copying path, for comparison).
     ``send_buffer_bytes`` and ``receive_buffer_bytes`` are Kafka's ``socket.send.buffer.bytes``
     and ``socket.receive.buffer.bytes`` (SO_SNDBUF of each connection, SO_RCVBUF of the listener,
@@ -443,8 +473,15 @@ class KafkaServer:
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 9092, *,
                  max_request_size: int = 104_857_600, max_queued_requests: int = 64,
                  idle_timeout_ms: int = 600_000, sendfile: bool = True,
-                 send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1):
+                 send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
+                 listener: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT",
+                 ssl: "ssl_module.SSLContext | None" = None,
+                 sasl_factories: Mapping[str, Callable[[], SaslServer]] | None = None):
         self.handler = handler
+        self.listener = listener
+        self.security_protocol = security_protocol
+        self.ssl = ssl
+        self.sasl_factories = sasl_factories   # SASL listeners: mechanism -> new server
         self.sendfile = sendfile
         self.send_buffer_bytes = send_buffer_bytes        # SO_SNDBUF of each connection
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF, set on the listener
@@ -466,14 +503,16 @@ class KafkaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_connection, self.host, self.port,
-                                                reuse_address=True, backlog=512, start_serving=False)
+                                                reuse_address=True, backlog=512, ssl=self.ssl,
+                                                start_serving=False)
         if self.receive_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
             for listener in self._server.sockets:   # accepted sockets inherit it
                 listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         await self._server.start_serving()
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
-        log.info("listening on %s:%d", self.host, self.port)
+        log.info("listening on %s:%d (%s, %s)", self.host, self.port, self.listener,
+                 self.security_protocol)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), close connections."""

@@ -51,7 +51,8 @@ def transactional_producer(records: bytes | None) -> tuple[int, int] | None:
 class TxnVerifier:
     def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
         self.ctx = ctx
-        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier")
+        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier",
+                                                ssl_context=ctx.inter_broker_ssl)
 
     def start(self, tp: TopicPartition, producer_id: int, epoch: int) -> object | None:
         """The partition's verification guard, or None when there is nothing to verify (the

@@ -386,7 +386,7 @@ def test_the_managers_thread_sends_what_waited_when_the_lease_is_held_again(mana
 class RecordingMetadata:
     """Answers each item by ``answer(item)``; records the calls."""
 
-    advertised_endpoint = ("", 0)
+    advertised_endpoints = {"PLAINTEXT": ("", 0)}
 
     def __init__(self, answer=None, refuse: ErrorCode | None = None):
         self.calls = []

@@ -191,7 +191,9 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
     assert API_VERSIONS[ApiKey.END_TXN] == (0, 4)   # v5 is transactions V2
     assert API_VERSIONS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
-    assert len(API_VERSIONS) == 49
+    assert API_VERSIONS[ApiKey.SASL_HANDSHAKE] == (0, 1)
+    assert API_VERSIONS[ApiKey.SASL_AUTHENTICATE] == (0, 2)
+    assert len(API_VERSIONS) == 51
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -367,7 +369,7 @@ def test_unknown_tags_nested_inside_a_known_tagged_struct_are_removed():
     (ApiKey.PRODUCE, 0, UnsupportedReason.VERSION_NOT_DECODABLE),
     (ApiKey.PRODUCE, 99, UnsupportedReason.VERSION_NOT_SUPPORTED),
     (ApiKey.LEADER_AND_ISR, 0, UnsupportedReason.API_NOT_SUPPORTED),
-    (ApiKey.SASL_HANDSHAKE, 1, UnsupportedReason.API_NOT_SUPPORTED),
+    (ApiKey.SASL_HANDSHAKE, 2, UnsupportedReason.VERSION_NOT_SUPPORTED),
     (999, 0, UnsupportedReason.UNKNOWN_API_KEY),
     (-1, 0, UnsupportedReason.UNKNOWN_API_KEY),
     (ApiKey.METADATA, -1, UnsupportedReason.VERSION_NOT_SUPPORTED),
@@ -733,7 +735,7 @@ TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
                   ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                   ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
                   ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION, ApiKey.ADD_OFFSETS_TO_TXN,
-                  ApiKey.END_TXN}
+                  ApiKey.END_TXN, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}

@@ -46,7 +46,7 @@ PEER = ConnectionInfo("10.1.2.3:50123", 1)
 class Topics:
     """The metadata of one broker (node 1) leading every partition of these topics."""
 
-    advertised_endpoint = ("", 0)
+    advertised_endpoints = {"PLAINTEXT": ("", 0)}
 
     def __init__(self, **partitions: int):
         self.partitions = {OFFSETS_TOPIC: 50, **partitions}
@@ -55,8 +55,8 @@ class Topics:
         n = self.partitions.get(name)
         return None if n is None else SimpleNamespace(name=name, partitions=n)
 
-    def live_brokers(self):
-        return [BrokerInfo(1, *self.advertised_endpoint)]
+    def live_brokers(self, listener=None):
+        return [BrokerInfo(1, *self.advertised_endpoints["PLAINTEXT"])]
 
     def partition_state(self, topic, partition):
         return PartitionState(1, 0, (1,), (1,)) if self.topic(topic) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import make, response_class
 from strata.server import authz
+from strata.server.handlers.group_common import client_listener
 
 ENDPOINT_BROKERS = 1
 
@@ -21,7 +22,7 @@ async def handle(ctx, request):
                     controller_id=-1, brokers=(),
                     cluster_authorized_operations=authz.OMITTED)
     brokers = tuple(make(rc, "brokers", broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                    for b in ctx.metadata.live_brokers())
+                    for b in ctx.metadata.live_brokers(client_listener()))
     return make(rc, endpoint_type=ENDPOINT_BROKERS, cluster_id=ctx.metadata.cluster_id,
                 controller_id=ctx.metadata.controller_id, brokers=brokers,
                 cluster_authorized_operations=authz.operations(

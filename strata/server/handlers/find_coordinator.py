@@ -18,6 +18,7 @@ from strata.common.errors import ErrorCode, KafkaError
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.server.handlers.group_common import client_listener
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -51,7 +52,8 @@ def _leader_of(ctx, coordinator, topic: str, key: str) -> Lookup:
         return _unavailable()
     if st.leader == ctx.node_id and partition not in coordinator.owned_partitions:
         return _unavailable()  # loading, or shutting down
-    node = next((b for b in ctx.metadata.live_brokers() if b.node_id == st.leader), None)
+    node = next((b for b in ctx.metadata.live_brokers(client_listener())
+                 if b.node_id == st.leader), None)
     return _unavailable() if node is None else Lookup(ErrorCode.NONE, node=node)
 
 

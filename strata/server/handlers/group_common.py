@@ -25,6 +25,12 @@ def coordinator(ctx):
     return gc
 
 
+def client_listener() -> str | None:
+    """The listener the request being handled came in on (None outside a request)."""
+    conn = CURRENT_CONNECTION.get()
+    return None if conn is None else conn.listener
+
+
 def client_host() -> str:
     """The caller's address as Kafka reports it (``InetAddress.toString``: "/127.0.0.1")."""
     conn = CURRENT_CONNECTION.get()

@@ -9,6 +9,7 @@ from strata.cluster.metadata import is_internal_topic
 from strata.common.errors import ErrorCode, InvalidRequestError, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server import authz
+from strata.server.handlers.group_common import client_listener
 
 log = logging.getLogger(__name__)
 FIRST_VERSION_WITH_TOPIC_IDS = 12
@@ -75,7 +76,7 @@ def partition_entries(ctx, rc, path: str, topic: str, first: int, end: int) -> t
 
 def broker_entries(ctx, rc, path: str) -> tuple:
     return tuple(make(rc, path, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in ctx.metadata.live_brokers())
+                 for b in ctx.metadata.live_brokers(client_listener()))
 
 
 async def handle(ctx, request):

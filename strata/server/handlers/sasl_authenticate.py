@@ -1,0 +1,45 @@
+"""SaslAuthenticate v0-2: one token of the exchange the handshake started. A failed exchange is
+answered SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms`` and the
+connection closed once the answer has left (Kafka's behaviour); its message tells a guesser
+nothing. Without a handshake first, or on a listener without SASL, ILLEGAL_SASL_STATE."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.sasl import SaslAuthenticationFailed
+from strata.server.handlers.group_common import CURRENT_CONNECTION
+
+log = logging.getLogger(__name__)
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    conn = CURRENT_CONNECTION.get()
+    session = conn.sasl
+    no_lifetime = {"session_lifetime": datetime.timedelta(0)} if request.api_version >= 1 else {}
+    if session is None or session.server is None or session.authenticated:
+        conn.close_after_response = session is not None
+        return make(rc, error_code=kio_error_code(ErrorCode.ILLEGAL_SASL_STATE),
+                    error_message="Unexpected SaslAuthenticate request", auth_bytes=b"",
+                    **no_lifetime)
+    server = session.server
+    try:
+        answer = server.evaluate(bytes(request.body.auth_bytes))
+    except SaslAuthenticationFailed as exc:
+        log.info("failed authentication with %s (%s on %s): %s", conn.peer, server.mechanism,
+                 conn.listener, exc)
+        ctx.authentication_stats.failed(conn.listener, server.mechanism)
+        await asyncio.sleep(ctx.failed_authentication_delay_ms / 1000)
+        conn.close_after_response = True
+        return make(rc, error_code=kio_error_code(ErrorCode.SASL_AUTHENTICATION_FAILED),
+                    error_message=str(exc), auth_bytes=b"", **no_lifetime)
+    if server.complete:
+        session.principal = conn.principal = server.principal
+        ctx.authentication_stats.succeeded(conn.listener, server.mechanism)
+    return make(rc, error_code=kio_error_code(ErrorCode.NONE), error_message=None,
+                auth_bytes=answer, **no_lifetime)

@@ -1,0 +1,21 @@
+"""SaslHandshake v0-1 (Kafka's ``SaslServerAuthenticator.handleHandshakeRequest``): the client
+names its mechanism; the answer lists the listener's enabled ones, UNSUPPORTED_SASL_MECHANISM
+when it is not among them. On a listener without SASL, or once authenticated,
+ILLEGAL_SASL_STATE (Kafka's KafkaApis answer). v0's raw token framing that follows is not
+served: such a client's next frame closes the connection."""
+
+from __future__ import annotations
+
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.server.handlers.group_common import CURRENT_CONNECTION
+
+
+async def handle(ctx, request):
+    rc = response_class(request.api_key, request.api_version)
+    session = CURRENT_CONNECTION.get().sasl
+    if session is None or session.authenticated or session.server is not None:
+        return make(rc, error_code=kio_error_code(ErrorCode.ILLEGAL_SASL_STATE), mechanisms=())
+    ok = session.handshake(str(request.body.mechanism))
+    code = ErrorCode.NONE if ok else ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    return make(rc, error_code=kio_error_code(code), mechanisms=session.mechanisms)

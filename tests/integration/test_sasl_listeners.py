@@ -1,0 +1,99 @@
+"""SASL listeners (issue 45, part 1) with real clients: confluent-kafka authenticates with PLAIN
+over SASL_PLAINTEXT and SASL_SSL and produces and consumes; a wrong password is refused with
+SASL_AUTHENTICATION_FAILED and the broker serves on; a request sent before authenticating
+closes that one connection; Kafka's Java tools authenticate with a client config file."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from broker_process import BrokerProcess, free_port
+from kafka_tools import KAFKA_TOPICS, require_kafka_dist, run_kafka_class
+from strata.net.connection import Connection
+from test_tls_listeners import produce_and_consume
+from tls_support import make_ca
+
+pytestmark = pytest.mark.slow
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def plain(user: str, password: str, protocol: str = "SASL_PLAINTEXT") -> dict:
+    return {"security.protocol": protocol, "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": password}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sasl")
+    ca = make_ca(tmp / "ca")
+    cert = ca.issue("broker")
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+    overrides = {
+        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
+        "connection.failed.authentication.delay.ms": "300"}
+    with BrokerProcess(tmp / "b", overrides, port=ports["PLAINTEXT"]) as b:
+        b.ports, b.ca = ports, ca
+        yield b
+
+
+def test_plain_over_sasl_plaintext_and_sasl_ssl(broker):
+    over_sasl = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                 **plain("alice", "alice-secret")}
+    assert produce_and_consume(over_sasl, "sasl-plain", 100) == [b"v%d" % i for i in range(100)]
+    brokers = AdminClient(over_sasl).list_topics(timeout=10).brokers
+    assert [b.port for b in brokers.values()] == [broker.ports["SASL_PLAINTEXT"]]
+    over_ssl = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_SSL']}",
+                "ssl.ca.location": str(broker.ca.pem), **plain("admin", "admin-secret", "SASL_SSL")}
+    assert produce_and_consume(over_ssl, "sasl-ssl", 100) == [b"v%d" % i for i in range(100)]
+
+
+@pytest.mark.parametrize("user, password", [("alice", "wrong"), ("mallory", "alice-secret")])
+def test_a_wrong_password_or_unknown_user_is_refused_and_the_broker_serves_on(broker, user,
+                                                                            password):
+    wrong = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+             **plain(user, password)}
+    with pytest.raises(KafkaException):
+        AdminClient(wrong).list_topics(timeout=3)
+    # librdkafka logs the broker's SASL_AUTHENTICATION_FAILED; the broker logs why, alike for both
+    assert "(PLAIN on SASL_PLAINTEXT): Authentication failed: Invalid username or password" \
+        in broker.output()
+    right = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+             **plain("alice", "alice-secret")}
+    assert AdminClient(right).list_topics(timeout=10).brokers
+
+
+def test_a_request_before_authenticating_closes_that_connection(broker):
+    request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    from kio.schema.metadata.v12.response import MetadataResponse
+    with Connection(f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}") as conn:
+        with pytest.raises((ConnectionError, OSError)):
+            conn.request(request, MetadataResponse)
+    with Connection(broker.bootstrap) as conn:    # the PLAINTEXT listener needs nothing
+        assert conn.request(request, MetadataResponse).brokers
+
+
+def test_kafkas_java_tools_authenticate_with_a_client_config(broker, tmp_path):
+    require_kafka_dist()
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+                      'required username="alice" password="alice-secret";\n')
+    result = run_kafka_class(KAFKA_TOPICS, "--bootstrap-server",
+                             f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                             "--command-config", str(config), "--create", "--topic", "java-sasl",
+                             "--partitions", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_kafka_class(KAFKA_TOPICS, "--bootstrap-server",
+                             f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                             "--command-config", str(config), "--list")
+    assert "java-sasl" in result.stdout

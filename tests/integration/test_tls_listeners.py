@@ -1,0 +1,115 @@
+"""Listeners and TLS (issue 45, part 1) with real clients: a broker with a PLAINTEXT and an SSL
+listener answers each client with the endpoints of the listener it came in on; confluent-kafka
+produces and consumes over TLS (PEM and PKCS12 keystores, and with a client certificate when
+the listener requires one); a three-broker cluster whose brokers replicate and coordinate over
+their TLS inter-broker listener."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from zk_server import zookeeper_available
+
+from broker_process import BrokerProcess, free_port
+from cluster_clients import wait_for
+from cluster_process import StrataCluster
+from tls_support import PASSWORD, make_ca
+
+pytestmark = pytest.mark.slow
+
+
+def ssl_client(ca, extra: dict | None = None) -> dict:
+    return {"security.protocol": "SSL", "ssl.ca.location": str(ca.pem), **(extra or {})}
+
+
+def produce_and_consume(config: dict, topic: str, n: int = 200) -> list[bytes]:
+    producer = Producer({**config, "acks": "all", "enable.idempotence": True})
+    acked: list[bytes] = []
+    for i in range(n):
+        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, msg: err is None and
+                         acked.append(msg.value()))
+    producer.flush(30)
+    assert len(acked) == n
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    wait_for("every record read back", lambda: (
+        (m := consumer.poll(0.5)) is not None and not m.error() and got.append(m.value()),
+        len(got) >= n)[1], timeout=60)
+    consumer.close()
+    return got
+
+
+def test_one_broker_serves_plaintext_and_tls_listeners_with_their_own_endpoints(tmp_path):
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("broker", key_password="k3y")
+    plain, tls = free_port(), free_port()
+    overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
+                 "ssl.key.password": "k3y"}
+    with BrokerProcess(tmp_path / "b", overrides, port=plain) as broker:
+        over_tls = ssl_client(ca, {"bootstrap.servers": f"localhost:{tls}"})
+        brokers = AdminClient(over_tls).list_topics(timeout=10).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", tls)]
+        plain_brokers = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
+            timeout=10).brokers
+        assert [b.port for b in plain_brokers.values()] == [plain]
+        got = produce_and_consume({**over_tls, "ssl.endpoint.identification.algorithm": "none"},
+                                  "over-tls")
+        assert got == [b"v%d" % i for i in range(200)]
+        # a plaintext client on the TLS port gets nowhere, and the broker serves on
+        with pytest.raises(KafkaException):
+            AdminClient({"bootstrap.servers": f"127.0.0.1:{tls}"}).list_topics(timeout=3)
+        assert AdminClient(over_tls).list_topics(timeout=10).brokers
+    assert "Traceback" not in broker.output()
+
+
+def test_a_listener_requiring_client_certificates_with_a_pkcs12_keystore(tmp_path):
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("broker")
+    client = ca.issue("client")
+    port = free_port()
+    overrides = {"listeners": f"SSL://127.0.0.1:{port}", "security.inter.broker.protocol": "SSL",
+                 "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(cert.keystore_p12),
+                 "ssl.keystore.password": PASSWORD, "ssl.truststore.type": "PEM",
+                 "ssl.truststore.location": str(ca.pem), "ssl.client.auth": "required"}
+    with BrokerProcess(tmp_path / "b", overrides, port=port):
+        anonymous = ssl_client(ca, {"bootstrap.servers": f"127.0.0.1:{port}",
+                                    "socket.timeout.ms": 2000})
+        with pytest.raises(KafkaException):
+            AdminClient(anonymous).list_topics(timeout=3)
+        mutual = ssl_client(ca, {"bootstrap.servers": f"127.0.0.1:{port}",
+                                 "ssl.certificate.location": str(client.certificate_pem),
+                                 "ssl.key.location": str(client.keystore_pem)})
+        assert produce_and_consume(mutual, "mtls", 50) == [b"v%d" % i for i in range(50)]
+
+
+_ok, _why = zookeeper_available()
+
+
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_brokers_replicate_and_coordinate_over_their_tls_inter_broker_listener(tmp_path):
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("broker")
+    overrides = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+                 "inter.broker.listener.name": "INTERNAL",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
+                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.pem),
+                 "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "2",
+                 "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
+    cluster = StrataCluster(tmp_path, brokers=3, overrides=overrides)
+    for broker in cluster.brokers:   # clients on PLAINTEXT, brokers among themselves on TLS
+        both = f"PLAINTEXT://127.0.0.1:{broker.port},INTERNAL://localhost:{free_port()}"
+        broker.process.overrides.update({"listeners": both, "advertised.listeners": both})
+    with cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("replicated", 2, 3,
+                                      config={"min.insync.replicas": "3"})])["replicated"].result(30)
+        wait_for("full ISRs", lambda: all(
+            len(p.isrs) == 3 for p in admin.list_topics("replicated", timeout=5)
+            .topics["replicated"].partitions.values()))
+        got = produce_and_consume({"bootstrap.servers": cluster.bootstrap}, "replicated", 300)
+        assert sorted(got) == sorted(b"v%d" % i for i in range(300))
+        for broker in cluster.brokers:
+            assert "SSLError" not in broker.output() and "(INTERNAL)" in broker.output()
