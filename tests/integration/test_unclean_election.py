@@ -1,7 +1,8 @@
 """Unclean leader election on three broker processes and a real ZooKeeper, with real clients.
 
 Kafka's rules (strata/cluster/election.py): a partition whose leader died gets a new one from
-its live ISR members only; a live replica outside the ISR may lead only with
+its live ISR (or ELR) members only, the ISR emptying with its last member (KIP-966); a live
+replica outside them may lead only with
 ``unclean.leader.election.enable`` (the broker default, or the topic's override, which takes
 effect at once for an offline partition). Each test makes a partition offline the same way:
 the followers are SIGKILLed (the ISR shrinks to the leader), the leader alone acknowledges more
@@ -112,7 +113,8 @@ def test_without_unclean_election_only_the_isr_member_leads_again(cluster):
     # handled the restarted broker's registration, and with it the offline election.
     create(cluster, f, "clean-only-probe", rf=1)
     p = partition(f, topic)
-    assert (p.leader, p.isrs) == (-1, [leader])
+    # KIP-966: the ISR emptied with the leader, which stays eligible (the last known leader)
+    assert (p.leader, p.isrs) == (-1, [])
     assert p.error is not None and p.error.code() == KafkaError.LEADER_NOT_AVAILABLE
     assert log_end(f, topic) == len(before)   # it lacks what only the leader acknowledged
 
@@ -133,7 +135,7 @@ def test_enabling_unclean_election_on_the_topic_elects_the_live_non_isr_replica(
     before, only_leader = keys("a", 100), keys("x", 50)
     leader, restarted, other = make_offline(cluster, topic, before, only_leader)
     f = cluster.broker(restarted)
-    wait_for("the partition offline", lambda: leader_isr(f, topic) == (-1, [leader]))
+    wait_for("the partition offline", lambda: leader_isr(f, topic) == (-1, []))
 
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry(
         "unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
