@@ -41,8 +41,8 @@ class TestCa:
                 for h in hosts]
         now = datetime.datetime.now(datetime.timezone.utc)
         cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name),
-                                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Strata")]))
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Strata"),
+                                         x509.NameAttribute(NameOID.COMMON_NAME, name)]))
                 .issuer_name(self.certificate.subject).public_key(key.public_key())
                 .serial_number(x509.random_serial_number())
                 .not_valid_before(now - datetime.timedelta(minutes=5))

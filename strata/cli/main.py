@@ -598,6 +598,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             metrics_server.registry.register(LogCleanerCollector(cleaner))
     from strata.cluster.image import Endpoint
     from strata.net.tls import server_context
+    from strata.common.listeners import listener_prop
     from strata.security.sasl import server_factories
     ctx.failed_authentication_delay_ms = _int(props, "connection.failed.authentication.delay.ms", 100)
     dispatcher = Dispatcher(ctx)
@@ -610,7 +611,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                            listener=listener.name, security_protocol=listener.security_protocol,
                            ssl=server_context(props, listener.name) if listener.tls else None,
                            sasl_factories=server_factories(props, listener.name, metadata)
-                           if listener.sasl else None)
+                           if listener.sasl else None,
+                           principal_rules=listener_prop(props, listener.name,
+                                                         "ssl.principal.mapping.rules"),
+                           sasl_max_receive_size=int(listener_prop(
+                               props, listener.name, "sasl.server.max.receive.size", "524288")))
                for listener in listeners.listeners]
     for server in servers:
         await server.start()

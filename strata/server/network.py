@@ -42,6 +42,7 @@ from strata.protocol.codec import (
     ApiKey, DecodedRequest, MalformedRequest, UnsupportedVersion, encode_api_versions_fallback,
     encode_response_parts, error_response, parse_request)
 from strata.protocol.file_region import FileRegion
+from strata.security.principal import parse_mapping_rules, tls_principal
 from strata.security.sasl import ANONYMOUS, SaslServer
 from strata.security.session import SaslSession
 
@@ -133,6 +134,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._id,
                                    self._server.listener, self._server.security_protocol,
                                    SaslSession(factories) if factories else None)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and not factories:   # SSL: the client certificate names it
+            try:
+                self.info.principal = tls_principal(ssl_object.getpeercert(binary_form=True),
+                                                    self._server.principal_rules)
+            except ValueError as exc:
+                log.info("closing %s: no principal for its certificate: %s", self.info.peer, exc)
+                transport.abort()
+                return
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         sock = transport.get_extra_info("socket")
         if sock is not None and self._server.send_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
@@ -170,6 +180,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         full. A large frame not yet whole continues in a buffer of its own, which the socket
         fills directly (no copy out of a stream buffer)."""
         limit = self._server.max_request_size
+        if self.info.sasl is not None and not self.info.sasl.authenticated:
+            limit = min(limit, self._server.sasl_max_receive_size)   # before authentication
         room = self._server.max_queued_requests - len(self._frames)
         buf, end = self._buf, self._buf_len
         start = 0
@@ -476,12 +488,15 @@ class KafkaServer:
                  send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
                  listener: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT",
                  ssl: "ssl_module.SSLContext | None" = None,
-                 sasl_factories: Mapping[str, Callable[[], SaslServer]] | None = None):
+                 sasl_factories: Mapping[str, Callable[[], SaslServer]] | None = None,
+                 principal_rules: str | None = None, sasl_max_receive_size: int = 524_288):
         self.handler = handler
         self.listener = listener
         self.security_protocol = security_protocol
         self.ssl = ssl
         self.sasl_factories = sasl_factories   # SASL listeners: mechanism -> new server
+        self.principal_rules = parse_mapping_rules(principal_rules)  # ssl.principal.mapping.rules
+        self.sasl_max_receive_size = sasl_max_receive_size   # sasl.server.max.receive.size
         self.sendfile = sendfile
         self.send_buffer_bytes = send_buffer_bytes        # SO_SNDBUF of each connection
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF, set on the listener

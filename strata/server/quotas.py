@@ -15,7 +15,8 @@ each quota type separately (only the entities that set its key count), the reque
     8. /config/clients/<default>                   tags ("", client-id)
 
 so a user quota is shared by all that user's clients, and a ``<default>`` client quota is a
-separate budget per client id. Without authentication the user is ``ANONYMOUS``.
+separate budget per client id. The user is the connection's authenticated principal's name
+(SASL or a TLS client certificate), ``ANONYMOUS`` without authentication.
 
 Per quota entity and type, a sensor measures Kafka's ``Rate`` over ``quota.window.num``
 windows of ``quota.window.size.seconds`` (11 × 1 s): Produce the request bytes, Fetch the
@@ -400,7 +401,10 @@ class ClientQuotaManager:
         """Run ``call(request)`` (the handler) under the quotas of the request's client, as
         KafkaApis does: record, compute the throttle time, put it in the response and ask the
         connection to mute itself for it (``conn.throttle_ms``)."""
-        user, client_id = ANONYMOUS, request.client_id or ""
+        # the authenticated user's name (Kafka's sanitized principal name), ANONYMOUS without
+        principal = getattr(conn, "principal", None)
+        user, client_id = (principal.name if principal is not None else ANONYMOUS,
+                           request.client_id or "")
         api = request.api_key
         if api == ApiKey.FETCH and request.body.replica_id >= 0:
             return await call(request)   # followers are exempt, as in Kafka (KIP-73 throttles them)
