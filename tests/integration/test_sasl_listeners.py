@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from broker_process import BrokerProcess, free_port
-from kafka_tools import KAFKA_TOPICS, require_kafka_dist, run_kafka_class
+from kafka_tools import KAFKA_CONFIGS, KAFKA_TOPICS, require_kafka_dist, run_kafka_class
 from strata.net.connection import Connection
 from test_tls_listeners import produce_and_consume
 from tls_support import make_ca
@@ -22,8 +22,12 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
 
 
-def plain(user: str, password: str, protocol: str = "SASL_PLAINTEXT") -> dict:
-    return {"security.protocol": protocol, "sasl.mechanism": "PLAIN",
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+def plain(user: str, password: str, protocol: str = "SASL_PLAINTEXT",
+          mechanism: str = "PLAIN") -> dict:
+    return {"security.protocol": protocol, "sasl.mechanism": mechanism,
             "sasl.username": user, "sasl.password": password}
 
 
@@ -35,8 +39,12 @@ def broker(tmp_path_factory):
     ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
     overrides = {
         "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
         "connection.failed.authentication.delay.ms": "300"}
@@ -97,3 +105,26 @@ def test_kafkas_java_tools_authenticate_with_a_client_config(broker, tmp_path):
                              f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
                              "--command-config", str(config), "--list")
     assert "java-sasl" in result.stdout
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_credentials_made_with_kafka_configs_log_clients_in(broker, mechanism):
+    """The credential is created through the PLAINTEXT listener with Kafka's tool, then
+    librdkafka logs in with it over SASL_PLAINTEXT and SASL_SSL; a wrong password is refused."""
+    require_kafka_dist()
+    user = f"bob-{mechanism[-3:]}"
+    result = run_kafka_class(KAFKA_CONFIGS, "--bootstrap-server", broker.bootstrap, "--alter",
+                             "--add-config", f"{mechanism}=[iterations=8192,password=bob-secret]",
+                             "--entity-type", "users", "--entity-name", user)
+    assert result.returncode == 0, result.stdout + result.stderr
+    over_sasl = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+                 **plain(user, "bob-secret", mechanism=mechanism)}
+    topic = f"scram-{mechanism[-3:]}"
+    assert produce_and_consume(over_sasl, topic, 50) == [b"v%d" % i for i in range(50)]
+    over_ssl = {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_SSL']}",
+                "ssl.ca.location": str(broker.ca.pem),
+                **plain(user, "bob-secret", "SASL_SSL", mechanism)}
+    assert AdminClient(over_ssl).list_topics(timeout=10).topics[topic]
+    wrong = {**over_sasl, "sasl.password": "not-it"}
+    with pytest.raises(KafkaException):
+        AdminClient(wrong).list_topics(timeout=3)
