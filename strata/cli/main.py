@@ -77,24 +77,27 @@ DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"   # Strata's: make run listens 
 
 
 def _listeners(props: dict[str, str]):
-    """Kafka's listener settings (``strata.common.listeners``); brokers do not yet speak SASL
-    to each other."""
+    """Kafka's listener settings (``strata.common.listeners``)."""
     from strata.common.listeners import parse_listeners
-    listeners = parse_listeners({"listeners": DEFAULT_LISTENERS, **props})
-    if listeners.inter_broker.sasl:
-        raise ValueError(f"the inter-broker listener {listeners.inter_broker_listener} uses "
-                         f"SASL, which brokers do not speak to each other yet: use a PLAINTEXT "
-                         f"or SSL listener for inter.broker.listener.name")
-    return listeners
+    return parse_listeners({"listeners": DEFAULT_LISTENERS, **props})
 
 
-def _inter_broker_ssl(props: dict[str, str]):
-    """The TLS context of this broker's connections to the others (their inter-broker
-    listener), None when that listener is not TLS."""
+def _inter_broker_security(props: dict[str, str]):
+    """How this broker's connections reach the others' inter-broker listener: TLS and/or a
+    SASL login with this broker's credentials there; None when that listener is PLAINTEXT."""
+    from strata.net.connection import ClientSecurity
     from strata.net.tls import client_context
     listeners = _listeners(props)
-    return client_context(props, listeners.inter_broker_listener) \
-        if listeners.inter_broker.tls else None
+    name, listener = listeners.inter_broker_listener, listeners.inter_broker
+    if not (listener.tls or listener.sasl):
+        return None
+    sasl = {}
+    if listener.sasl:
+        from strata.security.sasl_client import inter_broker_credentials, new_client
+        credentials = inter_broker_credentials(props, name)
+        sasl = {"sasl_mechanism": credentials.mechanism,
+                "sasl_client": lambda: new_client(credentials)}
+    return ClientSecurity(client_context(props, name) if listener.tls else None, **sasl)
 
 
 class _LogsFollowMetadata:
@@ -325,7 +328,7 @@ def _replication_quotas(node_id: int, metadata):
     return leader, follower
 
 
-def _alter_partition_manager(node_id: int, metadata, lease, ssl_context=None):
+def _alter_partition_manager(node_id: int, metadata, lease, security=None):
     """AlterPartition to whichever broker is the controller now, as this broker's epoch,
     held while ``lease`` is in doubt."""
     from strata.replication.alter_partition import AlterPartitionManager
@@ -342,7 +345,7 @@ def _alter_partition_manager(node_id: int, metadata, lease, ssl_context=None):
     return AlterPartitionManager(
         node_id, broker_epoch, controller,
         lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None), lease=lease,
-        ssl_context=ssl_context).start()
+        security=security).start()
 
 
 def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
@@ -367,7 +370,7 @@ def _cluster_metadata_topic_log(metadata, node_id: int, props: dict[str, str]):
 
     return ClusterMetadataTopicLog(create_topic, leader_of, client_id=f"broker-{node_id}-rlmm",
                                    min_insync_replicas=min(2, rf),
-                                   ssl_context=_inter_broker_ssl(props))
+                                   security=_inter_broker_security(props))
 
 
 def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogManager,
@@ -475,7 +478,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
     log_dirs[0].mkdir(parents=True, exist_ok=True)
     listeners = _listeners(props)
-    inter_broker_ssl = _inter_broker_ssl(props)
+    inter_broker_security = _inter_broker_security(props)
     raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
     loop = asyncio.get_running_loop()
     from strata.common.watchdog import STALLS
@@ -520,7 +523,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         log_dirs[0], allocate_block=lambda: (
             (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
-                        inter_broker_ssl=inter_broker_ssl,
+                        inter_broker_security=inter_broker_security,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=_flag(props, "auto.create.topics.enable"),
                         producer_ids=producer_ids,
@@ -572,7 +575,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             node_id, props, endpoint_of, replica_manager.get_log,
             on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
             remote_aux_state=_guarded_aux_state(rlm, guard) if rlm is not None else None,
-            ssl_context=inter_broker_ssl)
+            security=inter_broker_security)
         if rlm is not None:
             rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
         # ISR-expansion retries run on the loop, as the fetches that propose expansions do
@@ -645,7 +648,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                 props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
         metadata.controller = controller
         replica_manager.alter_partition = _alter_partition_manager(
-            node_id, metadata, leadership_lease, inter_broker_ssl)
+            node_id, metadata, leadership_lease, inter_broker_security)
     if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
         scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                     replica_manager.replica_lag_time_max_ms // 2)

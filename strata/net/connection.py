@@ -1,8 +1,10 @@
 """Connections to a broker for requests the usual client libraries cannot spell (ListOffsets
 -4/-5 among them, a replica's Fetch): send a request framed by ``strata.protocol.client``, read
 back its response. ``Connection`` blocks; ``AsyncConnection`` is the same on an asyncio event
-loop. Either speaks TLS when given an ``ssl.SSLContext`` (the broker's own connections to
-another broker's TLS listener), checking the host name if the context says so."""
+loop. Given a ``ClientSecurity`` (the broker's own connections to another broker's
+inter-broker listener), either speaks TLS (checking the host name if the context says so)
+and/or logs in with SASL (SaslHandshake v1, then SaslAuthenticate v2 until the exchange ends)
+before its first request."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import asyncio
 import socket
 import ssl
 import struct
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from strata.common.errors import code_of
 from strata.protocol.client import client_frame, decode_response, framed, list_offsets_request
 
-__all__ = ["AsyncConnection", "Connection", "list_offset", "recv_exact", "recv_into_exact",
-           "roundtrip"]
+__all__ = ["AsyncConnection", "ClientSecurity", "Connection", "list_offset", "recv_exact",
+           "recv_into_exact", "roundtrip"]
 
 _SIZE = struct.Struct(">i")
 
@@ -37,25 +41,69 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How this broker reaches another: a TLS context and/or a SASL login (its mechanism and a
+    factory of clients: ``first()`` the first token, ``next(server_token)`` each answer, None
+    once done; raising when the server's answer does not verify)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    sasl_client: Callable[[], Any] | None = None
+
+
+def _handshake_request(mechanism: str):
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+    return SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse
+
+
+def _authenticate_request(token: bytes):
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+    return SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse
+
+
+def _check(response, what: str) -> None:
+    code = code_of(response.error_code)
+    if code != 0:
+        message = getattr(response, "error_message", None) or ""
+        raise ConnectionError(f"SASL {what} refused ({code}): {message}")
+
+
 class Connection:
     """One connection to a broker for requests in sequence (a context manager). Each response
     frame is received straight into a buffer of its own, and must carry its request's
     correlation id."""
 
     def __init__(self, address: str | tuple[str, int], timeout: float = 10,
-                 client_id: str = "test-client", ssl_context: ssl.SSLContext | None = None) -> None:
+                 client_id: str = "test-client", security: ClientSecurity | None = None) -> None:
         host, port = address.rsplit(":", 1) if isinstance(address, str) else address
         self.address = f"{host}:{port}"
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ssl_context is not None:
-            try:
-                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host.strip("[]"))
-            except BaseException:
-                self.sock.close()
-                raise
         self.client_id = client_id
         self._correlation_id = 0
+        try:
+            if security is not None and security.ssl_context is not None:
+                self.sock = security.ssl_context.wrap_socket(self.sock,
+                                                             server_hostname=host.strip("[]"))
+            if security is not None and security.sasl_mechanism is not None:
+                self._login(security)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _login(self, security: ClientSecurity) -> None:
+        request, response_cls = _handshake_request(security.sasl_mechanism)
+        _check(self.request(request, response_cls), "handshake")
+        client = security.sasl_client()
+        token = client.first()
+        while token is not None:
+            request, response_cls = _authenticate_request(token)
+            answer = self.request(request, response_cls)
+            _check(answer, "authentication")
+            token = client.next(bytes(answer.auth_bytes))
 
     def __enter__(self) -> "Connection":
         return self
@@ -103,14 +151,32 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     @classmethod
     async def open(cls, address: str, timeout: float = 10, client_id: str = "test-client",
-                   ssl_context: ssl.SSLContext | None = None) -> "AsyncConnection":
+                   security: ClientSecurity | None = None) -> "AsyncConnection":
         host, port = address.rsplit(":", 1)
         loop = asyncio.get_running_loop()
+        ssl_context = security.ssl_context if security is not None else None
         tls = {} if ssl_context is None else {"ssl": ssl_context,
                                               "server_hostname": host.strip("[]")}
         _, conn = await asyncio.wait_for(loop.create_connection(
             lambda: cls(timeout, client_id), host, int(port), **tls), timeout)
+        if security is not None and security.sasl_mechanism is not None:
+            try:
+                await conn._login(security)
+            except BaseException:
+                conn.close()
+                raise
         return conn
+
+    async def _login(self, security: ClientSecurity) -> None:
+        request, response_cls = _handshake_request(security.sasl_mechanism)
+        _check(await self.request(request, response_cls), "handshake")
+        client = security.sasl_client()
+        token = client.first()
+        while token is not None:
+            request, response_cls = _authenticate_request(token)
+            answer = await self.request(request, response_cls)
+            _check(answer, "authentication")
+            token = client.next(bytes(answer.auth_bytes))
 
     async def request(self, body, response_cls):
         """Send ``body`` (a kio request); its decoded response (TimeoutError after ``timeout``)."""

@@ -90,7 +90,7 @@ class AlterPartitionManager:
                  version: int = 3, request_timeout_s: float = REQUEST_TIMEOUT_S,
                  lease: LeadershipLease = ALWAYS_HELD,
                  backoff: ExponentialBackoff | None = None, clock: Clock = SYSTEM_CLOCK,
-                 ssl_context=None):
+                 security=None):
         if version not in (2, 3):
             raise ValueError(f"AlterPartition v{version}: only v2 and v3 are spoken")
         self.broker_id = broker_id
@@ -99,7 +99,7 @@ class AlterPartitionManager:
         self._topic_id = topic_id
         self._connect = connect or (lambda host, port: Connection(
             f"{host}:{port}", timeout=request_timeout_s,
-            client_id=f"broker-{broker_id}-alter-partition", ssl_context=ssl_context))
+            client_id=f"broker-{broker_id}-alter-partition", security=security))
         self.version = version
         self._request_cls = request_class(ApiKey.ALTER_PARTITION, version)
         self._response_cls = response_class(ApiKey.ALTER_PARTITION, version)

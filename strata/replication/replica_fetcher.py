@@ -860,7 +860,7 @@ class ReplicaFetcherManager:
                  quota: Any = None,
                  remote_aux_state: Callable[[UnifiedLog, int, int, int], int] | None = None,
                  fetch_last_tiered_offset: bool = False,
-                 loop: asyncio.AbstractEventLoop | None = None, ssl_context=None):
+                 loop: asyncio.AbstractEventLoop | None = None, security=None):
         """``quota``: the follower replication throttle (strata.replication.quota), if any.
         ``remote_aux_state(log, target epoch, leader's local log start, leader's log start)``:
         KIP-405's rebuild from the remote tier (RemoteLogManager.build_remote_log_aux_state),
@@ -889,7 +889,7 @@ class ReplicaFetcherManager:
         self.quota = quota
         self.remote_aux_state = remote_aux_state
         self.fetch_last_tiered_offset = fetch_last_tiered_offset
-        self.ssl_context = ssl_context   # TLS to the leaders' inter-broker listener, if any
+        self.security = security   # TLS/SASL to the leaders' inter-broker listener, if any
         self._loop = loop
         self._own_loop: threading.Thread | None = None
         # None: the blocking ``connect`` given (unit tests' fakes) serves the Fetches too
@@ -923,13 +923,13 @@ class ReplicaFetcherManager:
     def _default_connect(self, address: str):
         from strata.net.connection import Connection
         return Connection(address, timeout=self.socket_timeout_ms / 1000,
-                          client_id=f"broker-{self.broker_id}-fetcher", ssl_context=self.ssl_context)
+                          client_id=f"broker-{self.broker_id}-fetcher", security=self.security)
 
     async def _default_async_connect(self, address: str):
         from strata.net.connection import AsyncConnection
         return await AsyncConnection.open(address, timeout=self.socket_timeout_ms / 1000,
                                           client_id=f"broker-{self.broker_id}-fetcher",
-                                          ssl_context=self.ssl_context)
+                                          security=self.security)
 
     # ---- membership -------------------------------------------------------------------------
 

@@ -17,11 +17,11 @@ REQUEST_TIMEOUT_S = 30.0       # request.timeout.ms
 
 class BrokerChannel:
     def __init__(self, client_id: str, *, connect: Callable[[str, int], Any] | None = None,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, ssl_context=None):
-        """``ssl_context``: TLS to the other brokers' inter-broker listener, if it uses TLS."""
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, security=None):
+        """``security``: TLS and/or SASL to the other brokers' inter-broker listener."""
         self._connect = connect or (lambda host, port: Connection(
             f"{host}:{port}", timeout=request_timeout_s, client_id=client_id,
-            ssl_context=ssl_context))
+            security=security))
         self._conns: dict[tuple[str, int], Any] = {}
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()

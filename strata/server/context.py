@@ -31,7 +31,7 @@ class BrokerContext:
     remote_fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     fetch_max_bytes: int = 57_671_680    # fetch.max.bytes: caps a Fetch request's max_bytes
     api_versions: dict = field(default_factory=dict)  # what ApiVersions advertises; set by the Dispatcher
-    inter_broker_ssl: Any = None         # ssl.SSLContext to other brokers' TLS listener, or None
+    inter_broker_security: Any = None    # net.connection.ClientSecurity to other brokers, or None
     authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
 

@@ -27,7 +27,7 @@ class MarkerSender:
     def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
         self.ctx = ctx
         self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-marker-sender",
-                                                ssl_context=ctx.inter_broker_ssl)
+                                                security=ctx.inter_broker_security)
         self._request_cls = request_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
         self._response_cls = response_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
 

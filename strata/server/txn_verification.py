@@ -52,7 +52,7 @@ class TxnVerifier:
     def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
         self.ctx = ctx
         self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier",
-                                                ssl_context=ctx.inter_broker_ssl)
+                                                security=ctx.inter_broker_security)
 
     def start(self, tp: TopicPartition, producer_id: int, epoch: int) -> object | None:
         """The partition's verification guard, or None when there is nothing to verify (the

@@ -113,3 +113,36 @@ def test_brokers_replicate_and_coordinate_over_their_tls_inter_broker_listener(t
         assert sorted(got) == sorted(b"v%d" % i for i in range(300))
         for broker in cluster.brokers:
             assert "SSLError" not in broker.output() and "(INTERNAL)" in broker.output()
+
+
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(tmp_path):
+    """Brokers log in to each other with PLAIN over TLS; clients use PLAINTEXT."""
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("broker")
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="broker" password="broker-secret" user_broker="broker-secret";')
+    overrides = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                 "inter.broker.listener.name": "INTERNAL",
+                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                 "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+                 "listener.name.internal.plain.sasl.jaas.config": jaas,
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
+                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.pem),
+                 "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "2",
+                 "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
+    cluster = StrataCluster(tmp_path, brokers=3, overrides=overrides)
+    for broker in cluster.brokers:
+        both = f"PLAINTEXT://127.0.0.1:{broker.port},INTERNAL://localhost:{free_port()}"
+        broker.process.overrides.update({"listeners": both, "advertised.listeners": both})
+    with cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("replicated", 2, 3,
+                                      config={"min.insync.replicas": "3"})])["replicated"].result(30)
+        wait_for("full ISRs", lambda: all(
+            len(p.isrs) == 3 for p in admin.list_topics("replicated", timeout=5)
+            .topics["replicated"].partitions.values()))
+        got = produce_and_consume({"bootstrap.servers": cluster.bootstrap}, "replicated", 300)
+        assert sorted(got) == sorted(b"v%d" % i for i in range(300))
+        for broker in cluster.brokers:
+            assert "failed authentication" not in broker.output()

@@ -122,7 +122,7 @@ class ClusterMetadataTopicLog:
                  retry_backoff_max_ms: int = 1_000,
                  deadline_ms: int = 120_000,
                  fetch_max_bytes: int = 1 << 20,
-                 connect: Callable[[str, int], Any] | None = None, ssl_context=None) -> None:
+                 connect: Callable[[str, int], Any] | None = None, security=None) -> None:
         if min_insync_replicas < 1:
             raise ValueError(f"min_insync_replicas must be at least 1, not {min_insync_replicas}")
         self._create_topic = create_topic
@@ -135,7 +135,7 @@ class ClusterMetadataTopicLog:
         self.deadline_ms = deadline_ms
         self.fetch_max_bytes = fetch_max_bytes
         self._connect = connect or self._default_connect
-        self._ssl_context = ssl_context   # TLS to the brokers' inter-broker listener, if any
+        self._security = security   # TLS/SASL to the brokers' inter-broker listener, if any
         self._conns: dict[tuple[str, int], _Conn] = {}
         self._conns_lock = threading.Lock()
         self._closed = threading.Event()
@@ -365,7 +365,7 @@ class ClusterMetadataTopicLog:
     def _default_connect(self, host: str, port: int) -> Any:
         from strata.net.connection import Connection
         return Connection(f"{host}:{port}", timeout=self.request_timeout_ms / 1000 + 5,
-                          client_id=self.client_id, ssl_context=self._ssl_context)
+                          client_id=self.client_id, security=self._security)
 
 
 def _only(partition: int, found: Iterator[Any]) -> Any:
