@@ -468,7 +468,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.server.network import KafkaServer
     from strata.server.purgatory import PartitionWatchers
     from strata.cluster.client_quotas import ClientQuotaStore
-    from strata.server.metrics import ClientQuotaCollector
+    from strata.server.metrics import AuthenticationCollector, ClientQuotaCollector
     from strata.server.quotas import ClientQuotaManager
     from strata.log.log_cleaner import LogCleaner
     from strata.coordinator.offsets_records import OFFSETS_TOPIC
@@ -597,6 +597,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     metrics_server = start_metrics_server(props, manager, rlm, metadata)
     if metrics_server is not None:
         metrics_server.registry.register(ClientQuotaCollector(ctx.quotas))
+        metrics_server.registry.register(AuthenticationCollector(ctx.authentication_stats))
         if cleaner is not None:
             metrics_server.registry.register(LogCleanerCollector(cleaner))
     from strata.cluster.image import Endpoint

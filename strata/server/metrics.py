@@ -607,3 +607,28 @@ class MetricsServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
+
+
+class AuthenticationCollector(Collector):
+    """Successful and failed SASL authentications per listener and mechanism, Kafka's
+    ``kafka.server:type=socket-server-metrics`` ``successful-authentication-total`` and
+    ``failed-authentication-total`` as the JMX exporter names them:
+    ``kafka_server_socket_server_metrics_{successful,failed}_authentication_total{listener,
+    mechanism}``."""
+
+    def __init__(self, stats: Any) -> None:
+        self._stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        for outcome, counts in (("successful", self._stats.successful),
+                                ("failed", self._stats.failed_total)):
+            family = CounterMetricFamily(
+                f"kafka_server_socket_server_metrics_{outcome}_authentication",
+                f"kafka.server:type=socket-server-metrics {outcome}-authentication-total",
+                labels=["listener", "mechanism"])
+            for (listener, mechanism), value in sorted(dict(counts).items()):
+                family.add_metric([listener, mechanism], value)
+            yield family

@@ -50,3 +50,19 @@ def test_plain_refuses_without_telling_which_part_was_wrong(token):
         server.evaluate(token)
     assert not server.complete and server.principal is None
     assert "secret" not in str(failed.value)
+
+
+def test_authentications_are_counted_per_listener_and_mechanism_as_kafka_names_them():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from strata.security.session import AuthenticationStats
+    from strata.server.metrics import AuthenticationCollector
+    stats = AuthenticationStats()
+    stats.succeeded("SASL_SSL", "PLAIN")
+    stats.succeeded("SASL_SSL", "PLAIN")
+    stats.failed("SASL_SSL", "SCRAM-SHA-512")
+    registry = CollectorRegistry()
+    registry.register(AuthenticationCollector(stats))
+    text = generate_latest(registry).decode()
+    assert 'kafka_server_socket_server_metrics_successful_authentication_total{listener="SASL_SSL",mechanism="PLAIN"} 2.0' in text
+    assert 'kafka_server_socket_server_metrics_failed_authentication_total{listener="SASL_SSL",mechanism="SCRAM-SHA-512"} 1.0' in text
