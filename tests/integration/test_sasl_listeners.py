@@ -128,3 +128,58 @@ def test_scram_credentials_made_with_kafka_configs_log_clients_in(broker, mechan
     wrong = {**over_sasl, "sasl.password": "not-it"}
     with pytest.raises(KafkaException):
         AdminClient(wrong).list_topics(timeout=3)
+
+
+def _frame(body, correlation_id: int = 1) -> bytes:
+    from strata.protocol.client import client_frame, framed
+    return framed(client_frame(body, correlation_id, "fuzz"))
+
+
+def _exchange_frames() -> list[bytes]:
+    """A PLAIN login's and a SCRAM client-first's SaslHandshake and SaslAuthenticate frames."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+    return [_frame(SaslHandshakeRequest(mechanism="PLAIN")),
+            _frame(SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"), 2),
+            _frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")),
+            _frame(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"), 2)]
+
+
+def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_go_on(broker):
+    """Bit flips, truncations, boundary integers and oversized frames in the SASL exchange:
+    each connection is answered or closed (never left hanging), and a real login still works."""
+    import random
+    import socket
+    from confluent_kafka.admin import AdminClient as Admin
+    rng = random.Random(45)
+    port = broker.ports["SASL_PLAINTEXT"]
+    frames = _exchange_frames()
+    sent = 0
+    for _ in range(300):
+        handshake, token = (frames[0], frames[1]) if rng.random() < 0.5 else (frames[2], frames[3])
+        pair = bytearray(handshake + token)
+        kind = rng.randrange(4)
+        if kind == 0:
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(4, len(pair))
+                pair[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            pair = pair[:rng.randrange(4, len(pair))]
+        elif kind == 2:
+            i = rng.randrange(4, len(pair) - 4)
+            pair[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00"])
+        else:   # a token larger than sasl.server.max.receive.size
+            pair = bytearray(handshake) + (600_000).to_bytes(4, "big") + b"\0" * 1024
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(bytes(pair))
+            s.shutdown(socket.SHUT_WR)
+            try:
+                while s.recv(65536):   # answers, then the broker closes (or closes at once)
+                    pass
+            except ConnectionResetError:
+                pass
+        sent += 1
+    assert sent == 300
+    right = {"bootstrap.servers": f"127.0.0.1:{port}", **plain("alice", "alice-secret")}
+    assert Admin(right).list_topics(timeout=10).brokers
+    assert "Traceback" not in broker.output()
