@@ -340,18 +340,24 @@ def _take_replicas_offline(change: _Change, broker_id: int,
             change.update(tp, reg.with_leader_and_isr(leader, isr), exclude=broker_id)
 
 
+def _reported(image: MetadataImage, broker_id: int, broker_epoch: int,
+              partitions: frozenset[TopicPartition]) -> frozenset[TopicPartition] | None:
+    """The partitions of a broker's report that it hosts; None for a report of an earlier
+    registration, or of a broker not alive (it changes nothing)."""
+    broker = image.brokers.get(broker_id)
+    if broker is None or not broker.alive or broker.epoch != broker_epoch:
+        return None
+    return frozenset(tp for tp in partitions
+                     if (t := image.topics.get(tp.topic)) is not None
+                     and 0 <= tp.partition < len(t.assignment)
+                     and broker_id in t.assignment[tp.partition])
+
+
 def on_log_dir_event(image: MetadataImage, event: LogDirEventNotification) -> ControllerResult:
-    """A broker's offline replicas now (see the module docstring); a report of an earlier
-    registration, or of a broker not alive, changes nothing."""
-    broker = image.brokers.get(event.broker_id)
-    if broker is None or not broker.alive or broker.epoch != event.broker_epoch:
-        return ControllerResult(image)
-    hosted = frozenset(tp for tp in event.offline_replicas
-                       if (t := image.topics.get(tp.topic)) is not None
-                       and 0 <= tp.partition < len(t.assignment)
-                       and event.broker_id in t.assignment[tp.partition])
+    """A broker's offline replicas now (see the module docstring)."""
+    hosted = _reported(image, event.broker_id, event.broker_epoch, event.offline_replicas)
     old = image.offline_replicas.get(event.broker_id, frozenset())
-    if hosted == old:
+    if hosted is None or hosted == old:
         return ControllerResult(image)
     change = _Change(image)
     change.set_offline_replicas(event.broker_id, hosted)
@@ -367,16 +373,9 @@ def on_log_dir_event(image: MetadataImage, event: LogDirEventNotification) -> Co
 
 def on_tier_bootstrapped_replicas(image: MetadataImage,
                                   event: TierBootstrappedReplicas) -> ControllerResult:
-    """A broker's guarded replicas now (KIP-1303); elections from then on put them last. A
-    report of an earlier registration, or of a broker not alive, changes nothing."""
-    broker = image.brokers.get(event.broker_id)
-    if broker is None or not broker.alive or broker.epoch != event.broker_epoch:
-        return ControllerResult(image)
-    hosted = frozenset(tp for tp in event.partitions
-                       if (t := image.topics.get(tp.topic)) is not None
-                       and 0 <= tp.partition < len(t.assignment)
-                       and event.broker_id in t.assignment[tp.partition])
-    if hosted == image.tier_bootstrapped.get(event.broker_id, frozenset()):
+    """A broker's guarded replicas now (KIP-1303); elections from then on put them last."""
+    hosted = _reported(image, event.broker_id, event.broker_epoch, event.partitions)
+    if hosted is None or hosted == image.tier_bootstrapped.get(event.broker_id, frozenset()):
         return ControllerResult(image)
     change = _Change(image)
     change.set_tier_bootstrapped(event.broker_id, hosted)

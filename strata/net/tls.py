@@ -64,17 +64,26 @@ def _refuse_jks(kind: str, location: str | None) -> TlsConfigError:
         f"-destkeystore {kind}.p12 -deststoretype PKCS12` and set ssl.{kind}.type=PKCS12")
 
 
+def _store(props, listener, kind: str) -> tuple[str, str | None, tuple | None]:
+    """A keystore's or truststore's (type, location, and for PKCS12 the loaded (key,
+    certificate, other certificates)); JKS refused."""
+    store_type = _store_type(props, listener, kind)
+    location = _get(props, listener, f"ssl.{kind}.location")
+    if store_type == "JKS":
+        raise _refuse_jks(kind, location)
+    if store_type != "PKCS12":
+        return store_type, location, None
+    if location is None:
+        raise TlsConfigError(f"ssl.{kind}.type PKCS12 needs ssl.{kind}.location")
+    return store_type, location, pkcs12.load_key_and_certificates(
+        Path(location).read_bytes(), _password(_get(props, listener, f"ssl.{kind}.password")))
+
+
 def _keystore_pem(props, listener) -> tuple[bytes, bytes] | None:
     """(certificate chain PEM, unencrypted private key PEM), or None without a keystore."""
-    kind = _store_type(props, listener, "keystore")
-    location = _get(props, listener, "ssl.keystore.location")
-    if kind == "JKS":
-        raise _refuse_jks("keystore", location)
-    if kind == "PKCS12":
-        if location is None:
-            raise TlsConfigError("ssl.keystore.type PKCS12 needs ssl.keystore.location")
-        key, cert, extra = pkcs12.load_key_and_certificates(
-            Path(location).read_bytes(), _password(_get(props, listener, "ssl.keystore.password")))
+    kind, location, loaded = _store(props, listener, "keystore")
+    if loaded is not None:
+        key, cert, extra = loaded
         if key is None or cert is None:
             raise TlsConfigError(f"{location} holds no private key and certificate")
         chain = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (cert, *extra))
@@ -125,15 +134,9 @@ def _unencrypted(key) -> bytes:
 
 
 def _truststore_pem(props, listener) -> str | None:
-    kind = _store_type(props, listener, "truststore")
-    location = _get(props, listener, "ssl.truststore.location")
-    if kind == "JKS":
-        raise _refuse_jks("truststore", location)
-    if kind == "PKCS12":
-        if location is None:
-            raise TlsConfigError("ssl.truststore.type PKCS12 needs ssl.truststore.location")
-        _, cert, extra = pkcs12.load_key_and_certificates(
-            Path(location).read_bytes(), _password(_get(props, listener, "ssl.truststore.password")))
+    _, location, loaded = _store(props, listener, "truststore")
+    if loaded is not None:
+        _, cert, extra = loaded
         certs = [c for c in (cert, *extra) if c is not None]
         return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
     inline = _get(props, listener, "ssl.truststore.certificates")

@@ -88,49 +88,19 @@ def test_a_listener_requiring_client_certificates_with_a_pkcs12_keystore(tmp_pat
 _ok, _why = zookeeper_available()
 
 
-@pytest.mark.skipif(not _ok, reason=_why)
-def test_brokers_replicate_and_coordinate_over_their_tls_inter_broker_listener(tmp_path):
+def replicate_over_an_internal_listener(tmp_path, protocol: str, extra: dict) -> list:
+    """Three brokers: clients on PLAINTEXT, brokers among themselves on an INTERNAL listener of
+    ``protocol``; an RF 3 topic with min.insync.replicas 3 (every record replicated) produced
+    and consumed. The brokers' outputs."""
     ca = make_ca(tmp_path / "ca")
     cert = ca.issue("broker")
-    overrides = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+    overrides = {"listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,INTERNAL:{protocol}",
                  "inter.broker.listener.name": "INTERNAL",
                  "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
                  "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.pem),
                  "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "2",
-                 "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
-    cluster = StrataCluster(tmp_path, brokers=3, overrides=overrides)
-    for broker in cluster.brokers:   # clients on PLAINTEXT, brokers among themselves on TLS
-        both = f"PLAINTEXT://127.0.0.1:{broker.port},INTERNAL://localhost:{free_port()}"
-        broker.process.overrides.update({"listeners": both, "advertised.listeners": both})
-    with cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("replicated", 2, 3,
-                                      config={"min.insync.replicas": "3"})])["replicated"].result(30)
-        wait_for("full ISRs", lambda: all(
-            len(p.isrs) == 3 for p in admin.list_topics("replicated", timeout=5)
-            .topics["replicated"].partitions.values()))
-        got = produce_and_consume({"bootstrap.servers": cluster.bootstrap}, "replicated", 300)
-        assert sorted(got) == sorted(b"v%d" % i for i in range(300))
-        for broker in cluster.brokers:
-            assert "SSLError" not in broker.output() and "(INTERNAL)" in broker.output()
-
-
-@pytest.mark.skipif(not _ok, reason=_why)
-def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(tmp_path):
-    """Brokers log in to each other with PLAIN over TLS; clients use PLAINTEXT."""
-    ca = make_ca(tmp_path / "ca")
-    cert = ca.issue("broker")
-    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-            'username="broker" password="broker-secret" user_broker="broker-secret";')
-    overrides = {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
-                 "inter.broker.listener.name": "INTERNAL",
-                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
-                 "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
-                 "listener.name.internal.plain.sasl.jaas.config": jaas,
-                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
-                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.pem),
-                 "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "2",
-                 "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"}
+                 "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false",
+                 **extra}
     cluster = StrataCluster(tmp_path, brokers=3, overrides=overrides)
     for broker in cluster.brokers:
         both = f"PLAINTEXT://127.0.0.1:{broker.port},INTERNAL://localhost:{free_port()}"
@@ -144,5 +114,23 @@ def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(tmp_path):
             .topics["replicated"].partitions.values()))
         got = produce_and_consume({"bootstrap.servers": cluster.bootstrap}, "replicated", 300)
         assert sorted(got) == sorted(b"v%d" % i for i in range(300))
-        for broker in cluster.brokers:
-            assert "failed authentication" not in broker.output()
+        return [broker.output() for broker in cluster.brokers]
+
+
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_brokers_replicate_and_coordinate_over_their_tls_inter_broker_listener(tmp_path):
+    for output in replicate_over_an_internal_listener(tmp_path, "SSL", {}):
+        assert "SSLError" not in output and "(INTERNAL)" in output
+
+
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(tmp_path):
+    """Brokers log in to each other with PLAIN over TLS; clients use PLAINTEXT."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="broker" password="broker-secret" user_broker="broker-secret";')
+    outputs = replicate_over_an_internal_listener(tmp_path, "SASL_SSL", {
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": jaas})
+    for output in outputs:
+        assert "failed authentication" not in output
