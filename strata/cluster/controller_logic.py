@@ -187,13 +187,15 @@ def _with_report(reports: Mapping[int, frozenset[TopicPartition]], broker_id: in
 
 # --- the partition state machine's two moves ----------------------------------------------------
 
-def _electable(image: MetadataImage, tp: TopicPartition, replicas: tuple[int, ...]) -> tuple[int, ...]:
-    """``replicas`` without those in a failed log dir, in order but for those rebuilt from the
-    remote tier that do not span the election guard yet (KIP-1303), which go last: every
-    election picks the first that may lead, so one of them leads only if nobody else can."""
+def _electable(image: MetadataImage, tp: TopicPartition, replicas: tuple[int, ...],
+               guard: bool = True) -> tuple[int, ...]:
+    """``replicas`` without those in a failed log dir, in order but (with ``guard``) for those
+    rebuilt from the remote tier that do not span the election guard yet (KIP-1303), which go
+    last: every election picks the first that may lead, so one of them leads only if nobody
+    else can. An operator's explicit preferred election is not guarded."""
     if image.offline_replicas:
         replicas = tuple(r for r in replicas if image.is_replica_online(r, tp))
-    if image.tier_bootstrapped:
+    if guard and image.tier_bootstrapped:
         guarded = tuple(r for r in replicas if tp in image.tier_bootstrapped.get(r, ()))
         if guarded:
             replicas = tuple(r for r in replicas if r not in guarded) + guarded
@@ -539,10 +541,10 @@ def on_alter_partition(image: MetadataImage, event: AlterPartition) -> Controlle
 _Elector = Callable[[MetadataImage, tuple[int, ...], PartitionRegistration], PartitionRegistration | None]
 
 
-def _elect(change: _Change, tp: TopicPartition, elect: _Elector) -> bool:
+def _elect(change: _Change, tp: TopicPartition, elect: _Elector, guard: bool = True) -> bool:
     reg = change.registration(tp)
     replicas = change.image.replicas(tp)
-    electable = _electable(change.image, tp, replicas)
+    electable = _electable(change.image, tp, replicas, guard)
     if elect is election.elect_preferred and electable[:1] != replicas[:1]:
         return False  # the preferred replica's log dir failed
     elected = None if reg is None else elect(change.image, electable, reg)
@@ -567,7 +569,7 @@ def on_elect_leaders(image: MetadataImage, event: ElectLeaders) -> ControllerRes
         if (leader == topic.assignment[tp.partition][0]) if preferred else image.is_eligible(leader):
             results[tp] = ErrorCode.ELECTION_NOT_NEEDED
         elif preferred:
-            ok = _elect(change, tp, election.elect_preferred)
+            ok = _elect(change, tp, election.elect_preferred, guard=False)   # asked for
             results[tp] = ErrorCode.NONE if ok else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
         else:
             ok = _elect(change, tp, lambda i, a, r: election.elect_offline(i, a, r, unclean=True))

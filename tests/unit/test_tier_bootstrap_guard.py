@@ -8,8 +8,8 @@ import uuid
 from dataclasses import replace
 
 from strata.cluster.controller_events import (
-    BrokerFailed, BrokerRegistered, ElectionType, ElectLeaders, TierBootstrappedReplicas,
-    TopicCreated)
+    AlterPartition, AutoLeaderRebalance, BrokerFailed, BrokerRegistered, ElectionType,
+    ElectLeaders, TierBootstrappedReplicas, TopicCreated)
 from strata.cluster.controller_logic import handle
 from strata.cluster.image import BrokerRegistration, MetadataImage
 from strata.common.clock import MockClock
@@ -98,14 +98,23 @@ def test_it_leads_when_nobody_else_can():
     assert handle(image, BrokerFailed(1)).image.registration(TP).leader == 2
 
 
-def test_a_guarded_preferred_replica_is_not_made_leader_and_the_guard_lifts():
-    image = handle(cluster(), BrokerFailed(1)).image
+def test_the_automatic_rebalance_leaves_a_guarded_preferred_replica_an_operator_does_not():
+    image = handle(replace(cluster(), leader_imbalance_per_broker_percentage=0),
+                   BrokerFailed(1)).image
     image = handle(image, BrokerRegistered(BrokerRegistration(1, epoch=201))).image
+    image = handle(image, AlterPartition(2, 102, "t", 0, *epochs(image), (2, 3, 1))).image
     image = handle(image, TierBootstrappedReplicas(1, 201, frozenset({TP}))).image
+    assert handle(image, AutoLeaderRebalance()).image.registration(TP).leader == 2
     result = handle(image, ElectLeaders((TP,), ElectionType.PREFERRED))
-    assert result.response[TP] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    assert result.response[TP] == ErrorCode.NONE and result.image.registration(TP).leader == 1
     image = handle(image, TierBootstrappedReplicas(1, 201, frozenset())).image
     assert image.tier_bootstrapped == {}
+    assert handle(image, AutoLeaderRebalance()).image.registration(TP).leader == 1
+
+
+def epochs(image):
+    reg = image.registration(TP)
+    return reg.leader_epoch, reg.partition_epoch
 
 
 def test_reports_of_another_registration_or_of_replicas_not_hosted_are_ignored():
