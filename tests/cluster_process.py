@@ -58,6 +58,13 @@ def metadata_node_ids(bootstrap: str, timeout: float = 5) -> tuple[set[int], int
     return {int(b.node_id) for b in resp.brokers}, int(resp.controller_id)
 
 
+def elected_controller(bootstrap: str, timeout: float = 30) -> int:
+    """The controller ``bootstrap`` names, once it names one (a cluster just started may not
+    have elected it yet, or the broker may not have heard)."""
+    return eventually(lambda: (c := metadata_node_ids(bootstrap)[1]) >= 0 and (c,),
+                      "a controller elected", timeout)[0]
+
+
 class ClusterBroker:
     """One broker of a StrataCluster: its node id, port and data dir stay the same across
     stop()/kill() and start()."""

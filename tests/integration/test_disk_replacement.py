@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from zk_server import zookeeper_available
 
 from cluster_clients import NO_TIERING, admin, consume_all, log_end, produce, wait_for
-from cluster_process import StrataCluster, metadata_node_ids
+from cluster_process import StrataCluster, elected_controller
 from support.waiting import never
 
 _ok, _why = zookeeper_available()
@@ -119,7 +119,7 @@ def replace_the_followers_disk_then_kill_the_leader(tmp_path, brokers: int, min_
     down; the caller stops the cluster."""
     cluster = StrataCluster(tmp_path, brokers=brokers, overrides=OVERRIDES).start()
     try:
-        _, controller = metadata_node_ids(cluster.broker(1).bootstrap)
+        controller = elected_controller(cluster.broker(1).bootstrap)
         leader = controller          # the leader is the controller: it dies unseen
         wiped, *others = [n for n in sorted(cluster.node_ids) if n != leader]
         # the wiped replica right after the leader: the first an election would look at

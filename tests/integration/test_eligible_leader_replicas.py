@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from zk_server import zookeeper_available
 
 from cluster_clients import NO_TIERING, consume_all, log_end, partitions, produce, wait_for
-from cluster_process import StrataCluster, metadata_node_ids
+from cluster_process import StrataCluster, elected_controller, metadata_node_ids
 from kafka_tools import KAFKA_TOPICS, require_kafka_dist, run_kafka_class
 
 _ok, _why = zookeeper_available()
@@ -49,7 +49,7 @@ def test_a_follower_that_left_below_min_isr_is_elected_when_the_isr_is_gone(tmp_
     require_kafka_dist()
     cluster = StrataCluster(tmp_path, brokers=4, overrides=OVERRIDES).start()
     try:
-        _, controller = metadata_node_ids(cluster.broker(1).bootstrap)
+        controller = elected_controller(cluster.broker(1).bootstrap)
         leader, early, late = [n for n in sorted(cluster.node_ids) if n != controller]
         client = AdminClient({"bootstrap.servers": cluster.bootstrap})
         client.create_topics([NewTopic(

@@ -23,7 +23,7 @@ from kio.schema.list_partition_reassignments.v0.response import ListPartitionRea
 from zk_server import zookeeper_available
 
 from cluster_clients import NO_TIERING, admin, consume_all, log_end, partitions, produce, wait_for
-from cluster_process import StrataCluster, metadata_node_ids
+from cluster_process import StrataCluster, elected_controller
 from kafka_tools import REASSIGN_PARTITIONS, kafka_dist_available, run_kafka_class
 from strata.common.errors import ErrorCode
 from strata.net.connection import roundtrip
@@ -155,7 +155,7 @@ def test_reassign_partitions_moves_a_replica_with_its_data(cluster, tmp_path):
 
 
 def test_a_stuck_reassignment_is_listed_and_cancel_reverts_it(cluster, tmp_path):
-    controller = metadata_node_ids(cluster.broker(1).bootstrap)[1]
+    controller = elected_controller(cluster.broker(1).bootstrap)
     added = max(b for b in cluster.node_ids if b != controller)  # paused: not the controller
     first, second = sorted(cluster.node_ids - {added})
     create_on(cluster, "stuck", [first, second])
