@@ -25,12 +25,9 @@ from strata.cluster.eligible_leaders import elr_leader, last_known_leader
 from strata.cluster.image import LeaderRecoveryState, MetadataImage, PartitionRegistration
 
 
-def offline_partition_leader(assignment: Sequence[int], isr: Sequence[int], live: set[int] | frozenset[int],
-                             unclean: bool) -> int | None:
-    clean = next((r for r in assignment if r in live and r in isr), None)
-    if clean is not None or not unclean:
-        return clean
-    return next((r for r in assignment if r in live), None)
+def offline_partition_leader(assignment: Sequence[int], isr: Sequence[int],
+                             live: set[int] | frozenset[int]) -> int | None:
+    return next((r for r in assignment if r in live and r in isr), None)
 
 
 def reassign_partition_leader(target: Sequence[int], isr: Sequence[int],
@@ -57,7 +54,7 @@ def _live(image: MetadataImage, replicas: Sequence[int]) -> frozenset[int]:
 def elect_offline(image: MetadataImage, assignment: Sequence[int], current: PartitionRegistration,
                   unclean: bool) -> PartitionRegistration | None:
     live = _live(image, assignment)
-    leader = offline_partition_leader(assignment, current.isr, live, unclean=False)
+    leader = offline_partition_leader(assignment, current.isr, live)
     if leader is not None:
         return current.with_leader_and_isr(leader, tuple(r for r in current.isr if r in live))
     leader = elr_leader(assignment, current, live)

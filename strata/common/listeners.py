@@ -5,8 +5,9 @@
 ``parse_listeners(props)`` validates them as Kafka's ``KafkaConfig`` does, with its messages:
 listener names unique and each mapped to a security protocol (the map's default maps the four
 protocol names to themselves), ports unique but for 0, advertised listeners a subset of the
-listeners (all of them when unset), the inter-broker listener among the advertised ones. Pure;
-any thread may call it.
+listeners (all of them when unset), the inter-broker listener among the advertised ones.
+Where Kafka refuses a configuration that sets neither inter-broker key and has no PLAINTEXT
+listener, Strata takes the first advertised listener. Pure; any thread may call it.
 """
 
 from __future__ import annotations

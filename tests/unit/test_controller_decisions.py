@@ -136,10 +136,8 @@ def test_create_partitions_refusals(count, manual, code):
 # --- election rules -----------------------------------------------------------------------------
 
 def test_offline_election_takes_first_live_isr_member_in_assignment_order():
-    assert election.offline_partition_leader([3, 1, 2], [2, 1], {1, 2}, unclean=False) == 1
-    assert election.offline_partition_leader([3, 1, 2], [3], {1, 2}, unclean=False) is None
-    assert election.offline_partition_leader([3, 1, 2], [3], {1, 2}, unclean=True) == 1
-    assert election.offline_partition_leader([3, 1, 2], [3], set(), unclean=True) is None
+    assert election.offline_partition_leader([3, 1, 2], [2, 1], {1, 2}) == 1
+    assert election.offline_partition_leader([3, 1, 2], [3], {1, 2}) is None
 
 
 def test_reassign_election_takes_first_live_isr_member_of_the_target():

@@ -10,7 +10,7 @@ import datetime
 import logging
 
 from strata.common.errors import ErrorCode
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
 from strata.security.sasl import SaslAuthenticationFailed
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
@@ -18,15 +18,12 @@ log = logging.getLogger(__name__)
 
 
 async def handle(ctx, request):
-    rc = response_class(request.api_key, request.api_version)
     conn = CURRENT_CONNECTION.get()
     session = conn.sasl
-    no_lifetime = {"session_lifetime": datetime.timedelta(0)} if request.api_version >= 1 else {}
     if session is None or session.server is None or session.authenticated:
         conn.close_after_response = session is not None
-        return make(rc, error_code=kio_error_code(ErrorCode.ILLEGAL_SASL_STATE),
-                    error_message="Unexpected SaslAuthenticate request", auth_bytes=b"",
-                    **no_lifetime)
+        return error_response(request, ErrorCode.ILLEGAL_SASL_STATE,
+                              "Unexpected SaslAuthenticate request")
     server = session.server
     try:
         answer = server.evaluate(bytes(request.body.auth_bytes))
@@ -36,10 +33,11 @@ async def handle(ctx, request):
         ctx.authentication_stats.failed(conn.listener, server.mechanism)
         await asyncio.sleep(ctx.failed_authentication_delay_ms / 1000)
         conn.close_after_response = True
-        return make(rc, error_code=kio_error_code(ErrorCode.SASL_AUTHENTICATION_FAILED),
-                    error_message=str(exc), auth_bytes=b"", **no_lifetime)
+        return error_response(request, ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
     if server.complete:
         session.principal = conn.principal = server.principal
         ctx.authentication_stats.succeeded(conn.listener, server.mechanism)
-    return make(rc, error_code=kio_error_code(ErrorCode.NONE), error_message=None,
+    no_lifetime = {"session_lifetime": datetime.timedelta(0)} if request.api_version >= 1 else {}
+    return make(response_class(request.api_key, request.api_version),
+                error_code=kio_error_code(ErrorCode.NONE), error_message=None,
                 auth_bytes=answer, **no_lifetime)
