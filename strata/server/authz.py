@@ -6,22 +6,9 @@ Without an authorizer Kafka answers every operation a resource type supports
 
 from __future__ import annotations
 
-from enum import IntEnum
+from strata.security.authorizer import AclOperation
 
 OMITTED = -2147483648  # Integer.MIN_VALUE: the client did not ask
-
-
-class AclOperation(IntEnum):
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
 
 
 def _bits(*ops: AclOperation) -> int:

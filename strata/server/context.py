@@ -7,6 +7,7 @@ from typing import Any
 
 from strata.cluster.client_quotas import ClientQuotaStore
 from strata.replication.replica_manager import ReplicaManager
+from strata.security.authorizer import Authorizer
 from strata.security.session import AuthenticationStats
 from strata.server.purgatory import PartitionWatchers
 
@@ -34,6 +35,7 @@ class BrokerContext:
     inter_broker_security: Any = None    # net.connection.ClientSecurity to other brokers, or None
     authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
+    authorizer: Authorizer | None = None   # None: every request allowed (no authorizer.class.name)
 
     def __post_init__(self) -> None:
         # Clients learn this broker's endpoint from the metadata (Metadata, FindCoordinator, ...)

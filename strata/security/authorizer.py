@@ -1,0 +1,93 @@
+"""Kafka's authorizer interface (``org.apache.kafka.server.authorizer.Authorizer``) and the ACL
+vocabulary it speaks, with Kafka's codes (``AclOperation``, ``ResourceType``, ``PatternType``,
+``AclPermissionType`` as they travel in CreateAcls / DescribeAcls / DeleteAcls).
+
+An ``Authorizer`` answers, for one principal connected from one host, whether each ``Action``
+(an operation on one named resource) is allowed. The broker consults it through
+``strata.server.authorization``; with no authorizer configured every action is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
+
+from strata.security.sasl import KafkaPrincipal
+
+__all__ = ["AclOperation", "AclPermissionType", "Action", "Authorizer", "PatternType",
+           "ResourceType", "WILDCARD_RESOURCE", "CLUSTER_NAME"]
+
+WILDCARD_RESOURCE = "*"          # ResourcePattern.WILDCARD_RESOURCE
+CLUSTER_NAME = "kafka-cluster"   # the one Cluster resource's name
+
+
+class AclOperation(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15
+
+
+class ResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclPermissionType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Kafka's ``Action``: ``operation`` on the resource ``resource_type``:``name`` (a LITERAL
+    pattern when the request names one resource). ``log_if_allowed`` / ``log_if_denied`` say
+    whether the authorizer log records the decision (Kafka turns them off for filtering, e.g.
+    the topics of a Metadata request for all topics)."""
+
+    operation: AclOperation
+    resource_type: ResourceType
+    name: str
+    pattern_type: PatternType = PatternType.LITERAL
+    log_if_allowed: bool = True
+    log_if_denied: bool = True
+
+
+class Authorizer(Protocol):
+    """What the broker asks of an authorizer."""
+
+    def authorize(self, principal: KafkaPrincipal, host: str,
+                  actions: Sequence[Action]) -> list[bool]:
+        """One decision per action, in order: True if allowed. ``host`` is the client's IP
+        address as a string (``"127.0.0.1"``)."""
+        ...
