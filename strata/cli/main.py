@@ -527,7 +527,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=_flag(props, "auto.create.topics.enable"),
                         producer_ids=producer_ids,
-                        fetch_max_bytes=_int(props, "fetch.max.bytes"))
+                        fetch_max_bytes=_int(props, "fetch.max.bytes"),
+                        eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"))
     ctx.fetch_sessions = FetchSessionCache.from_properties(props)   # KIP-227
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)

@@ -35,6 +35,7 @@ class BrokerContext:
     inter_broker_security: Any = None    # net.connection.ClientSecurity to other brokers, or None
     authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
+    eligible_leader_replicas: bool = True     # eligible.leader.replicas.enable (ApiVersions)
     authorizer: Authorizer | None = None   # None: every request allowed (no authorizer.class.name)
 
     def __post_init__(self) -> None:

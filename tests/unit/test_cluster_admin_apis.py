@@ -337,6 +337,15 @@ def test_api_versions_reports_the_features_strata_has(broker, version):
     assert r.finalized_features_epoch == 0
 
 
+def test_api_versions_does_not_finalize_elr_when_eligible_leader_replicas_are_off(broker):
+    ctx, _, _ = broker
+    ctx.eligible_leader_replicas = False
+    r = send(ctx, A.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
+    assert {f.name: f.max_version_level for f in r.finalized_features} == {"metadata.version": 7}
+    assert {f.name: f.max_version for f in r.supported_features}[
+        "eligible.leader.replicas.version"] == 1   # still supported, only not finalized
+
+
 # ---- client telemetry --------------------------------------------------------------------------
 
 def test_telemetry_subscription_asks_for_no_metrics_and_a_push_is_checked(broker):

@@ -2,9 +2,11 @@
 
 Features (KIP-584) are reported as Kafka 4.x reports them, at the levels Strata really has:
 metadata.version at its lowest Kafka 4 level, 3.3-IV3 (7), and every other feature at level 0,
-since Strata has no KIP-848 consumer groups (group.version), no transactions
-(transaction.version), no ELR, share or streams groups, and no KRaft quorum (kraft.version).
-A feature at level 0 is supported but not finalized, so only metadata.version is finalized.
+since Strata has no KIP-848 consumer groups (group.version), no transactions V2
+(transaction.version), no share or streams groups, and no KRaft quorum (kraft.version);
+eligible.leader.replicas.version is finalized at 1 while ``eligible.leader.replicas.enable``
+is on (KIP-966), at 0 (not finalized) when it is off. A feature at level 0 is supported but not
+finalized.
 Before v4 a client cannot read a supported range starting at 0: those are left out, as Kafka
 leaves them out.
 """
@@ -18,7 +20,7 @@ from strata.protocol.codec import api_versions_response, make, response_class
 METADATA_VERSION = "metadata.version"
 METADATA_VERSION_3_3_IV3 = 7
 
-# feature -> (supported min, supported max); the finalized level is the max.
+# feature -> (supported min, supported max); the finalized level is the max (ELR: see above).
 FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (METADATA_VERSION_3_3_IV3, METADATA_VERSION_3_3_IV3),
     "kraft.version": (0, 0),
@@ -28,13 +30,23 @@ FEATURES: dict[str, tuple[int, int]] = {
     "share.version": (0, 0),
     "streams.version": (0, 0),
 }
-FINALIZED_FEATURES_EPOCH = 0  # the levels never change
+ELR_VERSION = "eligible.leader.replicas.version"
+FINALIZED_FEATURES_EPOCH = 0  # the levels never change while a broker runs
 FIRST_VERSION_WITH_FEATURES = 3
 FIRST_VERSION_WITH_ZERO_MIN_FEATURES = 4
 
 
-def with_features(response, api_version: int):
-    """``response`` (an ApiVersions body of ``api_version``) with this broker's features."""
+def finalized_levels(eligible_leader_replicas: bool = True) -> dict[str, int]:
+    """Each finalized feature's level (features at level 0 are not finalized)."""
+    levels = {name: hi for name, (_, hi) in FEATURES.items() if hi > 0}
+    if not eligible_leader_replicas:
+        del levels[ELR_VERSION]
+    return levels
+
+
+def with_features(response, api_version: int, finalized: dict[str, int] | None = None):
+    """``response`` (an ApiVersions body of ``api_version``) with this broker's features,
+    ``finalized`` (default ``finalized_levels()``) as the finalized ones."""
     if api_version < FIRST_VERSION_WITH_FEATURES:
         return response
     rc = response_class(type(response).__api_key__, api_version)
@@ -42,14 +54,15 @@ def with_features(response, api_version: int):
         make(rc, "supported_features", name=name, min_version=lo, max_version=hi)
         for name, (lo, hi) in FEATURES.items()
         if lo > 0 or api_version >= FIRST_VERSION_WITH_ZERO_MIN_FEATURES)
-    finalized = tuple(
-        make(rc, "finalized_features", name=name, min_version_level=hi, max_version_level=hi)
-        for name, (_, hi) in FEATURES.items() if hi > 0)
+    levels = finalized_levels() if finalized is None else finalized
     return dataclasses.replace(response, supported_features=supported,
                                finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
-                               finalized_features=finalized)
+                               finalized_features=tuple(
+                                   make(rc, "finalized_features", name=name,
+                                        min_version_level=level, max_version_level=level)
+                                   for name, level in levels.items()))
 
 
 async def handle(ctx, request):
     return with_features(api_versions_response(request.api_version, apis=ctx.api_versions),
-                         request.api_version)
+                         request.api_version, finalized_levels(ctx.eligible_leader_replicas))
