@@ -1,6 +1,8 @@
 """One connection's SASL state on a SASL listener (Kafka's ``SaslServerAuthenticator``):
 a SaslHandshake picks the mechanism, SaslAuthenticate requests carry the tokens, and until the
-exchange is complete only ApiVersions, SaslHandshake and SaslAuthenticate are served.
+exchange is complete only ApiVersions, SaslHandshake and SaslAuthenticate are served. After a
+SaslHandshake v0 (clients before Kafka 1.0) the tokens travel as raw length-prefixed frames
+without a request header (``raw_tokens``), answered the same way.
 
 Threads: the connection's task only.
 """
@@ -19,6 +21,12 @@ class SaslSession:
         self.factories = factories
         self.server: SaslServer | None = None
         self.principal: KafkaPrincipal | None = None
+        self.raw_tokens = False   # Kafka's enableKafkaSaslAuthenticateHeaders, negated
+
+    @property
+    def raw_tokens_expected(self) -> bool:
+        """The next frame is a raw token (the v0 exchange is under way)."""
+        return self.raw_tokens and self.server is not None and not self.authenticated
 
     @property
     def mechanisms(self) -> tuple[str, ...]:

@@ -112,6 +112,17 @@ class Dispatcher:
         finally:
             CURRENT_CONNECTION.reset(token)
 
+    async def sasl_token(self, token: bytes, conn) -> bytes:
+        """A raw SASL token after SaslHandshake v0 (network.py); raises CloseConnection when
+        the exchange fails or cannot go on."""
+        try:
+            return await sasl_authenticate.raw_token(self.ctx, conn, token)
+        except CloseConnection:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken token closes its connection only
+            log.exception("raw SASL token from %s failed", conn.peer)
+            raise CloseConnection(f"SASL token could not be processed: {exc}") from None
+
     async def _handle(self, handler, request: DecodedRequest):
         try:
             return await handler(self.ctx, request)

@@ -19,6 +19,9 @@ after it wait in ``_pending`` behind it, so responses stay in order, and the nex
 while more than the high-water mark is pending. Without a plain socket (TLS, or
 ``sendfile=False``) regions are read into memory and written like any other part.
 
+After a SaslHandshake v0, SASL tokens arrive as raw frames without a request header; they go to
+the handler's ``sasl_token`` and its answer leaves as a raw frame (Kafka's v0 framing).
+
 A frame whose length is negative or above ``socket.request.max.bytes``, or that the codec
 cannot parse, closes that connection only. An unsupported ApiVersions version is answered
 with the v0 fallback; any other unsupported version closes the connection (Kafka's behaviour).
@@ -272,6 +275,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
 
     async def _handle_frame(self, frame: bytes) -> None:
+        if self.info.sasl is not None and self.info.sasl.raw_tokens_expected:
+            await self._handle_raw_token(frame)
+            return
         try:
             request = parse_request(frame)
         except UnsupportedVersion as exc:
@@ -305,6 +311,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             if self.info.throttle_ms > 0:
                 await self._mute(self.info.throttle_ms)
+
+    async def _handle_raw_token(self, token: bytes) -> None:
+        """A SASL token after SaslHandshake v0: no request header; the answer is the server's
+        token as a length-prefixed frame. A token the exchange refuses closes the connection."""
+        try:
+            answer = await self._server.handler.sasl_token(token, self.info)
+        except CloseConnection as exc:
+            log.info("closing %s: %s", self.info.peer, exc)
+            self.close()
+            return
+        self._write([_LENGTH.pack(len(answer)), answer])
 
     def _respond(self, request: DecodedRequest, body: object) -> None:
         try:

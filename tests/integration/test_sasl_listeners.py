@@ -1,7 +1,8 @@
 """SASL listeners (issue 45, part 1) with real clients: confluent-kafka authenticates with PLAIN
 over SASL_PLAINTEXT and SASL_SSL and produces and consumes; a wrong password is refused with
 SASL_AUTHENTICATION_FAILED and the broker serves on; a request sent before authenticating
-closes that one connection; Kafka's Java tools authenticate with a client config file."""
+closes that one connection; Kafka's Java tools authenticate with a client config file; old
+clients' raw token frames after SaslHandshake v0 log in."""
 
 from __future__ import annotations
 
@@ -182,4 +183,66 @@ def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_
     assert sent == 300
     right = {"bootstrap.servers": f"127.0.0.1:{port}", **plain("alice", "alice-secret")}
     assert Admin(right).list_topics(timeout=10).brokers
+    assert "Traceback" not in broker.output()
+
+
+def _raw_token_exchange(conn: Connection, mechanism: str, tokens) -> list[bytes]:
+    """SaslHandshake v0, then ``tokens`` (a generator fed each server token) as raw frames
+    without a request header, as clients before Kafka 1.0 send them; the server's tokens."""
+    import struct
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v0.response import SaslHandshakeResponse
+    from strata.net.connection import recv_exact
+    assert conn.request(SaslHandshakeRequest(mechanism=mechanism),
+                        SaslHandshakeResponse).error_code == 0
+    answers, token = [], next(tokens)
+    while token is not None:
+        conn.sock.sendall(struct.pack(">i", len(token)) + token)
+        (size,) = struct.unpack(">i", recv_exact(conn.sock, 4))
+        answers.append(bytes(recv_exact(conn.sock, size)))
+        token = tokens.send(answers[-1])
+    return answers
+
+
+def test_old_clients_raw_sasl_frames_after_handshake_v0_log_in_with_plain_and_scram(broker):
+    """After SaslHandshake v0 the tokens are raw frames (Kafka's pre-SaslAuthenticate framing):
+    PLAIN and SCRAM-SHA-256 log in that way, then Metadata is served on the same connection;
+    garbage raw tokens close only their connection."""
+    import scramp
+    from confluent_kafka.admin import UserScramCredentialUpsertion, ScramCredentialInfo, \
+        ScramMechanism
+    from kio.schema.metadata.v12.response import MetadataResponse
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    upsert = UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-secret")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False)
+    address = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}"
+
+    def plain_tokens():
+        yield b"\0alice\0alice-secret"
+        yield None
+
+    def scram_tokens():
+        client = scramp.ScramClient(["SCRAM-SHA-256"], "carol", "carol-secret")
+        client.set_server_first((yield client.get_client_first().encode()).decode())
+        client.set_server_final((yield client.get_client_final().encode()).decode())
+        yield None
+
+    with Connection(address) as bystander:
+        for mechanism, tokens in [("PLAIN", plain_tokens()), ("SCRAM-SHA-256", scram_tokens())]:
+            with Connection(address) as conn:
+                _raw_token_exchange(conn, mechanism, tokens)
+                assert conn.request(metadata, MetadataResponse).brokers
+        for mechanism, garbage in [("PLAIN", b"\x07" * 64), ("SCRAM-SHA-256", b"n,,\xff\xfe")]:
+            with Connection(address) as conn:
+                def garbage_tokens(token=garbage):
+                    yield token
+                    yield None
+                with pytest.raises((ConnectionError, OSError)):
+                    _raw_token_exchange(conn, mechanism, garbage_tokens())
+        _raw_token_exchange(bystander, "PLAIN", plain_tokens())   # opened before, still served
+        assert bystander.request(metadata, MetadataResponse).brokers
     assert "Traceback" not in broker.output()

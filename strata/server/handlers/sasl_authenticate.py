@@ -13,6 +13,7 @@ from strata.common.errors import ErrorCode
 from strata.protocol.codec import error_response, kio_error_code, make, response_class
 from strata.security.sasl import SaslAuthenticationFailed
 from strata.server.handlers.group_common import CURRENT_CONNECTION
+from strata.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
 
@@ -41,3 +42,22 @@ async def handle(ctx, request):
     return make(response_class(request.api_key, request.api_version),
                 error_code=kio_error_code(ErrorCode.NONE), error_message=None,
                 auth_bytes=answer, **no_lifetime)
+
+
+async def raw_token(ctx, conn, token: bytes) -> bytes:
+    """One token of the exchange after SaslHandshake v0, a raw frame without a request header;
+    the server's token, which goes back as a raw frame (empty ones too, as Kafka sends them).
+    A failure closes the connection after the delay: this framing has no error answer."""
+    server = conn.sasl.server
+    try:
+        answer = server.evaluate(token)
+    except SaslAuthenticationFailed as exc:
+        log.info("failed authentication with %s (%s on %s, raw tokens): %s", conn.peer,
+                 server.mechanism, conn.listener, exc)
+        ctx.authentication_stats.failed(conn.listener, server.mechanism)
+        await asyncio.sleep(ctx.failed_authentication_delay_ms / 1000)
+        raise CloseConnection(f"SASL authentication failed: {exc}") from None
+    if server.complete:
+        conn.sasl.principal = conn.principal = server.principal
+        ctx.authentication_stats.succeeded(conn.listener, server.mechanism)
+    return answer

@@ -1,8 +1,8 @@
 """SaslHandshake v0-1 (Kafka's ``SaslServerAuthenticator.handleHandshakeRequest``): the client
 names its mechanism; the answer lists the listener's enabled ones, UNSUPPORTED_SASL_MECHANISM
 when it is not among them. On a listener without SASL, or once authenticated,
-ILLEGAL_SASL_STATE (Kafka's KafkaApis answer). v0's raw token framing that follows is not
-served: such a client's next frame closes the connection."""
+ILLEGAL_SASL_STATE (Kafka's KafkaApis answer). After a successful v0 the tokens come as raw
+frames without a header (the network layer passes them to ``sasl_authenticate.raw_token``)."""
 
 from __future__ import annotations
 
@@ -17,5 +17,6 @@ async def handle(ctx, request):
     if session is None or session.authenticated or session.server is not None:
         return make(rc, error_code=kio_error_code(ErrorCode.ILLEGAL_SASL_STATE), mechanisms=())
     ok = session.handshake(str(request.body.mechanism))
+    session.raw_tokens = ok and request.api_version == 0
     code = ErrorCode.NONE if ok else ErrorCode.UNSUPPORTED_SASL_MECHANISM
     return make(rc, error_code=kio_error_code(code), mechanisms=session.mechanisms)
