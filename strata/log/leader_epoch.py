@@ -191,9 +191,6 @@ class LeaderEpochFileCache:
         """True when the cache holds at least one entry (Kafka's nonEmpty)."""
         return bool(self._entries)
 
-    def non_empty(self) -> bool:
-        return bool(self._entries)
-
     def latest_entry(self) -> EpochEntry | None:
         with self._lock:
             return self._entries[-1] if self._entries else None
@@ -271,10 +268,6 @@ class LeaderEpochFileCache:
     def epoch_entries(self) -> list[EpochEntry]:
         with self._lock:
             return list(self._entries)
-
-    def epoch_with_offsets(self) -> dict[int, int]:
-        with self._lock:
-            return {e.epoch: e.start_offset for e in self._entries}
 
     def epoch_entries_in_range(self, start_offset: int, end_offset: int) -> list[EpochEntry]:
         """The history of ``[start_offset, end_offset)``: a copy truncated from the start at

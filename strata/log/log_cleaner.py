@@ -207,13 +207,6 @@ class LogToClean(NamedTuple):
         return self.cleanable_bytes / total if total else 0.0
 
 
-def cleanable_offsets(ulog, checkpoint: int | None, now_ms: int) -> tuple[int, int, bool]:
-    """(first dirty, first uncleanable, needs compaction now) as Kafka's
-    ``LogCleanerManager.cleanableOffsets`` computes them. Call with ``ulog.lock`` held."""
-    first_dirty, first_uncleanable, delay_ms = _offsets_to_clean(ulog, checkpoint, now_ms)
-    return first_dirty, first_uncleanable, delay_ms > 0
-
-
 def _offsets_to_clean(ulog, checkpoint: int | None, now_ms: int) -> tuple[int, int, int]:
     """(first dirty, first uncleanable, compaction delay in ms); ``ulog.lock`` held."""
     start = ulog.log_start_offset
@@ -584,17 +577,6 @@ class LogCleaner:
             f.write(offsets)
 
     # ---- uncleanable partitions ---------------------------------------------------------------
-
-    def mark_partition_uncleanable(self, log_dir, tp: TopicPartition, ulog=None) -> None:
-        """Kafka's ``markPartitionUncleanable``: skip ``tp`` in ``log_dir`` from now on (``ulog``
-        defaults to its current log there; a partition no longer there is not marked)."""
-        if ulog is None:
-            key = _dir_key(log_dir)
-            ulog = next((u for d, p, u in self._logs() if p == tp and _dir_key(d) == key), None)
-            if ulog is None:
-                return
-        with self._lock:
-            self._mark_uncleanable_locked(log_dir, tp, ulog)
 
     def _mark_uncleanable_locked(self, log_dir, tp: TopicPartition, ulog) -> None:
         self._uncleanable.setdefault(_dir_key(log_dir), {})[tp] = ulog

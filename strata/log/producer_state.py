@@ -91,12 +91,6 @@ class AppendOrigin(Enum):
 # sequence arithmetic (int32, wrapping from 2^31-1 to 0)
 
 
-def increment_sequence(sequence: int, increment: int) -> int:
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
 def decrement_sequence(sequence: int, decrement: int) -> int:
     if sequence < decrement:
         return INT32_MAX - (decrement - sequence) + 1
@@ -194,10 +188,6 @@ class ProducerStateEntry:
     @property
     def last_seq(self) -> int:
         return self.batch_metadata[-1].last_seq if self.batch_metadata else NO_SEQUENCE
-
-    @property
-    def first_data_offset(self) -> int:
-        return self.batch_metadata[0].first_offset if self.batch_metadata else -1
 
     @property
     def last_data_offset(self) -> int:
@@ -629,18 +619,6 @@ class ProducerStateManager:
             return None
         return target
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
-        """Delete snapshots with no matching segment, keeping the largest stray one only when it
-        is above every segment base offset (the snapshot a clean shutdown writes)."""
-        bases = set(segment_base_offsets)
-        snapshots = self._scan_snapshots()
-        strays = [o for o in snapshots if o not in bases]
-        for offset in strays[:-1]:
-            snapshots.pop(offset).unlink(missing_ok=True)
-        if strays and bases and strays[-1] < max(bases):
-            snapshots.pop(strays[-1]).unlink(missing_ok=True)
-        self._snapshots = snapshots
-
     @property
     def latest_snapshot_offset(self) -> int | None:
         return next(reversed(self._snapshots), None)
@@ -766,10 +744,6 @@ class ProducerStateManager:
         self._last_snap_offset = offset
         self._last_map_offset = offset
 
-    def truncate_fully_and_reload_snapshots(self) -> None:
-        self.truncate_fully_and_start_at(0)
-        self._snapshots = self._scan_snapshots()
-
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         """Drop completed transactions below the new start and move ``map_end_offset`` up to it."""
         self._remove_unreplicated_txns(log_start_offset)
@@ -848,10 +822,6 @@ class ProducerStateManager:
         if out_of_order:
             self._unreplicated_txns = dict(sorted(unreplicated.items()))
 
-    def first_undecided_offset(self) -> int | None:
-        """First offset of the earliest transaction not yet committed or aborted."""
-        return next(iter(self._ongoing_txns), None)
-
     def first_unstable_offset(self, include_unreplicated: bool = False) -> int | None:
         """First offset of the earliest ongoing transaction, which bounds the last stable offset.
 
@@ -879,15 +849,6 @@ class ProducerStateManager:
         for k in done:
             del self._unreplicated_txns[k]
 
-    def has_late_transaction(self, current_time_ms: int) -> bool:
-        """True when the oldest ongoing transaction has been idle past its timeout plus 5 min."""
-        first = next(iter(self._ongoing_txns.values()), None)
-        if first is None:
-            return False
-        entry = self._producers.get(first.producer_id)
-        last = entry.last_timestamp if entry is not None else -1
-        return last > 0 and current_time_ms - last > self.max_transaction_timeout_ms + 300_000
-
     # -- views --------------------------------------------------------------------------------
 
     @property
@@ -896,17 +857,9 @@ class ProducerStateManager:
         return MappingProxyType(self._ongoing_txns)
 
     @property
-    def unreplicated_txns(self) -> Mapping[int, TxnMetadata]:
-        return MappingProxyType(self._unreplicated_txns)
-
-    @property
     def active_producers(self) -> Mapping[int, ProducerStateEntry]:
         """Read-only view of producer id -> entry."""
         return MappingProxyType(self._producers)
-
-    @property
-    def producer_id_count(self) -> int:
-        return len(self._producers)
 
     @property
     def map_end_offset(self) -> int:

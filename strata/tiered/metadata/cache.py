@@ -905,13 +905,6 @@ class RemotePartitionMetadataStore:
         with self._lock:
             return dict(self._fences)
 
-    def clear_partition(self, tip: TopicIdPartition) -> None:
-        """Forget a partition's segments and delete state."""
-        with self._lock:
-            self._caches.pop(tip, None)
-            self._delete_states.pop(tip, None)
-            self._fences.pop(tip, None)
-
     # ---- reads ----------------------------------------------------------------------------
 
     def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
