@@ -7,7 +7,9 @@ and the certificate chain, or inline ``ssl.keystore.key`` and
 key, ``ssl.keystore.password`` a PKCS12 file. JKS is refused with how to convert it. Truststores:
 ``ssl.truststore.type`` PEM (a file, or inline ``ssl.truststore.certificates``) or PKCS12; none
 trusts the system's CAs. ``ssl.client.auth`` none/requested/required,
-``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3), ``ssl.endpoint.identification.algorithm``
+``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3), ``ssl.protocol`` (TLSv1.2 keeps the broker's
+client side off TLS 1.3), ``ssl.cipher.suites`` (Kafka's names, or OpenSSL's; TLS 1.3 suites
+cannot be restricted, see ``_protocols``), ``ssl.endpoint.identification.algorithm``
 (``https``, Kafka's default, checks the peer's host name; empty turns it off) on the client side.
 Every key is looked up with the listener's ``listener.name.<l>.`` prefix first.
 
@@ -17,6 +19,7 @@ module; no cryptography of our own.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import tempfile
@@ -28,9 +31,59 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from strata.common.listeners import listener_prop
 
-__all__ = ["TlsConfigError", "client_context", "server_context"]
+log = logging.getLogger(__name__)
+
+__all__ = ["TlsConfigError", "cipher_suites", "client_context", "server_context"]
 
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+# ssl.protocol: the SSLContext's protocol; TLSv1.2 keeps the broker's client side off TLS 1.3
+_CONTEXT_PROTOCOLS = {"TLS": ssl.TLSVersion.TLSv1_3, "TLSV1.2": ssl.TLSVersion.TLSv1_2,
+                      "TLSV1.3": ssl.TLSVersion.TLSv1_3}
+
+# Kafka's (Java's, IANA's) TLS 1.2 suite names, without their TLS_ prefix, to OpenSSL's
+# (`openssl ciphers -stdname`); export, anonymous, PSK, 3DES and RC4 suites are left out.
+_TLS12_SUITES = dict(pair.split("=") for pair in (
+    "ECDHE_ECDSA_WITH_AES_256_GCM_SHA384=ECDHE-ECDSA-AES256-GCM-SHA384 "
+    "ECDHE_RSA_WITH_AES_256_GCM_SHA384=ECDHE-RSA-AES256-GCM-SHA384 "
+    "DHE_DSS_WITH_AES_256_GCM_SHA384=DHE-DSS-AES256-GCM-SHA384 "
+    "DHE_RSA_WITH_AES_256_GCM_SHA384=DHE-RSA-AES256-GCM-SHA384 "
+    "ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256=ECDHE-ECDSA-CHACHA20-POLY1305 "
+    "ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256=ECDHE-RSA-CHACHA20-POLY1305 "
+    "DHE_RSA_WITH_CHACHA20_POLY1305_SHA256=DHE-RSA-CHACHA20-POLY1305 "
+    "ECDHE_ECDSA_WITH_AES_256_CCM_8=ECDHE-ECDSA-AES256-CCM8 "
+    "ECDHE_ECDSA_WITH_AES_256_CCM=ECDHE-ECDSA-AES256-CCM "
+    "DHE_RSA_WITH_AES_256_CCM_8=DHE-RSA-AES256-CCM8 DHE_RSA_WITH_AES_256_CCM=DHE-RSA-AES256-CCM "
+    "ECDHE_ECDSA_WITH_AES_128_GCM_SHA256=ECDHE-ECDSA-AES128-GCM-SHA256 "
+    "ECDHE_RSA_WITH_AES_128_GCM_SHA256=ECDHE-RSA-AES128-GCM-SHA256 "
+    "DHE_DSS_WITH_AES_128_GCM_SHA256=DHE-DSS-AES128-GCM-SHA256 "
+    "DHE_RSA_WITH_AES_128_GCM_SHA256=DHE-RSA-AES128-GCM-SHA256 "
+    "ECDHE_ECDSA_WITH_AES_128_CCM_8=ECDHE-ECDSA-AES128-CCM8 "
+    "ECDHE_ECDSA_WITH_AES_128_CCM=ECDHE-ECDSA-AES128-CCM "
+    "DHE_RSA_WITH_AES_128_CCM_8=DHE-RSA-AES128-CCM8 DHE_RSA_WITH_AES_128_CCM=DHE-RSA-AES128-CCM "
+    "ECDHE_ECDSA_WITH_AES_256_CBC_SHA384=ECDHE-ECDSA-AES256-SHA384 "
+    "ECDHE_RSA_WITH_AES_256_CBC_SHA384=ECDHE-RSA-AES256-SHA384 "
+    "DHE_RSA_WITH_AES_256_CBC_SHA256=DHE-RSA-AES256-SHA256 "
+    "DHE_DSS_WITH_AES_256_CBC_SHA256=DHE-DSS-AES256-SHA256 "
+    "ECDHE_ECDSA_WITH_AES_128_CBC_SHA256=ECDHE-ECDSA-AES128-SHA256 "
+    "ECDHE_RSA_WITH_AES_128_CBC_SHA256=ECDHE-RSA-AES128-SHA256 "
+    "DHE_RSA_WITH_AES_128_CBC_SHA256=DHE-RSA-AES128-SHA256 "
+    "DHE_DSS_WITH_AES_128_CBC_SHA256=DHE-DSS-AES128-SHA256 "
+    "ECDHE_ECDSA_WITH_AES_256_CBC_SHA=ECDHE-ECDSA-AES256-SHA "
+    "ECDHE_RSA_WITH_AES_256_CBC_SHA=ECDHE-RSA-AES256-SHA "
+    "DHE_RSA_WITH_AES_256_CBC_SHA=DHE-RSA-AES256-SHA "
+    "DHE_DSS_WITH_AES_256_CBC_SHA=DHE-DSS-AES256-SHA "
+    "ECDHE_ECDSA_WITH_AES_128_CBC_SHA=ECDHE-ECDSA-AES128-SHA "
+    "ECDHE_RSA_WITH_AES_128_CBC_SHA=ECDHE-RSA-AES128-SHA "
+    "DHE_RSA_WITH_AES_128_CBC_SHA=DHE-RSA-AES128-SHA "
+    "DHE_DSS_WITH_AES_128_CBC_SHA=DHE-DSS-AES128-SHA "
+    "RSA_WITH_AES_256_GCM_SHA384=AES256-GCM-SHA384 RSA_WITH_AES_256_CCM_8=AES256-CCM8 "
+    "RSA_WITH_AES_256_CCM=AES256-CCM RSA_WITH_AES_128_GCM_SHA256=AES128-GCM-SHA256 "
+    "RSA_WITH_AES_128_CCM_8=AES128-CCM8 RSA_WITH_AES_128_CCM=AES128-CCM "
+    "RSA_WITH_AES_256_CBC_SHA256=AES256-SHA256 RSA_WITH_AES_128_CBC_SHA256=AES128-SHA256 "
+    "RSA_WITH_AES_256_CBC_SHA=AES256-SHA RSA_WITH_AES_128_CBC_SHA=AES128-SHA "
+).split())
+_TLS13_SUITES = {"TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256", "TLS_CHACHA20_POLY1305_SHA256",
+                 "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"}
 
 
 class TlsConfigError(ValueError):
@@ -157,14 +210,70 @@ def _load_keystore(context: ssl.SSLContext, chain: bytes, key: bytes) -> None:
         os.unlink(path)
 
 
-def _protocols(context: ssl.SSLContext, props, listener) -> None:
-    enabled = [p.strip() for p in (_get(props, listener, "ssl.enabled.protocols",
-                                        "TLSv1.2,TLSv1.3") or "").split(",") if p.strip()]
+def _protocols(context: ssl.SSLContext, props, listener, client: bool = False) -> None:
+    """``ssl.enabled.protocols``, ``ssl.protocol`` (on the client side) and ``ssl.cipher.suites``.
+
+    Python's ``ssl`` sets TLS 1.2 suites (OpenSSL's cipher list) but cannot restrict TLS 1.3's
+    (no SSL_CTX_set_ciphersuites): a list naming no TLS 1.3 suite turns TLS 1.3 off, as Java
+    does when no enabled suite can serve it; one naming some TLS 1.3 suites leaves OpenSSL's
+    TLS 1.3 defaults all enabled (logged); one naming only TLS 1.3 suites turns TLS 1.2 off."""
+    raw = _get(props, listener, "ssl.enabled.protocols", "TLSv1.2,TLSv1.3") or ""
+    enabled = [p.strip() for p in raw.split(",") if p.strip()]
     versions = [_PROTOCOLS[p] for p in enabled if p in _PROTOCOLS]
     if not versions:
         raise TlsConfigError(f"ssl.enabled.protocols {enabled} names none of "
                              f"{', '.join(_PROTOCOLS)}")
-    context.minimum_version, context.maximum_version = min(versions), max(versions)
+    ignored = [p for p in enabled if p not in _PROTOCOLS]
+    if ignored:
+        log.warning("ssl.enabled.protocols: %s not supported, ignored (%s only)",
+                    ", ".join(ignored), ", ".join(_PROTOCOLS))
+    low, high = min(versions), max(versions)
+    protocol = (_get(props, listener, "ssl.protocol", "TLSv1.3") or "TLSv1.3").upper()
+    if protocol not in _CONTEXT_PROTOCOLS:
+        raise TlsConfigError(f"ssl.protocol {protocol} is not supported (TLSv1.2, TLSv1.3, TLS)")
+    if client:   # a TLSv1.2 context never offers TLS 1.3 (Kafka's ssl.protocol doc)
+        high = min(high, _CONTEXT_PROTOCOLS[protocol])
+    suites = [c.strip() for c in (_get(props, listener, "ssl.cipher.suites") or "").split(",")
+              if c.strip()]
+    if suites:
+        tls12, tls13 = cipher_suites(suites)
+        if not tls13:
+            high = min(high, ssl.TLSVersion.TLSv1_2)
+        elif len(tls13) < len(_default_tls13_suites()):
+            log.warning("ssl.cipher.suites names TLS 1.3 suites %s: Python's ssl cannot restrict "
+                        "TLS 1.3 suites, OpenSSL's defaults (%s) all stay enabled",
+                        ", ".join(tls13), ", ".join(_default_tls13_suites()))
+        if not tls12:
+            low = max(low, ssl.TLSVersion.TLSv1_3)
+        else:
+            context.set_ciphers(":".join(tls12))
+    if low > high:
+        raise TlsConfigError(f"ssl.enabled.protocols {enabled}, ssl.protocol {protocol} and "
+                             f"ssl.cipher.suites {suites} leave no protocol to use")
+    context.minimum_version, context.maximum_version = low, high
+
+
+def cipher_suites(names) -> tuple[list[str], list[str]]:
+    """Kafka's ``ssl.cipher.suites`` entries as (OpenSSL's names of the TLS 1.2 suites, the TLS
+    1.3 suites); OpenSSL's own names are taken too. An unknown name is refused, as Java's
+    SSLEngine refuses it at startup."""
+    tls12, tls13 = [], []
+    openssl_names = set(_TLS12_SUITES.values())
+    for name in names:
+        if name in _TLS13_SUITES:
+            tls13.append(name)
+        elif name.startswith(("TLS_", "SSL_")) and name[4:] in _TLS12_SUITES:
+            tls12.append(_TLS12_SUITES[name[4:]])
+        elif name in openssl_names:
+            tls12.append(name)
+        else:
+            raise TlsConfigError(f"ssl.cipher.suites: unsupported cipher suite {name}")
+    return tls12, tls13
+
+
+def _default_tls13_suites() -> list[str]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    return [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.3"]
 
 
 def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
@@ -193,7 +302,7 @@ def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
 def client_context(props: Mapping[str, str], listener: str | None = None) -> ssl.SSLContext:
     """The TLS context of this broker's connections to ``listener`` of other brokers."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _protocols(context, props, listener)
+    _protocols(context, props, listener, client=True)
     trusted = _truststore_pem(props, listener)
     if trusted:
         context.load_verify_locations(cadata=trusted)

@@ -85,6 +85,27 @@ def test_a_listener_requiring_client_certificates_with_a_pkcs12_keystore(tmp_pat
         assert produce_and_consume(mutual, "mtls", 50) == [b"v%d" % i for i in range(50)]
 
 
+def test_a_listeners_cipher_suites_admit_a_client_offering_a_listed_suite_only(tmp_path):
+    """ssl.cipher.suites with Kafka's names on the listener: librdkafka offering only a suite left
+    out fails the handshake, one offering a listed suite produces and consumes."""
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("broker")
+    plain, tls = free_port(), free_port()
+    overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
+                 "listener.name.ssl.ssl.cipher.suites":
+                     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}
+    with BrokerProcess(tmp_path / "b", overrides, port=plain) as broker:
+        excluded = ssl_client(ca, {"bootstrap.servers": f"127.0.0.1:{tls}",
+                                   "ssl.cipher.suites": "ECDHE-ECDSA-AES128-GCM-SHA256"})
+        with pytest.raises(KafkaException):
+            AdminClient(excluded).list_topics(timeout=3)
+        allowed = ssl_client(ca, {"bootstrap.servers": f"127.0.0.1:{tls}",
+                                  "ssl.cipher.suites": "ECDHE-ECDSA-AES256-GCM-SHA384"})
+        assert produce_and_consume(allowed, "listed-suite", 20) == [b"v%d" % i for i in range(20)]
+    assert "Traceback" not in broker.output()
+
+
 _ok, _why = zookeeper_available()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from strata.common.listeners import (
     Listener, ListenerConfigError, listener_prop, parse_listeners)
-from strata.net.tls import TlsConfigError, client_context, server_context
+from strata.net.tls import TlsConfigError, cipher_suites, client_context, server_context
 from tls_support import PASSWORD, make_ca
 
 
@@ -136,3 +136,60 @@ def test_jks_is_refused_with_how_to_convert_it_and_a_missing_keystore_is_named(t
         server_context({"ssl.keystore.location": str(tmp_path / "k.jks")}, "SSL")
     with pytest.raises(TlsConfigError, match="has no keystore"):
         server_context({}, "SSL")
+
+
+def _tls12_client(ca, openssl_suites: str) -> ssl.SSLContext:
+    client = client_context({"ssl.truststore.location": str(ca.pem), "ssl.truststore.type": "PEM"})
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    client.set_ciphers(openssl_suites)
+    return client
+
+
+def test_cipher_suites_with_kafkas_names_admit_only_the_listed_tls12_suites(tmp_path):
+    ca = make_ca(tmp_path)
+    props = {"ssl.keystore.location": str(ca.issue("b").keystore_pem), "ssl.keystore.type": "PEM",
+             "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}
+    server = server_context(props, "SSL")
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        handshake(server, _tls12_client(ca, "ECDHE-ECDSA-AES128-GCM-SHA256"))
+    allowed = _tls12_client(ca, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384")
+    assert handshake(server, allowed) == "TLSv1.2"
+    # no TLS 1.3 suite listed: TLS 1.3 is off, so a client offering it gets TLS 1.2
+    modern = client_context({"ssl.truststore.location": str(ca.pem), "ssl.truststore.type": "PEM"})
+    assert handshake(server, modern) == "TLSv1.2"
+    assert [c["name"] for c in server.get_ciphers() if c["protocol"] != "TLSv1.3"] == [
+        "ECDHE-ECDSA-AES256-GCM-SHA384"]
+
+
+def test_cipher_suites_naming_only_tls13_suites_turn_tls12_off(tmp_path):
+    ca = make_ca(tmp_path)
+    props = {"ssl.keystore.location": str(ca.issue("b").keystore_pem), "ssl.keystore.type": "PEM",
+             "ssl.truststore.location": str(ca.pem), "ssl.truststore.type": "PEM",
+             "ssl.cipher.suites": "TLS_AES_256_GCM_SHA384"}
+    server = server_context(props, "SSL")
+    assert handshake(server, client_context(props)) == "TLSv1.3"
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        handshake(server, _tls12_client(ca, "ECDHE-ECDSA-AES256-GCM-SHA384"))
+
+
+def test_cipher_suite_names_map_to_openssls_and_unknown_ones_are_refused():
+    assert cipher_suites(["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256",
+                          "TLS_RSA_WITH_AES_128_CBC_SHA", "ECDHE-RSA-CHACHA20-POLY1305"]) == (
+        ["ECDHE-RSA-AES256-GCM-SHA384", "AES128-SHA", "ECDHE-RSA-CHACHA20-POLY1305"],
+        ["TLS_AES_128_GCM_SHA256"])
+    with pytest.raises(TlsConfigError, match="unsupported cipher suite TLS_FOO"):
+        server_context({"ssl.keystore.key": "x", "ssl.cipher.suites": "TLS_FOO"}, "SSL")
+
+
+def test_ssl_protocol_tls12_keeps_the_client_side_off_tls13_and_bad_values_are_refused(tmp_path):
+    ca = make_ca(tmp_path)
+    props = {"ssl.keystore.location": str(ca.issue("b").keystore_pem), "ssl.keystore.type": "PEM",
+             "ssl.truststore.location": str(ca.pem), "ssl.truststore.type": "PEM"}
+    assert handshake(server_context(props, "SSL"), client_context(props)) == "TLSv1.3"
+    old = {**props, "ssl.protocol": "TLSv1.2"}
+    assert handshake(server_context(props, "SSL"), client_context(old)) == "TLSv1.2"
+    with pytest.raises(TlsConfigError, match="ssl.protocol SSLV3"):
+        client_context({**props, "ssl.protocol": "SSLv3"})
+    with pytest.raises(TlsConfigError, match="leave no protocol"):
+        server_context({**props, "ssl.enabled.protocols": "TLSv1.2",
+                        "ssl.cipher.suites": "TLS_AES_256_GCM_SHA384"}, "SSL")
