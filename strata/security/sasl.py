@@ -158,12 +158,19 @@ def _plain(props: Mapping[str, str], listener: str,
     return lambda: PlainServer(users)
 
 
+def _oauthbearer(props: Mapping[str, str], listener: str,
+                 credentials: ScramCredentials | None = None) -> Callable[[], SaslServer]:
+    from strata.security.oauthbearer import server_factory   # imports this module
+    return server_factory(props, listener, credentials)
+
+
 # mechanism -> (props, listener, SCRAM credentials) -> a factory of servers; made at startup
 MECHANISMS: dict[str, Callable[[Mapping[str, str], str, ScramCredentials | None],
                                Callable[[], SaslServer]]] = {
     "PLAIN": _plain,
     "SCRAM-SHA-256": scram_server_factory("SCRAM-SHA-256"),
     "SCRAM-SHA-512": scram_server_factory("SCRAM-SHA-512"),
+    "OAUTHBEARER": _oauthbearer,
 }
 
 
