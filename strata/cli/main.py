@@ -479,6 +479,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     log_dirs[0].mkdir(parents=True, exist_ok=True)
     listeners = _listeners(props)
     inter_broker_security = _inter_broker_security(props)
+    from strata.security.acl_authorizer import authorizer_enabled
+    acls_enabled = authorizer_enabled(props)   # an unknown authorizer.class.name stops here
     raise_descriptor_limit()  # before ClusterMetadata, whose max.broker.partitions follows it
     loop = asyncio.get_running_loop()
     from strata.common.watchdog import STALLS
@@ -530,6 +532,11 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                         fetch_max_bytes=_int(props, "fetch.max.bytes"),
                         eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"))
     ctx.fetch_sessions = FetchSessionCache.from_properties(props)   # KIP-227
+    if acls_enabled:   # ACLs in ZooKeeper (Kafka's /kafka-acl), or in the log dir alone
+        from strata.cluster.acl_store import FileAclStore, ZkAclStore
+        from strata.security.acl_authorizer import StandardAuthorizer
+        ctx.authorizer = StandardAuthorizer.from_properties(
+            props, ZkAclStore(zk) if zk is not None else FileAclStore(log_dirs[0])).start()
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)
     ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)
@@ -693,6 +700,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             controller.close()
         # the view's thread stops (waited for): no listener touches a log after this
         await asyncio.to_thread(metadata.close)
+        if ctx.authorizer is not None:
+            await asyncio.to_thread(ctx.authorizer.close)
         zk.close()
     ctx.group_coordinator.shutdown()
     ctx.txn_coordinator.shutdown()

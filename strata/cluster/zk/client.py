@@ -800,6 +800,43 @@ class StrataZkClient:
             log.info("Acquired new producerId block %s (znode version %d)", block, stat.version)
             return block
 
+    # --- plain znodes (ACLs: strata.cluster.acl_store) ---------------------------------------
+
+    def get_data(self, path: str) -> tuple[bytes, Any] | None:
+        """(data, stat) of ``path``, or None if it does not exist."""
+        return self._get(path)
+
+    def get_data_many(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
+        return self._get_many(paths)
+
+    def get_children(self, path: str) -> list[str]:
+        """``path``'s children (none if it does not exist)."""
+        return self._children(path)
+
+    def create_znode(self, path: str, data: bytes, *, sequence: bool = False) -> str:
+        """Creates ``path`` (and missing parents); ZkNodeExistsError if it is there."""
+        return self._create(path, data, sequence=sequence)
+
+    def set_data_if(self, path: str, data: bytes, version: int) -> bool:
+        """Sets ``path`` if its version is still ``version``; False if it changed or went."""
+        try:
+            self._call(self._zk.set, path, data, version=version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False
+
+    def delete_if(self, path: str, version: int) -> bool:
+        """Deletes ``path`` if its version is still ``version``; False if it changed or went."""
+        try:
+            self._call(self._zk.delete, path, version=version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
+        """Calls back (on kazoo's thread) with ``path``'s children now and after each change."""
+        self._watch_children(path, callback)
+
     # --- watches -------------------------------------------------------------------------
 
     def _watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:

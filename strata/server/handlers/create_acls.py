@@ -1,11 +1,29 @@
-"""CreateAcls v1-3: no authorizer is configured, so every creation gets SECURITY_DISABLED (the
-error response, as Kafka builds it)."""
+"""CreateAcls v1-3 (Kafka's ``AclApis.handleCreateAcls``): ALTER on the Cluster first
+(CLUSTER_AUTHORIZATION_FAILED); SECURITY_DISABLED without an authorizer; otherwise one result
+per creation, INVALID_REQUEST with Kafka's message for a binding it refuses (unknown or ANY
+type, operation or permission, a pattern type other than LITERAL or PREFIXED, an empty name, a
+Cluster not named kafka-cluster, ...); a binding already there is a success."""
 
 from __future__ import annotations
 
+import asyncio
+
 from strata.common.errors import ErrorCode, KafkaError
-from strata.server import authz
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server import acl_requests, authz
 
 
 async def handle(ctx, request):
-    raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    acl_requests.require_cluster(ctx, AclOperation.ALTER)
+    authorizer = acl_requests.acl_api(ctx)
+    if authorizer is None:
+        raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    rc = response_class(request.api_key, request.api_version)
+    bindings = [acl_requests.binding(c) for c in request.body.creations]
+    errors = await asyncio.to_thread(authorizer.create_acls, bindings)
+    return make(rc, results=tuple(
+        make(rc, "results", error_code=kio_error_code(
+                 ErrorCode.NONE if e is None else (e.code or ErrorCode.INVALID_REQUEST)),
+             error_message=None if e is None else str(e))
+        for e in errors))

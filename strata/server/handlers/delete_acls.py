@@ -1,11 +1,39 @@
-"""DeleteAcls v1-3: no authorizer is configured, so every filter gets SECURITY_DISABLED and
-matches nothing (the error response, as Kafka builds it)."""
+"""DeleteAcls v1-3 (Kafka's ``AclApis.handleDeleteAcls``): ALTER on the Cluster first
+(CLUSTER_AUTHORIZATION_FAILED); SECURITY_DISABLED without an authorizer; otherwise one result
+per filter: INVALID_REQUEST for a filter with an UNKNOWN element, else the bindings it deleted
+(a binding two filters match is reported under the first)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from strata.common.errors import ErrorCode, KafkaError
-from strata.server import authz
+from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server import acl_requests, authz
+
+
+def _code(error) -> object:
+    return kio_error_code(ErrorCode.NONE if error is None
+                          else (error.code or ErrorCode.INVALID_REQUEST))
 
 
 async def handle(ctx, request):
-    raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    acl_requests.require_cluster(ctx, AclOperation.ALTER)
+    authorizer = acl_requests.acl_api(ctx)
+    if authorizer is None:
+        raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    rc = response_class(request.api_key, request.api_version)
+    filters = [acl_requests.binding_filter(f) for f in request.body.filters]
+    results = await asyncio.to_thread(authorizer.delete_acls, filters)
+    return make(rc, filter_results=tuple(
+        make(rc, "filter_results", error_code=_code(error),
+             error_message=None if error is None else str(error), matching_acls=tuple(
+                 make(rc, "filter_results.matching_acls", error_code=_code(e),
+                      error_message=None if e is None else str(e),
+                      resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+                      pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
+                      host=b.entry.host, operation=b.entry.operation,
+                      permission_type=b.entry.permission_type)
+                 for b, e in deleted))
+        for error, deleted in results))
