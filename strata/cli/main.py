@@ -909,6 +909,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-dir", required=True, help="a broker log dir (one of log.dirs)")
     p.add_argument("--partition", type=int, default=None, help="only this metadata partition")
     p.set_defaults(fn=tiered_metadata)
+    p = sub.add_parser("storage", help="storage tools (Kafka's kafka-storage)")
+    storage = p.add_subparsers(dest="storage_command", required=True)
+    p = storage.add_parser("format", help="prepare storage before the first start; "
+                                          "--add-scram creates SCRAM credentials")
+    from strata.cli.storage_format import add_arguments as add_format_arguments
+    add_format_arguments(p)
     p = sub.add_parser("spark", help="Spark pipelines over topics: backfill, audit, usage")
     if "spark" in (sys.argv[1:] if argv is None else argv):
         # only then: importing the pipelines takes 0.2 s of every other command's start
