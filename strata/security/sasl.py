@@ -174,18 +174,33 @@ MECHANISMS: dict[str, Callable[[Mapping[str, str], str, ScramCredentials | None]
 }
 
 
+class ListenerMechanisms(dict):
+    """A listener's mechanisms, each to a factory of servers, and ``connections_max_reauth_ms``:
+    each mechanism's ``connections.max.reauth.ms`` (KIP-368; 0, the default, sets no limit),
+    ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``, else the listener's, else the
+    broker's."""
+
+    connections_max_reauth_ms: dict[str, int]
+
+
 def server_factories(props: Mapping[str, str], listener: str,
                      credentials: ScramCredentials | None = None
-                     ) -> dict[str, Callable[[], SaslServer]]:
+                     ) -> ListenerMechanisms:
     """The listener's enabled mechanisms, each with a factory of servers; refuses a mechanism
     Strata does not serve."""
-    out = {}
+    out = ListenerMechanisms()
+    out.connections_max_reauth_ms = {}
     for mechanism in enabled_mechanisms(props, listener):
         make = MECHANISMS.get(mechanism)
         if make is None:
             raise SaslConfigError(f"listener {listener}: SASL mechanism {mechanism} is not "
                                   f"supported (supported: {', '.join(sorted(MECHANISMS))})")
         out[mechanism] = make(props, listener, credentials)
+        prefix = f"listener.name.{listener.lower()}."
+        reauth = next((props[k] for k in (f"{prefix}{mechanism.lower()}.connections.max.reauth.ms",
+                                          f"{prefix}connections.max.reauth.ms",
+                                          "connections.max.reauth.ms") if props.get(k)), "0")
+        out.connections_max_reauth_ms[mechanism] = int(reauth)
     if not out:
         raise SaslConfigError(f"listener {listener} uses SASL but enables no mechanism")
     return out

@@ -24,10 +24,6 @@ from strata.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
 
-# what a SASL listener serves before the exchange is complete (Kafka's SaslServerAuthenticator)
-_BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
-                                    ApiKey.SASL_AUTHENTICATE})
-
 HANDLERS = {
     ApiKey.API_VERSIONS: api_versions.handle,
     ApiKey.METADATA: metadata.handle,
@@ -99,10 +95,10 @@ class Dispatcher:
         if handler is None:
             return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
         session = conn.sasl
-        if session is not None and not session.authenticated and \
-                request.api_key not in _BEFORE_AUTHENTICATION:
-            raise CloseConnection(f"unexpected Kafka request of type {request.api_key.name} "
-                                  f"during SASL handshake")
+        if session is not None and (refused := session.refusal(request.api_key)) is not None:
+            if session.expired():
+                self.ctx.authentication_stats.expired_killed(conn.listener)
+            raise CloseConnection(refused)
         token = CURRENT_CONNECTION.set(conn)
         try:
             quotas = getattr(self.ctx, "quotas", None)  # server.quotas.ClientQuotaManager

@@ -610,11 +610,11 @@ class MetricsServer:
 
 
 class AuthenticationCollector(Collector):
-    """Successful and failed SASL authentications per listener and mechanism, Kafka's
-    ``kafka.server:type=socket-server-metrics`` ``successful-authentication-total`` and
-    ``failed-authentication-total`` as the JMX exporter names them:
-    ``kafka_server_socket_server_metrics_{successful,failed}_authentication_total{listener,
-    mechanism}``."""
+    """Successful and failed SASL authentications and re-authentications per listener and
+    mechanism, Kafka's ``kafka.server:type=socket-server-metrics``
+    ``{successful,failed}-{authentication,reauthentication}-total`` as the JMX exporter names
+    them (``kafka_server_socket_server_metrics_successful_authentication_total{listener,
+    mechanism}``, ...), and ``expired-connections-killed-count`` per listener."""
 
     def __init__(self, stats: Any) -> None:
         self._stats = stats
@@ -623,12 +623,22 @@ class AuthenticationCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        for outcome, counts in (("successful", self._stats.successful),
-                                ("failed", self._stats.failed_total)):
+        for outcome, counts in (("successful_authentication", self._stats.successful),
+                                ("failed_authentication", self._stats.failed_total),
+                                ("successful_reauthentication",
+                                 self._stats.successful_reauthentication),
+                                ("failed_reauthentication", self._stats.failed_reauthentication)):
             family = CounterMetricFamily(
-                f"kafka_server_socket_server_metrics_{outcome}_authentication",
-                f"kafka.server:type=socket-server-metrics {outcome}-authentication-total",
+                f"kafka_server_socket_server_metrics_{outcome}",
+                f"kafka.server:type=socket-server-metrics {outcome.replace('_', '-')}-total",
                 labels=["listener", "mechanism"])
             for (listener, mechanism), value in sorted(dict(counts).items()):
                 family.add_metric([listener, mechanism], value)
             yield family
+        family = CounterMetricFamily(   # KIP-368: connections closed for an expired session
+            "kafka_server_socket_server_metrics_expired_connections_killed_count",
+            "kafka.server:type=socket-server-metrics expired-connections-killed-count",
+            labels=["listener"])
+        for listener, value in sorted(dict(self._stats.expired_connections_killed).items()):
+            family.add_metric([listener], value)
+        yield family

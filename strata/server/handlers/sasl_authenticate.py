@@ -1,7 +1,9 @@
 """SaslAuthenticate v0-2: one token of the exchange the handshake started. A failed exchange is
 answered SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms`` and the
 connection closed once the answer has left (Kafka's behaviour); its message tells a guesser
-nothing. Without a handshake first, or on a listener without SASL, ILLEGAL_SASL_STATE."""
+nothing. Without a handshake first, or on a listener without SASL, ILLEGAL_SASL_STATE. The
+answer completing an exchange carries the session's lifetime (v1+, KIP-368; 0 when it has no
+end); a re-authentication that changes the principal fails."""
 
 from __future__ import annotations
 
@@ -21,27 +23,34 @@ log = logging.getLogger(__name__)
 async def handle(ctx, request):
     conn = CURRENT_CONNECTION.get()
     session = conn.sasl
-    if session is None or session.server is None or session.authenticated:
+    if session is None or session.server is None:
         conn.close_after_response = session is not None
         return error_response(request, ErrorCode.ILLEGAL_SASL_STATE,
                               "Unexpected SaslAuthenticate request")
     server = session.server
+    reauthentication = session.reauthenticating
     try:
         answer = server.evaluate(bytes(request.body.auth_bytes))
+        lifetime_ms = session.completed(server) if server.complete else 0
     except SaslAuthenticationFailed as exc:
-        log.info("failed authentication with %s (%s on %s): %s", conn.peer, server.mechanism,
-                 conn.listener, exc)
-        ctx.authentication_stats.failed(conn.listener, server.mechanism)
+        log.info("failed %s with %s (%s on %s): %s",
+                 "re-authentication" if reauthentication else "authentication", conn.peer,
+                 server.mechanism, conn.listener, exc)
+        ctx.authentication_stats.failed(conn.listener, server.mechanism, reauthentication)
         await asyncio.sleep(ctx.failed_authentication_delay_ms / 1000)
         conn.close_after_response = True
         return error_response(request, ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
     if server.complete:
-        session.principal = conn.principal = server.principal
-        ctx.authentication_stats.succeeded(conn.listener, server.mechanism)
-    no_lifetime = {"session_lifetime": datetime.timedelta(0)} if request.api_version >= 1 else {}
+        conn.principal = session.principal
+        ctx.authentication_stats.succeeded(conn.listener, server.mechanism, reauthentication)
+        if reauthentication:
+            log.debug("%s re-authenticated %s on %s; session lifetime %d ms", conn.peer,
+                      conn.principal, conn.listener, lifetime_ms)
+    lifetime = ({"session_lifetime": datetime.timedelta(milliseconds=lifetime_ms)}
+                if request.api_version >= 1 else {})
     return make(response_class(request.api_key, request.api_version),
                 error_code=kio_error_code(ErrorCode.NONE), error_message=None,
-                auth_bytes=answer, **no_lifetime)
+                auth_bytes=answer, **lifetime)
 
 
 async def raw_token(ctx, conn, token: bytes) -> bytes:
@@ -51,6 +60,8 @@ async def raw_token(ctx, conn, token: bytes) -> bytes:
     server = conn.sasl.server
     try:
         answer = server.evaluate(token)
+        if server.complete:
+            conn.sasl.completed(server)
     except SaslAuthenticationFailed as exc:
         log.info("failed authentication with %s (%s on %s, raw tokens): %s", conn.peer,
                  server.mechanism, conn.listener, exc)
@@ -58,6 +69,6 @@ async def raw_token(ctx, conn, token: bytes) -> bytes:
         await asyncio.sleep(ctx.failed_authentication_delay_ms / 1000)
         raise CloseConnection(f"SASL authentication failed: {exc}") from None
     if server.complete:
-        conn.sasl.principal = conn.principal = server.principal
+        conn.principal = conn.sasl.principal
         ctx.authentication_stats.succeeded(conn.listener, server.mechanism)
     return answer
