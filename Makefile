@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
+	@bash scripts/system-deps.sh build
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,spark]' -e ./benchmarks
@@ -16,7 +17,8 @@ $(STAMP): pyproject.toml benchmarks/pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the tests use (kcat is used once the broker exists). Skipped when present.
+# Debian packages the tests use (kcat is used once the broker exists; MIT Kerberos's KDC, client
+# and headers for the GSSAPI tests and python-gssapi's build). Skipped when present.
 system-deps:
 	@bash scripts/system-deps.sh
 

@@ -33,8 +33,10 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None,
-                 config: Path | None = None, host: str = "127.0.0.1", prefix: Sequence[str] = ()):
+                 config: Path | None = None, host: str = "127.0.0.1", prefix: Sequence[str] = (),
+                 env: dict[str, str] | None = None):
         self.data_dir = Path(data_dir)
+        self.env = env or {}   # added to the process's environment (e.g. KRB5_CONFIG)
         self.port = port or free_port()
         self.host = host
         self.prefix = list(prefix)
@@ -65,7 +67,7 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"})
         return self
 
     def wait_listening(self, timeout: float = 30) -> "BrokerProcess":

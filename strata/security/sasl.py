@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
 from strata.common.listeners import listener_prop
+from strata.security.kerberos import server_factory as gssapi_server_factory
 from strata.security.scram import server_factory as scram_server_factory
 
 __all__ = ["ANONYMOUS", "JaasConfig", "KafkaPrincipal", "MECHANISMS", "PlainServer",
@@ -171,6 +172,7 @@ MECHANISMS: dict[str, Callable[[Mapping[str, str], str, ScramCredentials | None]
     "SCRAM-SHA-256": scram_server_factory("SCRAM-SHA-256"),
     "SCRAM-SHA-512": scram_server_factory("SCRAM-SHA-512"),
     "OAUTHBEARER": _oauthbearer,
+    "GSSAPI": gssapi_server_factory,
 }
 
 
