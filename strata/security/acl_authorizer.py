@@ -360,6 +360,55 @@ class StandardAuthorizer:
                 self._audit(who, host, action, rule)
         return out
 
+    def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str,
+                                   operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's ``Authorizer.authorizeByResourceType``: whether the principal may do
+        ``operation`` on some resource of the type. Allowed if a made-up name is (super users,
+        allow.everyone.if.no.acl.found); else an ALLOW binding for the principal or User:*
+        (operation or ALL, no implied operations) not dominated by a DENY: a LITERAL ``*``
+        DENY denies all, a LITERAL DENY of the same name or a PREFIXED DENY of a prefix of
+        the allowed name dominates it; a LITERAL ``*`` ALLOW allows."""
+        if operation in (AclOperation.ANY, AclOperation.UNKNOWN) or resource_type in (
+                ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ValueError(f"Must specify a specific operation and resource type, not "
+                             f"{operation.name} and {resource_type.name}")
+        if self.authorize(principal, host, [Action(operation, resource_type, "hardcode",
+                                                   log_if_denied=False)])[0]:
+            return True
+        who = str(principal)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allows: list[tuple[PatternType, str]] = []
+        wildcard_allow = False
+        for resource, entries in list(self._resources.items()):
+            if resource.resource_type != resource_type:
+                continue
+            for e in entries:
+                if e.host != WILDCARD_HOST and e.host != host:
+                    continue
+                if e.principal != who and e.principal != WILDCARD_PRINCIPAL:
+                    continue
+                if e.operation != operation and e.operation != AclOperation.ALL:
+                    continue
+                literal = resource.pattern_type == PatternType.LITERAL
+                if e.permission_type == AclPermissionType.DENY:
+                    if literal and resource.name == WILDCARD_RESOURCE:
+                        return False
+                    (deny_literal if literal else deny_prefixed).add(resource.name)
+                elif e.permission_type == AclPermissionType.ALLOW:
+                    if literal and resource.name == WILDCARD_RESOURCE:
+                        wildcard_allow = True
+                    else:
+                        allows.append((resource.pattern_type, resource.name))
+        if wildcard_allow:
+            return True
+        for pattern_type, name in allows:
+            if pattern_type == PatternType.LITERAL and name in deny_literal:
+                continue
+            if not any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
+                return True
+        return False
+
     def _decide(self, who: str, host: str, action: Action) -> _Rule:
         rtype, name, op = action.resource_type, action.name, action.operation
         candidates = []

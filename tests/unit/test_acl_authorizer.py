@@ -291,3 +291,44 @@ def test_audit_log_denials_at_info_allows_at_debug(caplog):
     assert record.levelno == logging.DEBUG
     assert record.getMessage().startswith("Principal = User:alice is Allowed operation = READ")
     assert "MatchingAcl(" in record.getMessage()
+
+
+# ---- authorizeByResourceType (Kafka's AuthorizerTest / AclAuthorizerTest cases) -----------------
+
+def by_type(a, principal=ALICE, op=Op.WRITE, rtype=RT.TOPIC, host=HOST) -> bool:
+    return a.authorize_by_resource_type(principal, host, op, rtype)
+
+
+def test_by_resource_type_needs_an_allow_not_dominated_by_a_deny():
+    assert not by_type(authorizer())
+    assert by_type(authorizer(binding("t1", Op.WRITE)))
+    assert not by_type(authorizer(binding("t1", Op.READ)))          # another operation
+    assert by_type(authorizer(binding("t1", Op.ALL)))
+    assert not by_type(authorizer(binding("t1", Op.WRITE, principal="User:bob")))
+    assert by_type(authorizer(binding("t1", Op.WRITE, principal="User:*")))
+    assert not by_type(authorizer(binding("t1", Op.WRITE, host="10.9.9.9")))
+    # a literal deny of the same name, a prefixed deny of a prefix of it: dominated
+    assert not by_type(authorizer(binding("t1", Op.WRITE), binding("t1", Op.WRITE, Perm.DENY)))
+    assert not by_type(authorizer(binding("t1", Op.WRITE),
+                                  binding("t", Op.WRITE, Perm.DENY, pt=PT.PREFIXED)))
+    assert not by_type(authorizer(binding("t1", Op.WRITE, pt=PT.PREFIXED),
+                                  binding("t1", Op.WRITE, Perm.DENY, pt=PT.PREFIXED)))
+    # a literal deny does not dominate a prefixed allow of the same name
+    assert by_type(authorizer(binding("t1", Op.WRITE, pt=PT.PREFIXED),
+                              binding("t1", Op.WRITE, Perm.DENY)))
+    # one allow left undominated is enough
+    assert by_type(authorizer(binding("t1", Op.WRITE), binding("u1", Op.WRITE),
+                              binding("t", Op.WRITE, Perm.DENY, pt=PT.PREFIXED)))
+
+
+def test_by_resource_type_wildcards_and_super_users():
+    assert not by_type(authorizer(binding("t1", Op.WRITE), binding("*", Op.WRITE, Perm.DENY)))
+    assert by_type(authorizer(binding("*", Op.WRITE), binding("t1", Op.WRITE, Perm.DENY)))
+    a = authorizer(binding("*", Op.ALL, Perm.DENY, principal="User:*"),
+                   super_users=["User:alice"])
+    assert by_type(a)
+    assert not by_type(a, BOB)
+    assert by_type(authorizer(allow_everyone_if_no_acl_found=True))
+    # the made-up name has no bindings: allow.everyone.if.no.acl.found allows it
+    assert by_type(authorizer(binding("t1", Op.WRITE, principal="User:bob"),
+                              allow_everyone_if_no_acl_found=True))
