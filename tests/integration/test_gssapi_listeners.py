@@ -214,3 +214,46 @@ def test_bad_gssapi_exchanges_are_refused_and_the_broker_serves_on(realm, broker
     with login(broker, Rfc4752Client(realm, "alice")) as conn:
         assert conn.request(METADATA, MetadataResponse).brokers
     assert "Traceback" not in broker.output()
+
+
+def test_mutated_gssapi_exchanges_get_an_answer_or_a_closed_connection(realm, broker):
+    """Real AP-REQ tokens with bit flips, truncations, boundary integers, or a frame larger than
+    sasl.server.max.receive.size: each connection is answered or closed, never left hanging,
+    nothing is logged as a crash, and a real login still works."""
+    import random
+    import socket
+
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from strata.protocol.client import client_frame, framed
+    rng = random.Random(4752)
+    handshake = framed(client_frame(SaslHandshakeRequest(mechanism="GSSAPI"), 1, "fuzz"))
+    for _ in range(150):
+        token = Rfc4752Client(realm, "alice").first()
+        pair = bytearray(handshake + framed(client_frame(
+            SaslAuthenticateRequest(auth_bytes=token), 2, "fuzz")))
+        kind = rng.randrange(4)
+        if kind == 0:
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(len(handshake) + 4, len(pair))
+                pair[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            pair = pair[:rng.randrange(len(handshake), len(pair))]
+        elif kind == 2:
+            i = rng.randrange(len(handshake), len(pair) - 4)
+            pair[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\0\0\0\0"])
+        else:
+            pair = bytearray(handshake) + (600_000).to_bytes(4, "big") + b"\x60" * 1024
+        with socket.create_connection(("127.0.0.1", broker.ports["SASL_PLAINTEXT"]),
+                                      timeout=10) as s:
+            s.sendall(bytes(pair))
+            s.shutdown(socket.SHUT_WR)
+            try:
+                while s.recv(65536):   # answers, then the broker closes (or closes at once)
+                    pass
+            except ConnectionResetError:
+                pass
+    with login(broker, Rfc4752Client(realm, "alice")) as conn:
+        assert conn.request(METADATA, MetadataResponse).brokers
+    assert "Traceback" not in broker.output()
