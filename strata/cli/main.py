@@ -614,6 +614,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.security.sasl import server_factories
     ctx.failed_authentication_delay_ms = _int(props, "connection.failed.authentication.delay.ms", 100)
     dispatcher = Dispatcher(ctx)
+    tls_props = metadata.effective_broker_props()   # keystores changed at runtime included
     servers = [KafkaServer(dispatcher, listener.host or "0.0.0.0", listener.port,
                            max_request_size=_int(props, "socket.request.max.bytes"),
                            idle_timeout_ms=_int(props, "connections.max.idle.ms"),
@@ -621,7 +622,7 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                            send_buffer_bytes=_int(props, "socket.send.buffer.bytes"),
                            receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes"),
                            listener=listener.name, security_protocol=listener.security_protocol,
-                           ssl=server_context(props, listener.name) if listener.tls else None,
+                           ssl=server_context(tls_props, listener.name) if listener.tls else None,
                            sasl_factories=server_factories(props, listener.name, metadata)
                            if listener.sasl else None,
                            principal_rules=listener_prop(props, listener.name,
@@ -629,6 +630,10 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
                            sasl_max_receive_size=int(listener_prop(
                                props, listener.name, "sasl.server.max.receive.size", "524288")))
                for listener in listeners.listeners]
+    from strata.server.tls_reload import ListenerTlsReloader
+    tls_reloader = ListenerTlsReloader(metadata, servers, loop)
+    metadata.broker_config_validator = tls_reloader.validate
+    metadata.add_listener(tls_reloader)
     for server in servers:
         await server.start()
     bound = {s.listener: s.port for s in servers}

@@ -134,6 +134,19 @@ DYNAMIC_BROKER_CONFIGS = frozenset({
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP,
 }) | DYNAMIC_REPLICATION_QUOTA_CONFIGS
 DEFAULT_BROKER_RESOURCE = ""   # the BROKER resource name of the cluster-wide defaults
+# Kafka's dynamic security configs (SslConfigs.RECONFIGURABLE_CONFIGS and the DN/SAN switches):
+# per broker, with a listener prefix only; a keystore or truststore reloaded live
+LISTENER_SSL_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.allow.dn.changes", "ssl.allow.san.changes"})
+_LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]+\.(.+)")
+
+
+def is_listener_ssl_config(key: str) -> bool:
+    m = _LISTENER_CONFIG.fullmatch(key)
+    return m is not None and m.group(1) in LISTENER_SSL_CONFIGS
 
 
 def static_broker_configs_message(keys: Iterable[str]) -> str:
@@ -607,6 +620,9 @@ class ClusterMetadata:
         # Hook for the tiered-storage layer: (topic, new config, old config or None); may raise
         # InvalidConfigError to refuse a topic config.
         self.config_validator: ConfigValidator | None = None
+        # Hook of the listeners' TLS: (effective broker props now, after a dynamic change); may
+        # raise InvalidRequestError to refuse the change (a keystore Kafka would refuse).
+        self.broker_config_validator: Callable[[dict, dict], None] | None = None
         # Storage failures of the metadata file's log dir (the broker shares the LogManager's).
         self.dir_failures = LogDirFailureChannel()
         self._lock = threading.RLock()
@@ -1322,12 +1338,14 @@ class ClusterMetadata:
             log.info("loaded dynamic broker configs %s from %s", out, path)
         return out
 
-    def effective_broker_props(self) -> dict[str, str]:
+    def effective_broker_props(self, dynamic: dict[str, dict[str, str]] | None = None
+                               ) -> dict[str, str]:
         """server.properties overlaid with the dynamic cluster default, then this node's own
-        dynamic configs (Kafka's precedence)."""
+        dynamic configs (Kafka's precedence); ``dynamic`` instead of the current ones."""
+        dynamic = self._dynamic_broker if dynamic is None else dynamic
         props = dict(self.broker_props)
-        props.update(self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {}))
-        props.update(self._dynamic_broker.get(str(self.node_id), {}))
+        props.update(dynamic.get(DEFAULT_BROKER_RESOURCE, {}))
+        props.update(dynamic.get(str(self.node_id), {}))
         return props
 
     def dynamic_broker_configs(self, resource_name: str) -> dict[str, str]:
@@ -1338,6 +1356,11 @@ class ClusterMetadata:
     def _check_dynamic_broker_config(key: str, value: str | None) -> None:
         """Refuse a key that is not dynamic, or a bad value, with Kafka's INVALID_REQUEST
         (Kafka answers a ConfigException of a broker config that way, KAFKA-13609)."""
+        if is_listener_ssl_config(key):
+            return   # checked whole, as a keystore or truststore, by broker_config_validator
+        if key in LISTENER_SSL_CONFIGS:
+            raise InvalidRequestError("These security configs can be dynamically updated only "
+                                      f"per-listener using the listener prefix: {key}")
         if key not in DYNAMIC_BROKER_CONFIGS:
             raise KafkaError(static_broker_configs_message([key]), code=ErrorCode.INVALID_REQUEST)
         definition = REPLICATION_QUOTA_CONFIG_DEF if key in REPLICATION_QUOTA_CONFIG_DEF \
@@ -1363,7 +1386,8 @@ class ClusterMetadata:
         them. Persisted, then listeners' ``on_broker_configs_changed(rlm_config)`` get the
         new effective RemoteLogManagerConfig. Returns the resource's dynamic configs."""
         ops = list(ops)
-        static = [k for k, _, _ in ops if k not in DYNAMIC_BROKER_CONFIGS]
+        static = [k for k, _, _ in ops if k not in DYNAMIC_BROKER_CONFIGS
+                  and k not in LISTENER_SSL_CONFIGS and not is_listener_ssl_config(k)]
         if static:
             raise KafkaError(static_broker_configs_message(static), code=ErrorCode.INVALID_REQUEST)
         for _, op, _ in ops:
@@ -1386,11 +1410,18 @@ class ClusterMetadata:
                                               f"key: {key}")
             for key, value in configs.items():
                 self._check_dynamic_broker_config(key, value)
-            if validate_only or configs == old:
-                return configs
+            per_broker = sorted(k for k, _, _ in ops if is_listener_ssl_config(k))
+            if resource_name == DEFAULT_BROKER_RESOURCE and per_broker:
+                raise InvalidRequestError("Cannot update these configs at default cluster level, "
+                                          f"broker id must be specified: {', '.join(per_broker)}")
             updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
             if configs:
                 updated[resource_name] = configs
+            if self.broker_config_validator is not None and configs != old:
+                self.broker_config_validator(self.effective_broker_props(),
+                                             self.effective_broker_props(updated))
+            if validate_only or configs == old:
+                return configs
             self._store_broker_configs(resource_name, configs, updated)
             return configs
 

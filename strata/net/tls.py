@@ -33,7 +33,8 @@ from strata.common.listeners import listener_prop
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TlsConfigError", "cipher_suites", "client_context", "server_context"]
+__all__ = ["TlsConfigError", "check_keystore_update", "cipher_suites", "client_context",
+           "reload_server_context", "server_context"]
 
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 # ssl.protocol: the SSLContext's protocol; TLSv1.2 keeps the broker's client side off TLS 1.3
@@ -315,3 +316,74 @@ def client_context(props: Mapping[str, str], listener: str | None = None) -> ssl
     algorithm = listener_prop(props, listener, key, "https") if listener else props.get(key, "https")
     context.check_hostname = (algorithm or "").strip().lower() == "https"
     return context
+
+
+# ---- keystores reloaded at runtime (Kafka's SslFactory.reconfigure) ---------------------------
+
+def _leaf(props, listener):
+    """The keystore's own certificate, or None without a keystore."""
+    from cryptography import x509
+    keystore = _keystore_pem(props, listener)
+    if keystore is None:
+        return None
+    return x509.load_pem_x509_certificate(_first_block(keystore[0], b"CERTIFICATE"))
+
+
+def _sans(cert) -> set:
+    from cryptography import x509
+    try:
+        return set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        return set()
+
+
+def _flag(props, listener, key: str) -> bool:
+    return (_get(props, listener, key, "false") or "false").lower() == "true"
+
+
+def check_keystore_update(old: Mapping[str, str], new: Mapping[str, str], listener: str) -> None:
+    """Refuse (TlsConfigError, Kafka's messages) a listener's new keystore or truststore as
+    Kafka's SslFactory does: one that does not make a working context, a keystore added or
+    removed, a truststore added, a certificate whose subject DN differs (unless
+    ``ssl.allow.dn.changes``) or whose SANs leave out any of the old ones (unless
+    ``ssl.allow.san.changes``)."""
+    try:
+        server_context(new, listener)
+        before, after = _leaf(old, listener), _leaf(new, listener)
+    except Exception as exc:  # noqa: BLE001 - any failure to load refuses the change
+        raise TlsConfigError(f"Validation of dynamic config update of SSLFactory failed: "
+                             f"{exc}") from None
+    if before is None or after is None:
+        raise TlsConfigError("Cannot remove the SSL keystore from an existing listener for which "
+                             "a keystore was configured." if after is None else
+                             "Cannot add SSL keystore to an existing listener for which no "
+                             "keystore was configured.")
+    if _truststore_pem(old, listener) is None and _truststore_pem(new, listener) is not None:
+        raise TlsConfigError("Cannot add SSL truststore to an existing listener for which no "
+                             "truststore was configured.")
+    if not _flag(new, listener, "ssl.allow.dn.changes") and before.subject != after.subject:
+        raise TlsConfigError(
+            f"Validation of dynamic config update of SSLFactory failed: Keystore "
+            f"DistinguishedName does not match:  existing={{DN={before.subject.rfc4514_string()}}}, "
+            f"new={{DN={after.subject.rfc4514_string()}}}")
+    if not _flag(new, listener, "ssl.allow.san.changes") and not _sans(before) <= _sans(after):
+        raise TlsConfigError(
+            f"Validation of dynamic config update of SSLFactory failed: Keystore "
+            f"SubjectAltNames do not match:  existing={{SAN={sorted(map(str, _sans(before)))}}}, "
+            f"new={{SAN={sorted(map(str, _sans(after)))}}}")
+
+
+def reload_server_context(context: ssl.SSLContext, props: Mapping[str, str],
+                          listener: str) -> None:
+    """Load the listener's keystore (and truststore) from ``props`` into its live context:
+    connections made from now on present the new certificate; established ones keep theirs
+    (OpenSSL copies the certificate into each connection). Python's ``ssl`` cannot remove
+    trusted CAs from a context: a new truststore's CAs are added to the old ones."""
+    keystore = _keystore_pem(props, listener)
+    if keystore is None:
+        raise TlsConfigError(f"listener {listener} has no keystore")
+    _load_keystore(context, *keystore)
+    if context.verify_mode != ssl.CERT_NONE:
+        trusted = _truststore_pem(props, listener)
+        if trusted:
+            context.load_verify_locations(cadata=trusted)

@@ -46,7 +46,7 @@ def test_a_credential_formatted_into_a_new_log_dir_logs_a_client_in_at_first_sta
     out = storage_format(broker, "SCRAM-SHA-512=[name=alice,password=alice-secret]",
                          "SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]")
     assert "SCRAM credentials of alice" in out
-    with broker.start():
+    with broker:
         for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
             config = {"bootstrap.servers": f"127.0.0.1:{clients}",
                       **plain("alice", "alice-secret", mechanism=mechanism)}

@@ -155,3 +155,71 @@ def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(tmp_path):
         "listener.name.internal.plain.sasl.jaas.config": jaas})
     for output in outputs:
         assert "failed authentication" not in output
+
+
+def _peer_serial(address: str, ca) -> tuple:
+    """A new TLS connection's view of the listener's certificate (serial) and the connection."""
+    import ssl
+    from cryptography import x509
+    from strata.net.connection import ClientSecurity, Connection
+    context = ssl.create_default_context(cafile=str(ca.pem))
+    conn = Connection(address, security=ClientSecurity(ssl_context=context))
+    return x509.load_der_x509_certificate(conn.sock.getpeercert(binary_form=True)).serial_number, conn
+
+
+def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections(tmp_path):
+    """kafka-configs sets listener.name.external.ssl.keystore.location on the broker: new TLS
+    connections get the renewed certificate, one made before keeps working, a keystore of
+    another subject DN is refused, and the change survives a restart."""
+    import shutil
+    from cryptography import x509
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.metadata.v12.response import MetadataResponse
+    from kafka_tools import KAFKA_CONFIGS, require_kafka_dist, run_kafka_class
+    from support.waiting import eventually
+    require_kafka_dist()
+    ca = make_ca(tmp_path / "ca")
+    stores = {}
+    for label, name in [("old", "broker"), ("renewed", "broker"), ("other", "intruder")]:
+        stores[label] = tmp_path / f"{label}.pem"
+        shutil.copy(ca.issue(name).keystore_pem, stores[label])
+    serial = {k: x509.load_pem_x509_certificate(p.read_bytes()).serial_number
+              for k, p in stores.items()}
+    plain, tls = free_port(), free_port()
+    overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},EXTERNAL://127.0.0.1:{tls}",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SSL",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(stores["old"])}
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False)
+    address = f"localhost:{tls}"
+
+    def alter(path):
+        return run_kafka_class(KAFKA_CONFIGS, "--bootstrap-server", f"127.0.0.1:{plain}",
+                               "--entity-type", "brokers", "--entity-name", "1", "--alter",
+                               "--add-config",
+                               f"listener.name.external.ssl.keystore.location={path}")
+    broker = BrokerProcess(tmp_path / "b", overrides, port=plain)
+    with broker:
+        first, before = _peer_serial(address, ca)
+        assert first == serial["old"]
+        result = alter(stores["renewed"])
+        assert result.returncode == 0, result.stdout + result.stderr
+
+        def new_certificate() -> bool:
+            seen, conn = _peer_serial(address, ca)
+            conn.close()
+            return seen == serial["renewed"]
+        eventually(new_certificate, "new connections get the renewed certificate", 30)
+        assert before.request(metadata, MetadataResponse).brokers   # made before: still served
+        before.close()
+        refused = alter(stores["other"])
+        assert refused.returncode != 0
+        assert "DistinguishedName does not match" in refused.stdout + refused.stderr
+        seen, conn = _peer_serial(address, ca)
+        conn.close()
+        assert seen == serial["renewed"]
+    with broker:   # restarted: the stored change is applied at startup
+        seen, conn = _peer_serial(address, ca)
+        assert seen == serial["renewed"] and conn.request(metadata, MetadataResponse).brokers
+        conn.close()
+    assert "Traceback" not in broker.output()
