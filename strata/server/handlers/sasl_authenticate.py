@@ -44,7 +44,7 @@ async def handle(ctx, request):
         conn.principal = session.principal
         ctx.authentication_stats.succeeded(conn.listener, server.mechanism, reauthentication)
         if reauthentication:
-            log.debug("%s re-authenticated %s on %s; session lifetime %d ms", conn.peer,
+            log.info("%s re-authenticated %s on %s; session lifetime %d ms", conn.peer,
                       conn.principal, conn.listener, lifetime_ms)
     lifetime = ({"session_lifetime": datetime.timedelta(milliseconds=lifetime_ms)}
                 if request.api_version >= 1 else {})
