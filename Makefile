@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	@bash scripts/system-deps.sh build
@@ -77,6 +77,10 @@ faults-net: venv system-deps
 
 bench-log: venv
 	$(PY) -m benchmarks.log_bench
+
+# One authorization decision's cost with 10,000 ACL bindings loaded (in-process).
+bench-acl: venv
+	$(PY) -m benchmarks.acl_decisions
 
 # Log cleaner throughput (MB/s of dirty log compacted in-process).
 bench-cleaner: venv

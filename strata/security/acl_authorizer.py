@@ -254,12 +254,23 @@ class MemoryAclStore(AclStore):
 
 
 class _Rule:
-    """Why a decision was made (the audit message's "based on rule ...")."""
-    __slots__ = ("allowed", "text")
+    """Why a decision was made (the audit message's "based on rule ..."): a default, or the
+    binding that decided, put into words only when logged."""
+    __slots__ = ("allowed", "_text", "_acl")
 
-    def __init__(self, allowed: bool, text: str):
+    def __init__(self, allowed: bool, text: str = "", acl=None):
         self.allowed = allowed
-        self.text = text
+        self._text = text
+        self._acl = acl   # (resource type, pattern type, name, entry)
+
+    @property
+    def text(self) -> str:
+        if self._acl is None:
+            return self._text
+        rtype, pattern_type, name, e = self._acl
+        return (f"MatchingAcl(acl=StandardAcl(resourceType={rtype.name}, resourceName={name}, "
+                f"patternType={pattern_type.name}, principal={e.principal}, host={e.host}, "
+                f"op={e.operation.name}, permissionType={e.permission_type.name}))")
 
 
 _SUPER_USER = _Rule(True, "SuperUser")
@@ -350,13 +361,15 @@ class StandardAuthorizer:
                     self._audit(who, host, action, _SUPER_USER)
             return out
         out = []
-        log_enabled = audit_log.isEnabledFor(logging.INFO)
+        info = audit_log.isEnabledFor(logging.INFO)
+        debug = info and audit_log.isEnabledFor(logging.DEBUG)
+        trace = debug and audit_log.isEnabledFor(TRACE)
+        decide = self._decide
         for action in actions:
-            rule = self._decide(who, host, action)
+            rule = decide(who, host, action)
             out.append(rule.allowed)
-            if log_enabled and (not rule.allowed or audit_log.isEnabledFor(TRACE)
-                                or (action.log_if_allowed
-                                    and audit_log.isEnabledFor(logging.DEBUG))):
+            if trace or (debug and action.log_if_allowed if rule.allowed
+                         else info and action.log_if_denied):
                 self._audit(who, host, action, rule)
         return out
 
@@ -438,7 +451,7 @@ class StandardAuthorizer:
                     continue
                 if e.permission_type == AclPermissionType.DENY:
                     if e.operation == op or e.operation == AclOperation.ALL:
-                        return _Rule(False, _matching(rtype, pattern_type, pattern_name, e))
+                        return _Rule(False, acl=(rtype, pattern_type, pattern_name, e))
                 elif allow is None and (
                         e.operation == op or e.operation == AclOperation.ALL
                         or (op == AclOperation.DESCRIBE and e.operation in _IMPLIES_DESCRIBE)
@@ -446,7 +459,7 @@ class StandardAuthorizer:
                             and e.operation in _IMPLIES_DESCRIBE_CONFIGS)):
                     allow = (pattern_type, pattern_name, e)
         if allow is not None:
-            return _Rule(True, _matching(rtype, allow[0], allow[1], allow[2]))
+            return _Rule(True, acl=(rtype, *allow))
         return _DEFAULT_DENY
 
     def _audit(self, who: str, host: str, action: Action, rule: _Rule) -> None:
@@ -550,13 +563,6 @@ class StandardAuthorizer:
                     out[i][1].append((AclBinding(resource, e), None))
                     logging.getLogger(__name__).info("ACL deleted: %s", AclBinding(resource, e))
         return out
-
-
-def _matching(rtype: ResourceType, pattern_type: PatternType, name: str,
-              e: AccessControlEntry) -> str:
-    return (f"MatchingAcl(acl=StandardAcl(resourceType={rtype.name}, resourceName={name}, "
-            f"patternType={pattern_type.name}, principal={e.principal}, host={e.host}, "
-            f"op={e.operation.name}, permissionType={e.permission_type.name}))")
 
 
 def authorizer_enabled(props: Mapping[str, str]) -> bool:
