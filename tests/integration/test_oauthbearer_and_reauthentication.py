@@ -290,3 +290,39 @@ def test_a_client_that_ignores_the_session_lifetime_is_closed_after_it(broker):
                    interval=0.2)
         assert answered >= 1        # served while the session lasted
     assert "the SASL session expired (API_VERSIONS" in broker.output()
+
+
+def test_mutated_oauthbearer_exchanges_get_an_answer_or_a_closed_connection(broker):
+    """Bit flips, truncations and boundary integers in OAUTHBEARER's handshake, token and
+    ``\\x01`` answer, on the signed and the unsecured listener: each connection is answered or
+    closed (never left hanging), and a real login still works after them."""
+    import random
+    rng = random.Random(368)
+    token = signed()[0]
+    exchange = (_raw_frame(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1)
+                + _raw_frame(SaslAuthenticateRequest(
+                    auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()), 2)
+                + _raw_frame(SaslAuthenticateRequest(auth_bytes=b"\x01"), 3))
+    for n in range(200):
+        data = bytearray(exchange)
+        kind = rng.randrange(3)
+        if kind == 0:
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(4, len(data))
+                data[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            data = data[:rng.randrange(4, len(data))]
+        else:
+            i = rng.randrange(4, len(data) - 4)
+            data[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\0\0\0\0"])
+        port = broker.ports["SASL_PLAINTEXT" if n % 2 else "UNSECURED"]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(bytes(data))
+            s.shutdown(socket.SHUT_WR)
+            try:
+                while s.recv(65536):   # answers, then the broker closes (or closes at once)
+                    pass
+            except ConnectionResetError:
+                pass
+    assert _raw_oauth_login(broker.ports["SASL_PLAINTEXT"], token) is None
+    assert "Traceback" not in broker.output()
