@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from strata.security.authorizer import AclOperation, Action, ResourceType
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import error_response
+from strata.security.acl_authorizer import AclBindingFilter
+from strata.security.authorizer import (
+    CLUSTER_NAME, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action, PatternType,
+    ResourceType)
 from strata.security.sasl import ANONYMOUS, KafkaPrincipal
+from strata.server import authz
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 
@@ -27,7 +33,7 @@ def caller() -> tuple[KafkaPrincipal, str]:
 def authorize(ctx, operation: AclOperation, resource_type: ResourceType, name: str, *,
               log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
     """Whether the caller may do ``operation`` on ``resource_type``:``name``."""
-    authorizer = ctx.authorizer
+    authorizer = getattr(ctx, "authorizer", None)
     if authorizer is None:
         return True
     principal, host = caller()
@@ -41,7 +47,7 @@ def filter_authorized(ctx, operation: AclOperation, resource_type: ResourceType,
                       log_if_denied: bool = True) -> set[str]:
     """The names among ``names`` the caller may do ``operation`` on (one authorizer call)."""
     unique = list(dict.fromkeys(names))
-    authorizer = ctx.authorizer
+    authorizer = getattr(ctx, "authorizer", None)
     if authorizer is None:
         return set(unique)
     principal, host = caller()
@@ -56,7 +62,7 @@ def authorized_operations(ctx, resource_type: ResourceType, name: str,
     """Kafka's authorized-operations bit field (one bit per AclOperation code) of the caller
     on one resource, among the operations ``supported`` by its type; decisions not logged."""
     ops = list(supported)
-    authorizer = ctx.authorizer
+    authorizer = getattr(ctx, "authorizer", None)
     if authorizer is None:
         return sum(1 << op for op in ops)
     principal, host = caller()
@@ -64,3 +70,104 @@ def authorized_operations(ctx, resource_type: ResourceType, name: str,
         Action(op, resource_type, name, log_if_allowed=False, log_if_denied=False)
         for op in ops])
     return sum(1 << op for op, ok in zip(ops, decisions) if ok)
+
+
+# What AclEntry.supportedOperations gives each resource type (authorized_operations' list)
+_A = AclOperation
+TOPIC_OPERATIONS = (_A.READ, _A.WRITE, _A.CREATE, _A.DELETE, _A.ALTER, _A.DESCRIBE,
+                    _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS)
+GROUP_OPERATIONS = (_A.READ, _A.DESCRIBE, _A.DELETE)
+CLUSTER_OPERATIONS = (_A.CREATE, _A.CLUSTER_ACTION, _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS,
+                      _A.IDEMPOTENT_WRITE, _A.ALTER, _A.DESCRIBE)
+TRANSACTIONAL_ID_OPERATIONS = (_A.DESCRIBE, _A.WRITE, _A.TWO_PHASE_COMMIT)
+
+NOTHING_DENIED: frozenset[str] = frozenset()
+
+
+def authorize_cluster(ctx, operation: AclOperation, *, log_if_denied: bool = True) -> bool:
+    """Whether the caller may do ``operation`` on the cluster."""
+    return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME,
+                     log_if_denied=log_if_denied)
+
+
+def cluster_denied(ctx, request, operation: AclOperation):
+    """Kafka's ``authorizeClusterOperation``: None when the caller may do ``operation`` on the
+    cluster, else the request's CLUSTER_AUTHORIZATION_FAILED error response."""
+    if getattr(ctx, "authorizer", None) is None or authorize_cluster(ctx, operation):
+        return None
+    return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
+def denied_names(ctx, operation: AclOperation, resource_type: ResourceType,
+                 names: Iterable[str], *, log_if_denied: bool = True) -> frozenset[str]:
+    """The names among ``names`` the caller may not do ``operation`` on: one authorizer call
+    for the whole request, and nothing at all without an authorizer (the produce and fetch
+    paths ask this for every request)."""
+    if getattr(ctx, "authorizer", None) is None:
+        return NOTHING_DENIED
+    unique = list(dict.fromkeys(names))
+    if not unique:
+        return NOTHING_DENIED
+    allowed = filter_authorized(ctx, operation, resource_type, unique,
+                                log_if_denied=log_if_denied)
+    return frozenset(n for n in unique if n not in allowed)
+
+
+def denied_topics(ctx, operation: AclOperation, names: Iterable[str], *,
+                  log_if_denied: bool = True) -> frozenset[str]:
+    """The topics among ``names`` the caller may not do ``operation`` on (Produce's WRITE,
+    Fetch's READ, ListOffsets' DESCRIBE, ...): they answer TOPIC_AUTHORIZATION_FAILED before
+    anything else is checked, whether they exist or not."""
+    return denied_names(ctx, operation, ResourceType.TOPIC, names, log_if_denied=log_if_denied)
+
+
+def authorize_by_resource_type(ctx, operation: AclOperation, resource_type: ResourceType) -> bool:
+    """Kafka's ``authorizeByResourceType``: whether the caller may do ``operation`` on some
+    resource of the type: an ALLOW binding (literal, prefixed or ``*``) that no DENY binding
+    covers (Kafka's ``Authorizer`` default method, over the authorizer's ``acls``)."""
+    authorizer = getattr(ctx, "authorizer", None)
+    if authorizer is None:
+        return True
+    principal, host = caller()
+    # a made-up name: super users, and allow.everyone.if.no.acl.found with no binding
+    if authorizer.authorize(principal, host, [Action(operation, resource_type, "hardcode",
+                                                     log_if_denied=False)])[0]:
+        return True
+    listing = getattr(authorizer, "acls", None)
+    if listing is None:
+        return False
+    who = str(principal)
+    deny_literal, deny_prefixed, allow, wildcard_allow = set(), set(), [], False
+    for binding in listing(AclBindingFilter(resource_type=resource_type)):
+        e, pattern = binding.entry, binding.pattern
+        if e.host not in (host, WILDCARD_RESOURCE) or e.principal not in (who, "User:*") or \
+                e.operation not in (operation, AclOperation.ALL):
+            continue
+        literal = pattern.pattern_type == PatternType.LITERAL
+        if e.permission_type == AclPermissionType.DENY:
+            if literal and pattern.name == WILDCARD_RESOURCE:
+                return False
+            (deny_literal if literal else deny_prefixed).add(pattern.name)
+        elif e.permission_type == AclPermissionType.ALLOW:
+            if literal and pattern.name == WILDCARD_RESOURCE:
+                wildcard_allow = True
+            else:
+                allow.append((literal, pattern.name))
+    if wildcard_allow:
+        return True
+    for literal, name in allow:
+        if literal and name in deny_literal:
+            continue
+        if not any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
+            return True
+    return False
+
+
+def cluster_operations(ctx, include: bool) -> int:
+    """The cluster_authorized_operations of Metadata v8-10 and DescribeCluster: OMITTED when
+    not asked for, 0 without DESCRIBE on the cluster, else the caller's operations."""
+    if not include:
+        return authz.OMITTED
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)

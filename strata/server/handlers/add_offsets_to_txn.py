@@ -8,13 +8,20 @@ import datetime
 from strata.common.errors import ErrorCode
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
     coordinator = getattr(ctx, "txn_coordinator", None)
-    if coordinator is None or ctx.group_coordinator is None:
+    # Kafka: WRITE on the transactional id, READ on the group
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif coordinator is None or ctx.group_coordinator is None:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         partition = ctx.group_coordinator.partition_for(body.group_id)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import datetime
 
 from strata.common.errors import ErrorCode
+from strata.cluster.metadata import is_internal_topic
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import NOTHING_DENIED, authorize, cluster_denied, denied_topics
 
 FIRST_BATCHED_VERSION = 4
 
@@ -32,12 +35,28 @@ def _unknown(ctx, partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
     return out
 
 
+def _client_denied(ctx, transactional_id: str, partitions) -> ErrorCode | frozenset[str]:
+    """Kafka's checks of a client's (v0-3) AddPartitionsToTxn: WRITE on the transactional id
+    (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and the topics it may not WRITE (internal
+    topics are never authorized)."""
+    if getattr(ctx, "authorizer", None) is None:
+        return NOTHING_DENIED
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    names = {t for t, _ in partitions}
+    internal = {t for t in names if is_internal_topic(t)}
+    return internal | denied_topics(ctx, AclOperation.WRITE, names - internal)
+
+
 async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
-              partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-    """One transaction's partitions added: a code per partition."""
+              partitions: list[tuple[str, int]],
+              denied=NOTHING_DENIED) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction's partitions added: a code per partition. When one is of a ``denied``
+    topic or unknown, none is added (the others OPERATION_NOT_ATTEMPTED)."""
     unknown = _unknown(ctx, partitions)
-    if unknown:
-        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+    if unknown or denied:
+        return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
     coordinator = getattr(ctx, "txn_coordinator", None)
     error = ErrorCode.COORDINATOR_NOT_AVAILABLE if coordinator is None else \
@@ -51,14 +70,23 @@ async def handle(ctx, request):
     coordinator = getattr(ctx, "txn_coordinator", None)
     if request.api_version < FIRST_BATCHED_VERSION:
         partitions = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
-        codes = await add(ctx, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                          body.v3_and_below_producer_epoch, partitions)
+        denied = _client_denied(ctx, body.v3_and_below_transactional_id, partitions)
+        if isinstance(denied, ErrorCode):
+            codes = {tp: denied for tp in partitions}
+        else:
+            codes = await add(ctx, body.v3_and_below_transactional_id,
+                              body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
+                              partitions, denied)
         if request.api_version < 2:
             codes = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if c == ErrorCode.PRODUCER_FENCED else c
                      for tp, c in codes.items()}
         return make(rc, throttle_time=datetime.timedelta(0),
                     results_by_topic_v3_and_below=_topic_results(
                         rc, "results_by_topic_v3_and_below", codes))
+    # v4+ comes from brokers (KIP-890): CLUSTER_ACTION on the cluster
+    refused = cluster_denied(ctx, request, AclOperation.CLUSTER_ACTION)
+    if refused is not None:
+        return refused
     results = []
     for txn in body.transactions:
         partitions = [(t.name, p) for t in txn.topics for p in t.partitions]

@@ -9,6 +9,8 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 from strata.common.errors import ErrorCode, KafkaError
+from strata.security.authorizer import CLUSTER_NAME, Action, ResourceType
+from strata.server.authorization import caller
 
 T = TypeVar("T")
 
@@ -40,6 +42,42 @@ def resource_type(value: int) -> ConfigResourceType:
         return ConfigResourceType(value)
     except ValueError:
         return ConfigResourceType.UNKNOWN
+
+
+# Kafka's error for a config resource the caller may not describe or alter, in its words
+_CONFIG_DENIALS = {
+    ConfigResourceType.TOPIC: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    ConfigResourceType.GROUP: (ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+}
+_CLUSTER_DENIAL = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
+def config_denials(ctx, operation, resources) -> dict[tuple[int, str], tuple[ErrorCode, str]]:
+    """Kafka's checks of DescribeConfigs (DESCRIBE_CONFIGS) and (Incremental)AlterConfigs
+    (ALTER_CONFIGS): a topic's or group's configs need the operation on it, a broker's, the
+    loggers' and client metrics' on the cluster. The (type, name) pairs of ``resources`` the
+    caller may not, with the error and its default message; one authorizer call."""
+    if getattr(ctx, "authorizer", None) is None:
+        return {}
+    acl_types = {ConfigResourceType.TOPIC: ResourceType.TOPIC,
+                 ConfigResourceType.GROUP: ResourceType.GROUP,
+                 ConfigResourceType.BROKER: ResourceType.CLUSTER,
+                 ConfigResourceType.BROKER_LOGGER: ResourceType.CLUSTER,
+                 ConfigResourceType.CLIENT_METRICS: ResourceType.CLUSTER}
+    keys, actions = [], []
+    for rtype, name in dict.fromkeys(resources):
+        acl_type = acl_types.get(resource_type(rtype))
+        if acl_type is None:   # unknown types keep their INVALID_REQUEST
+            continue
+        keys.append((rtype, name))
+        actions.append(Action(operation, acl_type,
+                              CLUSTER_NAME if acl_type is ResourceType.CLUSTER else name))
+    if not actions:
+        return {}
+    principal, host = caller()
+    decisions = getattr(ctx, "authorizer", None).authorize(principal, host, actions)
+    return {key: _CONFIG_DENIALS.get(resource_type(key[0]), _CLUSTER_DENIAL)
+            for key, ok in zip(keys, decisions) if not ok}
 
 
 def broker_resource_is_this_node(ctx, name: str) -> bool:

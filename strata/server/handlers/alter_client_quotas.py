@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 def _entries(body) -> list[tuple[list, list]]:
@@ -18,6 +20,9 @@ def _entries(body) -> list[tuple[list, list]]:
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
+    denied = cluster_denied(ctx, request, AclOperation.ALTER_CONFIGS)  # Kafka: ALTER_CONFIGS on the cluster
+    if denied is not None:
+        return denied
     # the store writes its file (fsync) when something changes: off the event loop
     results = await asyncio.to_thread(ctx.client_quotas.alter, _entries(body), body.validate_only)
     return make(rc, entries=tuple(

@@ -14,8 +14,10 @@ import asyncio
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import ApiKey, kio_error_code, make, response_class
 from strata.server import loggers
+from strata.security.authorizer import AclOperation
 from strata.server.handlers.admin_common import (
-    ConfigResourceType as R, attempt, broker_resource_is_this_node, duplicates, resource_type)
+    ConfigResourceType as R, attempt, broker_resource_is_this_node, config_denials, duplicates,
+    resource_type)
 
 
 def _alter(ctx, res, incremental: bool, validate_only: bool) -> None:
@@ -47,10 +49,14 @@ async def handle(ctx, request):
     incremental = request.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
     rc = response_class(request.api_key, request.api_version)
     dup_resources = duplicates((r.resource_type, r.resource_name) for r in body.resources)
+    denials = config_denials(ctx, AclOperation.ALTER_CONFIGS,
+                             ((r.resource_type, r.resource_name) for r in body.resources))
     results = []
     for res in body.resources:
         if (res.resource_type, res.resource_name) in dup_resources:
             code, message = ErrorCode.INVALID_REQUEST, "Duplicate resource."
+        elif (res.resource_type, res.resource_name) in denials:
+            code, message = denials[(res.resource_type, res.resource_name)][0], None
         elif duplicates(c.name for c in res.configs):
             code, message = ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
         else:   # off the event loop: in a cluster a change waits until ZooKeeper shows it

@@ -13,6 +13,8 @@ import asyncio
 
 from strata.cluster.metadata import AlterPartitionItem
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 def _items(body) -> list[AlterPartitionItem]:
@@ -33,6 +35,9 @@ def _items(body) -> list[AlterPartitionItem]:
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
+    denied = cluster_denied(ctx, request, AclOperation.CLUSTER_ACTION)  # brokers only
+    if denied is not None:
+        return denied
     results = await asyncio.to_thread(ctx.metadata.alter_partition, int(body.broker_id),
                                       int(body.broker_epoch), _items(body))
     by_topic: dict = {}  # topic id -> its partitions' results, in request order

@@ -16,11 +16,16 @@ import asyncio
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
+    denied = cluster_denied(ctx, request, AclOperation.ALTER)  # Kafka: ALTER on the cluster
+    if denied is not None:
+        return denied
     allow_rf_change = getattr(body, "allow_replication_factor_change", True)
     items = [(TopicPartition(t.name, p.partition_index),
               None if p.replicas is None else list(p.replicas))

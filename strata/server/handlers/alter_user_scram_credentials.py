@@ -10,11 +10,16 @@ import asyncio
 
 from strata.cluster.scram_credentials import Deletion, Upsertion
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
+    denied = cluster_denied(ctx, request, AclOperation.ALTER)  # Kafka: ALTER on the cluster
+    if denied is not None:
+        return denied
     deletions = [Deletion(d.name, int(d.mechanism)) for d in body.deletions or ()]
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                             bytes(u.salted_password)) for u in body.upsertions or ()]

@@ -13,6 +13,8 @@ from strata.cluster.metadata import check_records_per_operation
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server.handlers.admin_common import attempt, duplicates
+from strata.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from strata.server.authorization import NOTHING_DENIED, authorize, denied_topics
 from strata.server.quotas import mutation_quota
 
 FIRST_VERSION_WITH_CONFIGS = 5
@@ -36,17 +38,34 @@ def _records(ctx, t) -> int:
     return 1 + partitions + len(t.configs)
 
 
-def _results(ctx, body) -> list[tuple]:
-    """(topic, info, code, message) per requested topic, in request order."""
+def _authorize(ctx, body) -> tuple[frozenset[str], frozenset[str]]:
+    """Kafka's checks of a CreateTopics: the topics the caller may not create (CREATE on the
+    cluster, else on each topic), and those whose configs it may not see (DESCRIBE_CONFIGS)."""
+    if getattr(ctx, "authorizer", None) is None:
+        return NOTHING_DENIED, NOTHING_DENIED
+    names = [t.name for t in body.topics]
+    not_creatable = NOTHING_DENIED
+    if not authorize(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME,
+                     log_if_denied=False):
+        not_creatable = denied_topics(ctx, AclOperation.CREATE, names)
+    return not_creatable, denied_topics(ctx, AclOperation.DESCRIBE_CONFIGS, names,
+                                        log_if_denied=False)
+
+
+def _results(ctx, body, denied=NOTHING_DENIED) -> list[tuple]:
+    """(topic, info, code, message) per requested topic, in request order; ``denied`` topics
+    are not created (TOPIC_AUTHORIZATION_FAILED)."""
     dups = duplicates(t.name for t in body.topics)
     _, code, message = attempt(lambda: check_records_per_operation(
-        sum(_records(ctx, t) for t in body.topics if t.name not in dups)))
+        sum(_records(ctx, t) for t in body.topics if t.name not in dups and t.name not in denied)))
     if code != ErrorCode.NONE:
         return [(t, None, code, message) for t in body.topics]
     out = []
     for t in body.topics:
         if t.name in dups:
             out.append((t, None, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+        elif t.name in denied:
+            out.append((t, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
         elif len({c.name for c in t.configs}) != len(t.configs):
             out.append((t, None, ErrorCode.INVALID_REQUEST, "Duplicate config names."))
         else:
@@ -57,12 +76,19 @@ def _results(ctx, body) -> list[tuple]:
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
+    not_creatable, hidden_configs = _authorize(ctx, body)
     results = []
-    for t, info, code, message in await asyncio.to_thread(_results, ctx, body):
+    for t, info, code, message in await asyncio.to_thread(_results, ctx, body, not_creatable):
         if info is None:
             results.append(make(rc, "topics", name=t.name, error_code=kio_error_code(code),
                                 error_message=message, num_partitions=-1,
                                 replication_factor=-1, configs=None))
+            continue
+        if t.name in hidden_configs:   # created, but its configs are not the caller's to see
+            results.append(make(rc, "topics", name=t.name, topic_id=info.topic_id,
+                                num_partitions=-1, replication_factor=-1, configs=(),
+                                topic_config_error_code=kio_error_code(
+                                    ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
             continue
         configs = None
         if request.api_version >= FIRST_VERSION_WITH_CONFIGS:

@@ -6,15 +6,21 @@ from strata.cluster.metadata import is_internal_topic
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import denied_topics
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
+    # Kafka: DELETE on each topic, TOPIC_AUTHORIZATION_FAILED before anything else
+    denied = denied_topics(ctx, AclOperation.DELETE, (t.name for t in request.body.topics))
     topics = []
     for t in request.body.topics:
         partitions = []
         for p in t.partitions:
-            if is_internal_topic(t.name):  # as Kafka: clients may not delete internal records
+            if t.name in denied:
+                code, low = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
+            elif is_internal_topic(t.name):  # as Kafka: clients may not delete internal records
                 code, low = ErrorCode.INVALID_TOPIC_EXCEPTION, -1
             else:
                 code, low = ctx.replica_manager.delete_records(

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 async def handle(ctx, request):
     body = request.body
+    denied = cluster_denied(ctx, request, AclOperation.DESCRIBE_CONFIGS)  # Kafka: DESCRIBE_CONFIGS on the cluster
+    if denied is not None:
+        return denied
     rc = response_class(request.api_key, request.api_version)
     components = [(c.entity_type, int(c.match_type), c.match) for c in body.components]
     try:

@@ -1,10 +1,12 @@
-"""DescribeCluster v0-1: the live brokers, the cluster id and the controller."""
+"""DescribeCluster v0-1: the live brokers, the cluster id and the controller. As Kafka's, anyone
+may ask; the cluster's authorized operations are 0 without DESCRIBE on the cluster."""
 
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import make, response_class
 from strata.server import authz
+from strata.server.authorization import cluster_operations
 from strata.server.handlers.group_common import client_listener
 
 ENDPOINT_BROKERS = 1
@@ -25,5 +27,5 @@ async def handle(ctx, request):
                     for b in ctx.metadata.live_brokers(client_listener()))
     return make(rc, endpoint_type=ENDPOINT_BROKERS, cluster_id=ctx.metadata.cluster_id,
                 controller_id=ctx.metadata.controller_id, brokers=brokers,
-                cluster_authorized_operations=authz.operations(
-                    authz.CLUSTER, body.include_cluster_authorized_operations))
+                cluster_authorized_operations=cluster_operations(
+                    ctx, body.include_cluster_authorized_operations))

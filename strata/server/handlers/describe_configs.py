@@ -8,8 +8,9 @@ from strata.cluster.metadata import ConfigEntry, ConfigEntryType, ConfigSource
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.server import loggers
+from strata.security.authorizer import AclOperation
 from strata.server.handlers.admin_common import (
-    ConfigResourceType as R, attempt, broker_resource_is_this_node, resource_type)
+    ConfigResourceType as R, attempt, broker_resource_is_this_node, config_denials, resource_type)
 
 
 def _logger_entries(ctx, name: str) -> list[ConfigEntry]:
@@ -43,9 +44,15 @@ async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     synonyms = getattr(body, "include_synonyms", False)
     docs = getattr(body, "include_documentation", False)
+    denials = config_denials(ctx, AclOperation.DESCRIBE_CONFIGS,
+                             ((r.resource_type, r.resource_name) for r in body.resources))
     results = []
     for res in body.resources:
-        entries, code, message = attempt(lambda: _entries(ctx, res, synonyms, docs))
+        denial = denials.get((res.resource_type, res.resource_name))
+        if denial is not None:
+            entries, (code, message) = (), denial
+        else:
+            entries, code, message = attempt(lambda: _entries(ctx, res, synonyms, docs))
         configs = tuple(
             make(rc, "results.configs", name=e.name, value=e.value, read_only=e.read_only,
                  config_source=int(e.source), is_sensitive=e.is_sensitive,

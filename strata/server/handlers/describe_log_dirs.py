@@ -22,6 +22,8 @@ from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.log.unified_log import UnifiedLog
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 _LONG_MAX = 2**63 - 1
 
@@ -82,6 +84,9 @@ def describe_log_dirs(log_dirs: Iterable[Path], logs: Iterable[UnifiedLog],
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
+    denied = cluster_denied(ctx, request, AclOperation.DESCRIBE)  # Kafka: DESCRIBE on the cluster
+    if denied is not None:
+        return denied
     manager = ctx.replica_manager.log_manager
     wanted = None if body.topics is None else {
         TopicPartition(t.topic, p) for t in body.topics for p in t.partitions}

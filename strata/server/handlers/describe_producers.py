@@ -11,14 +11,19 @@ from strata.cluster.metadata import invalid_topic_reason
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import denied_topics
 
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."   # the error's default message
 
 
-def _topic_error(ctx, name: str) -> tuple[ErrorCode, str] | None:
+def _topic_error(ctx, name: str, denied) -> tuple[ErrorCode, str | None] | None:
     reason = invalid_topic_reason(name)
     if reason is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}"
+    if name in denied:   # Kafka: READ on the topic
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_MESSAGE
     if ctx.metadata.topic(name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_MESSAGE
     return None
@@ -46,9 +51,10 @@ def _partition(ctx, rc, topic: str, index: int, topic_error):
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in request.body.topics))
     topics = []
     for t in request.body.topics:
-        error = _topic_error(ctx, t.name)
+        error = _topic_error(ctx, t.name, denied)
         topics.append(make(rc, "topics", name=t.name, partitions=tuple(
             _partition(ctx, rc, t.name, index, error) for index in t.partition_indexes)))
     return make(rc, topics=tuple(topics))

@@ -15,18 +15,24 @@ from __future__ import annotations
 from strata.cluster.metadata import ZERO_UUID, invalid_topic_reason, is_internal_topic
 from strata.common.errors import ErrorCode, InvalidRequestError
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
 from strata.server import authz
+from strata.server.authorization import TOPIC_OPERATIONS, authorized_operations, denied_topics
 from strata.server.handlers.metadata import partition_entries
 
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
 
 
-def _missing_topic(rc, name: str):
+def _operations(ctx, name: str) -> int:
+    return authorized_operations(ctx, ResourceType.TOPIC, name, TOPIC_OPERATIONS)
+
+
+def _missing_topic(ctx, rc, name: str):
     code = (ErrorCode.INVALID_TOPIC_EXCEPTION if invalid_topic_reason(name) is not None
             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     return make(rc, "topics", error_code=kio_error_code(code), name=name, topic_id=ZERO_UUID,
                 is_internal=is_internal_topic(name), partitions=(),
-                topic_authorized_operations=authz.TOPIC)
+                topic_authorized_operations=_operations(ctx, name))
 
 
 async def handle(ctx, request):
@@ -45,25 +51,35 @@ async def handle(ctx, request):
         raise InvalidRequestError("DescribeTopicPartitionsRequest cursor partition must be "
                                   f"valid: {cursor}")
 
+    # As Kafka: topics the caller may not DESCRIBE are left out, and named ones answered
+    # TOPIC_AUTHORIZATION_FAILED (after the others) whether they exist or not
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, names)
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, body.response_partition_limit), 1)
-    topics, next_cursor = [], None
+    topics, unauthorized, next_cursor = [], [], None
     for name in names:
+        if denied and name in denied:
+            if not fetch_all:
+                unauthorized.append(make(
+                    rc, "topics", error_code=kio_error_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    name=name, topic_id=ZERO_UUID, is_internal=False, partitions=(),
+                    topic_authorized_operations=authz.OMITTED))
+            continue
         if remaining == 0:
             next_cursor = make(rc, "next_cursor", topic_name=name, partition_index=0)
             break
         info = ctx.metadata.topic(name)
         if info is None:
             if not fetch_all:
-                topics.append(_missing_topic(rc, name))
+                topics.append(_missing_topic(ctx, rc, name))
             continue
         first = cursor.partition_index if cursor is not None and name == start_topic else 0
         end = min(info.partitions, first + remaining)
         topics.append(make(rc, "topics", name=name, topic_id=info.topic_id,
                            is_internal=is_internal_topic(name),
                            partitions=partition_entries(ctx, rc, "topics.partitions", name, first, end),
-                           topic_authorized_operations=authz.TOPIC))
+                           topic_authorized_operations=_operations(ctx, name)))
         if end < info.partitions:
             next_cursor = make(rc, "next_cursor", topic_name=name, partition_index=end)
             break
         remaining -= max(end - first, 0)
-    return make(rc, topics=tuple(topics), next_cursor=next_cursor)
+    return make(rc, topics=tuple(topics + unauthorized), next_cursor=next_cursor)

@@ -7,13 +7,23 @@ import datetime
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import NOTHING_DENIED, denied_names, denied_topics
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     coordinator = getattr(ctx, "txn_coordinator", None)
+    tids = request.body.transactional_ids
+    # Kafka: DESCRIBE on each transactional id, and only the topics the caller may DESCRIBE
+    denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tids)
     states = []
-    for tid in request.body.transactional_ids:
+    for tid in tids:
+        if tid in denied:
+            states.append(make(rc, "transaction_states", transactional_id=tid, topics=(),
+                               error_code=kio_error_code(
+                                   ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+            continue
         if coordinator is None:
             states.append(make(rc, "transaction_states", transactional_id=tid, topics=(),
                                error_code=kio_error_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)))
@@ -26,6 +36,10 @@ async def handle(ctx, request):
         by_topic: dict[str, list[int]] = {}
         for topic, p in d.partitions:
             by_topic.setdefault(topic, []).append(p)
+        hidden = NOTHING_DENIED if getattr(ctx, "authorizer", None) is None else \
+            denied_topics(ctx, AclOperation.DESCRIBE, by_topic)
+        for topic in hidden:
+            del by_topic[topic]
         states.append(make(
             rc, "transaction_states", transactional_id=tid, error_code=kio_error_code(d.error),
             transaction_state=d.state,

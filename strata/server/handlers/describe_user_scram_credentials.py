@@ -9,10 +9,15 @@ import asyncio
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
+    denied = cluster_denied(ctx, request, AclOperation.DESCRIBE)  # Kafka: DESCRIBE on the cluster
+    if denied is not None:
+        return denied
     users = None if request.body.users is None else [u.name for u in request.body.users]
     try:
         # in a cluster the metadata reads ZooKeeper: off the event loop

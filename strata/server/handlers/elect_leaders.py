@@ -14,6 +14,8 @@ import asyncio
 from strata.common.errors import ErrorCode, InvalidRequestError
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 PREFERRED, UNCLEAN = 0, 1
 
@@ -26,6 +28,9 @@ def _result(rc, partition: int, found: tuple[ErrorCode, str | None]):
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
+    denied = cluster_denied(ctx, request, AclOperation.ALTER)  # Kafka: ALTER on the cluster
+    if denied is not None:
+        return denied
     election_type = getattr(body, "election_type", PREFERRED)
     requested = body.topic_partitions
     if election_type not in (PREFERRED, UNCLEAN):  # the error response names every partition

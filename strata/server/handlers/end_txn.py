@@ -7,13 +7,17 @@ import datetime
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
     coordinator = getattr(ctx, "txn_coordinator", None)
-    if coordinator is None:
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif coordinator is None:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         error = (await coordinator.end_transaction(body.transactional_id, body.producer_id,

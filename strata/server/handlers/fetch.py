@@ -30,6 +30,9 @@ from strata.log.unified_log import FetchIsolation
 from strata.protocol import records as rec
 from strata.protocol.codec import ApiKey, kio_error_code, nested_class, response_class
 from strata.protocol.file_region import FileRegion
+from strata.replication.replica_manager import ReadResult
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import NOTHING_DENIED, authorize_cluster, denied_topics
 from strata.server.fetch_session import (
     FIRST_VERSION_WITH_SESSIONS, SESSIONLESS, FetchContext, FetchMetadata, FetchSessionCache,
     PartitionData)
@@ -75,10 +78,25 @@ def _new_context(ctx, request) -> FetchContext:
                              forgotten)
 
 
-def _read_all(ctx, request, isolation, partitions, first: bool = True):
+_TOPIC_DENIED = ReadResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _denied(ctx, request, partitions) -> frozenset[str]:
+    """Kafka's checks of a Fetch: a follower (replica id >= 0) needs CLUSTER_ACTION on the
+    cluster, else every partition is refused; a consumer needs READ on each topic."""
+    topics = (tp.topic for tp, _ in partitions)
+    if request.body.replica_id >= 0:
+        if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+            return NOTHING_DENIED
+        return frozenset(topics)
+    return denied_topics(ctx, AclOperation.READ, topics)
+
+
+def _read_all(ctx, request, isolation, partitions, first: bool = True, denied=NOTHING_DENIED):
     """Local reads for every partition; the partitions whose offsets live in the remote tier
     are returned as remote reads to run, each with the byte budget it was given. A follower's
-    position is recorded at the ``first`` read only, not at reads after a wait."""
+    position is recorded at the ``first`` read only, not at reads after a wait. Partitions of
+    ``denied`` topics are not read: TOPIC_AUTHORIZATION_FAILED."""
     body = request.body
     remaining = min(body.max_bytes, ctx.fetch_max_bytes)  # as Kafka: the broker's cap wins
     min_one = True
@@ -89,6 +107,9 @@ def _read_all(ctx, request, isolation, partitions, first: bool = True):
     # Fetch v11+ carries the consumer's rack and may read from a follower (KIP-392)
     rack = getattr(body, "rack_id", None) if request.api_version >= FIRST_VERSION_WITH_RACK else None
     for tp, p in partitions:
+        if denied and tp.topic in denied:
+            results.append((tp, _TOPIC_DENIED))
+            continue
         budget = min(p.max_bytes, max(remaining, 0))
         epoch = p.current_leader_epoch
         if body.replica_id >= 0:  # a follower
@@ -232,10 +253,12 @@ async def handle(ctx, request):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     partitions = [tp for tp, _ in context.partitions]
+    denied = NOTHING_DENIED if getattr(ctx, "authorizer", None) is None else _denied(ctx, request, context.partitions)
     first = True
     while True:
         since = ctx.fetch_watchers.mark()
-        results, total, remote = _read_all(ctx, request, isolation, context.partitions, first)
+        results, total, remote = _read_all(ctx, request, isolation, context.partitions, first,
+                                           denied)
         first = False
         if remote:
             await _read_remote(ctx, request, isolation, results, remote)

@@ -17,7 +17,9 @@ from strata.cluster.metadata import BrokerInfo
 from strata.common.errors import ErrorCode, KafkaError
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import NOTHING_DENIED, denied_names
 from strata.server.handlers.group_common import client_listener
 
 KEY_TYPE_GROUP = 0
@@ -92,17 +94,33 @@ def _node(ctx, found: Lookup, no_message: str | None) -> dict:
                 port=found.node.port)
 
 
+# Kafka: DESCRIBE on the group or transactional id whose coordinator is asked for
+_DENIED = {KEY_TYPE_GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+           KEY_TYPE_TRANSACTION: (ResourceType.TRANSACTIONAL_ID,
+                                  ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}
+
+
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
     key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
-    if key_type == KEY_TYPE_GROUP:
-        await _ensure_topic(ctx, OFFSETS_TOPIC, ctx.offsets_log)
-    elif key_type == KEY_TYPE_TRANSACTION:
-        await _ensure_topic(ctx, TRANSACTION_STATE_TOPIC, getattr(ctx, "txn_log", None))
-    if request.api_version >= FIRST_BATCHED_VERSION:
+    batched = request.api_version >= FIRST_BATCHED_VERSION
+    keys = list(body.coordinator_keys) if batched else [body.key]
+    denied, denied_error = NOTHING_DENIED, None
+    if getattr(ctx, "authorizer", None) is not None and key_type in _DENIED:
+        resource_type, denied_error = _DENIED[key_type]
+        denied = denied_names(ctx, AclOperation.DESCRIBE, resource_type, keys)
+        if not batched and denied:
+            return error_response(request, denied_error)
+    if not denied or len(denied) < len(set(keys)):   # made for an authorized key only
+        if key_type == KEY_TYPE_GROUP:
+            await _ensure_topic(ctx, OFFSETS_TOPIC, ctx.offsets_log)
+        elif key_type == KEY_TYPE_TRANSACTION:
+            await _ensure_topic(ctx, TRANSACTION_STATE_TOPIC, getattr(ctx, "txn_log", None))
+    if batched:
         return make(rc, coordinators=tuple(
             make(rc, "coordinators", key=key,
-                 **_node(ctx, _coordinator_for(ctx, key_type, key), ""))
-            for key in body.coordinator_keys))
+                 **_node(ctx, Lookup(denied_error) if key in denied
+                         else _coordinator_for(ctx, key_type, key), ""))
+            for key in keys))
     return make(rc, **_node(ctx, _coordinator_for(ctx, key_type, body.key), None))

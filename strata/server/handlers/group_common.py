@@ -50,14 +50,19 @@ def millis(value, default: int | None = None) -> int | None:
     return int(value)
 
 
-def offsets_to_commit(ctx, body) -> tuple[dict, list]:
-    """An (Txn)OffsetCommit request's partitions: UNKNOWN_TOPIC_OR_PARTITION for those that do
-    not exist, ``OffsetCommitPartition``s for the others."""
+def offsets_to_commit(ctx, body, denied=frozenset()) -> tuple[dict, list]:
+    """An (Txn)OffsetCommit request's partitions: TOPIC_AUTHORIZATION_FAILED for those of
+    ``denied`` topics, UNKNOWN_TOPIC_OR_PARTITION for those that do not exist,
+    ``OffsetCommitPartition``s for the others."""
     from strata.coordinator.group import OffsetCommitPartition
     from strata.coordinator.offsets_records import NO_LEADER_EPOCH
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: list = []
     for t in body.topics:
+        if t.name in denied:
+            errors.update({(t.name, p.partition_index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                           for p in t.partitions})
+            continue
         info = ctx.metadata.topic(t.name)
         for p in t.partitions:
             if info is None or not 0 <= p.partition_index < info.partitions:

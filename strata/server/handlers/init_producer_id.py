@@ -8,6 +8,8 @@ import datetime
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize, authorize_by_resource_type, authorize_cluster
 
 
 async def handle(ctx, request):
@@ -17,6 +19,16 @@ async def handle(ctx, request):
     def answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1):
         return make(rc, error_code=kio_error_code(error), producer_id=producer_id,
                     producer_epoch=producer_epoch, throttle_time=datetime.timedelta(0))
+    if getattr(ctx, "authorizer", None) is not None:
+        # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE
+        # on the cluster or WRITE on some topic
+        if body.transactional_id is not None:
+            if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             body.transactional_id):
+                return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif not (authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE, log_if_denied=False)
+                  or authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC)):
+            return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if body.transactional_id is None:
         return answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
     coordinator = getattr(ctx, "txn_coordinator", None)

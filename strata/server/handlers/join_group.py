@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize
 from strata.server.handlers.group_common import client_host, coordinator, millis
 
 REQUIRE_KNOWN_MEMBER_ID_VERSION = 4   # KIP-394: new members first get MEMBER_ID_REQUIRED
@@ -12,6 +15,8 @@ SKIP_ASSIGNMENT_VERSION = 9           # KIP-814
 
 async def handle(ctx, request):
     body = request.body
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     version = request.api_version
     rc = response_class(request.api_key, version)
     result = await coordinator(ctx).join_group(

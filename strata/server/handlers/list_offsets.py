@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import asyncio
 
+from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
 from strata.log.unified_log import FetchIsolation
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.replication.replica_manager import OffsetResult
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import denied_topics
 
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
+
+_TOPIC_DENIED = OffsetResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 async def handle(ctx, request):
@@ -28,10 +34,19 @@ async def handle(ctx, request):
     # the debugging id may ask a follower
     from_consumer = body.replica_id == CONSUMER_REPLICA_ID
     leader_only = body.replica_id != DEBUGGING_REPLICA_ID
+    # Kafka: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED whether it exists or not
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in body.topics))
     topics = []
     for t in body.topics:
         partitions = []
         for p in t.partitions:
+            if denied and t.name in denied:
+                r = _TOPIC_DENIED
+                partitions.append(make(rc, "topics.partitions", partition_index=p.partition_index,
+                                       error_code=kio_error_code(r.error), timestamp=r.timestamp,
+                                       offset=r.offset, leader_epoch=r.leader_epoch,
+                                       old_style_offsets=()))
+                continue
             args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer,
                     getattr(p, "current_leader_epoch", -1), leader_only)
             if p.timestamp >= 0 and ctx.replica_manager.remote_log_manager is not None:

@@ -11,10 +11,15 @@ import asyncio
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import cluster_denied
 
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
+    denied = cluster_denied(ctx, request, AclOperation.DESCRIBE)  # Kafka: DESCRIBE on the cluster
+    if denied is not None:
+        return denied
     requested = request.body.topics
     wanted = None if requested is None else [
         TopicPartition(t.name, p) for t in requested for p in t.partition_indexes]

@@ -9,6 +9,8 @@ import re
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import denied_names
 
 
 def _pattern(pattern: str | None) -> re.Pattern | None | bool:
@@ -36,6 +38,10 @@ async def handle(ctx, request):
         body.state_filters, body.producer_id_filters, getattr(body, "duration_filter", -1))
     if pattern is not None:
         listed = [t for t in listed if pattern.fullmatch(t.transactional_id)]
+    if getattr(ctx, "authorizer", None) is not None:   # Kafka: only the ids the caller may DESCRIBE
+        hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                              (t.transactional_id for t in listed))
+        listed = [t for t in listed if t.transactional_id not in hidden]
     return make(rc, error_code=kio_error_code(error), unknown_state_filters=tuple(unknown),
                 throttle_time=datetime.timedelta(0),
                 transaction_states=tuple(

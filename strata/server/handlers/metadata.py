@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 
-from strata.cluster.metadata import is_internal_topic
+from strata.cluster.metadata import ZERO_UUID, is_internal_topic
 from strata.common.errors import ErrorCode, InvalidRequestError, KafkaError
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from strata.server import authz
+from strata.server.authorization import (
+    TOPIC_OPERATIONS, authorize, authorized_operations, cluster_operations, filter_authorized)
 from strata.server.handlers.group_common import client_listener
 
 log = logging.getLogger(__name__)
@@ -79,24 +82,67 @@ def broker_entries(ctx, rc, path: str) -> tuple:
                  for b in ctx.metadata.live_brokers(client_listener()))
 
 
+def _authorize(ctx, requested, all_topics: bool, auto_create: bool):
+    """Kafka's checks of a Metadata request: the topics the caller may not DESCRIBE (left out
+    of an all-topics answer, TOPIC_AUTHORIZATION_FAILED when named, existing or not), and the
+    missing ones it may DESCRIBE but not create (CREATE on the cluster or on the topic)."""
+    names = [name for name, _, error in requested if error is None]
+    allowed = filter_authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names,
+                                log_if_denied=not all_topics)
+    denied = {n for n in names if n not in allowed}
+    not_creatable: set[str] = set()
+    missing = [n for n in allowed if ctx.metadata.topic(n) is None]
+    if auto_create and missing and not authorize(
+            ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False):
+        not_creatable = set(missing) - filter_authorized(ctx, AclOperation.CREATE,
+                                                         ResourceType.TOPIC, missing)
+    return denied, not_creatable
+
+
+def _denied_topic(rc, name, topic_id, by_id: bool, internal: bool):
+    # a topic asked for by id answers its id (ids are not secret), by name the zero id
+    return make(rc, "topics", error_code=kio_error_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                name=None if by_id else name, topic_id=topic_id if by_id else ZERO_UUID,
+                is_internal=internal, partitions=(), topic_authorized_operations=authz.OMITTED)
+
+
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
     allow = getattr(body, "allow_auto_topic_creation", True)
     topic_ops = getattr(body, "include_topic_authorized_operations", False)
+    requested = _requested_names(ctx, request)
+    denied: set[str] = set()
+    not_creatable: set[str] = set()
+    all_topics = body.topics is None or (request.api_version == 0 and not body.topics)
+    if getattr(ctx, "authorizer", None) is not None:
+        denied, not_creatable = _authorize(ctx, requested, all_topics,
+                                           allow and ctx.auto_create_topics and not all_topics)
     topics = []
-    for name, topic_id, error in _requested_names(ctx, request):
+    for name, topic_id, error in requested:
+        if error is None and name in denied:
+            if not all_topics:
+                by_id = request.api_version >= FIRST_VERSION_WITH_TOPIC_IDS and \
+                    topic_id is not None and topic_id.int != 0
+                topics.append(_denied_topic(rc, name, topic_id, by_id, False))
+            continue
+        if error is None and name in not_creatable:
+            topics.append(_denied_topic(rc, name, topic_id, False, is_internal_topic(name)))
+            continue
         if error is None:
             error = _maybe_create(ctx, name, allow)
         info = ctx.metadata.topic(name) if error is None else None
         partitions = ()
         if info is not None:
             partitions = partition_entries(ctx, rc, "topics.partitions", name, 0, info.partitions)
+        ops = authz.OMITTED
+        if topic_ops and info is not None:
+            ops = authorized_operations(ctx, ResourceType.TOPIC, name, TOPIC_OPERATIONS)
         topics.append(make(
             rc, "topics", error_code=kio_error_code(error or ErrorCode.NONE), name=name,
             topic_id=info.topic_id if info else topic_id, is_internal=name is not None and is_internal_topic(name),
-            partitions=partitions, topic_authorized_operations=authz.operations(authz.TOPIC, topic_ops and info is not None)))
+            partitions=partitions, topic_authorized_operations=ops))
     return make(rc, brokers=broker_entries(ctx, rc, "brokers"), cluster_id=ctx.metadata.cluster_id,
                 controller_id=ctx.metadata.controller_id, topics=tuple(topics),
-                cluster_authorized_operations=authz.operations(
-                    authz.CLUSTER, getattr(body, "include_cluster_authorized_operations", False)))
+                cluster_authorized_operations=cluster_operations(
+                    ctx, getattr(body, "include_cluster_authorized_operations", False)))

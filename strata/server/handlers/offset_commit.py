@@ -8,7 +8,10 @@ id is allowed (Kafka keeps it for backwards compatibility); a null one is INVALI
 from __future__ import annotations
 
 from strata.coordinator.group import DEFAULT_RETENTION_TIME
-from strata.protocol.codec import response_class
+from strata.common.errors import ErrorCode
+from strata.protocol.codec import error_response, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize, denied_topics
 from strata.server.handlers.group_common import (
     commit_response, coordinator, millis, offsets_to_commit)
 
@@ -16,7 +19,11 @@ from strata.server.handlers.group_common import (
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
-    errors, valid = offsets_to_commit(ctx, body)
+    # Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), READ on each topic
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    errors, valid = offsets_to_commit(
+        ctx, body, denied_topics(ctx, AclOperation.READ, (t.name for t in body.topics)))
     if valid:
         errors.update(await coordinator(ctx).commit_offsets(
             body.group_id, body.member_id, body.generation_id_or_member_epoch, valid,

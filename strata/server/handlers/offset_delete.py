@@ -11,20 +11,28 @@ members consume gets GROUP_SUBSCRIBED_TO_TOPIC. Every requested partition is ans
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize, denied_topics
 from strata.server.handlers.group_common import coordinator
 
 
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
+    # Kafka: DELETE on the group, READ on each topic
+    if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, body.group_id):
+        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    denied = denied_topics(ctx, AclOperation.READ, (t.name for t in body.topics))
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int]] = []
     for t in body.topics:
         info = ctx.metadata.topic(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if t.name in denied:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append(tp)

@@ -7,8 +7,10 @@ import datetime
 
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
 from strata.replication.replica_manager import AppendResult
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import NOTHING_DENIED, authorize, denied_topics
 from strata.server.purgatory import await_replication
 from strata.server.txn_verification import transactional_producer
 
@@ -27,7 +29,7 @@ def _record_errors(rc, errors, version: int) -> tuple:
                       batch_index_error_message=m) for i, m in errors)
 
 
-async def _verify_transaction(ctx, body, version: int):
+async def _verify_transaction(ctx, body, version: int, denied):
     """KIP-890 verification of the request's transactional batches (``TxnVerifier``): the
     partitions that must not be appended, with their errors, and the guards of the others."""
     verifier = getattr(ctx, "txn_verifier", None)
@@ -36,6 +38,8 @@ async def _verify_transaction(ctx, body, version: int):
     producer = None
     guards = {}
     for t in body.topic_data:
+        if t.name in denied:
+            continue
         for p in t.partition_data:
             found = transactional_producer(p.records)
             if found is None:
@@ -54,6 +58,21 @@ async def _verify_transaction(ctx, body, version: int):
     return refused, guards
 
 
+_TOPIC_DENIED = AppendResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _authorize(ctx, body) -> frozenset[str] | None:
+    """Kafka's checks before a Produce: transactional records need WRITE on the request's
+    transactional id (None: the whole request fails); else the topics the caller may not
+    WRITE. Idempotent records need nothing more (InitProducerId checked their producer)."""
+    tid = getattr(body, "transactional_id", None)
+    if tid and any(transactional_producer(p.records) is not None
+                   for t in body.topic_data for p in t.partition_data):
+        if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return None
+    return denied_topics(ctx, AclOperation.WRITE, (t.name for t in body.topic_data))
+
+
 # A request of many partitions yields to the event loop between them once this many record
 # bytes were appended, so that one large request does not hold up every other connection.
 YIELD_EVERY_BYTES = 1 << 20
@@ -66,8 +85,13 @@ async def handle(ctx, request):
     results = []
     since_yield = 0
     waits = {}
+    denied = NOTHING_DENIED
+    if getattr(ctx, "authorizer", None) is not None:
+        denied = _authorize(ctx, body)
+        if denied is None:
+            return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if getattr(body, "transactional_id", None):
-        refused, guards = await _verify_transaction(ctx, body, request.api_version)
+        refused, guards = await _verify_transaction(ctx, body, request.api_version, denied)
     else:
         refused, guards = {}, {}
         if any(transactional_producer(p.records) is not None
@@ -80,6 +104,9 @@ async def handle(ctx, request):
             key = (t.name, p.index)
             if acks not in (-1, 0, 1):
                 results.append((key, None))
+                continue
+            if denied and t.name in denied:
+                results.append((key, _TOPIC_DENIED))
                 continue
             tp = TopicPartition(t.name, p.index)
             if tp in refused:

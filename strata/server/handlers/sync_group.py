@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group import SyncGroupResult
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize
 from strata.server.handlers.group_common import coordinator
 
 MANDATORY_PROTOCOL_VERSION = 5  # v5+: ProtocolType and ProtocolName are required (KIP-559)
@@ -12,6 +14,8 @@ MANDATORY_PROTOCOL_VERSION = 5  # v5+: ProtocolType and ProtocolName are require
 
 async def handle(ctx, request):
     body = request.body
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     rc = response_class(request.api_key, request.api_version)
     protocol_type = getattr(body, "protocol_type", None)
     protocol_name = getattr(body, "protocol_name", None)

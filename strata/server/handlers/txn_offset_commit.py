@@ -17,14 +17,22 @@ from __future__ import annotations
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group import NO_GENERATION, UNKNOWN_MEMBER_ID
-from strata.protocol.codec import response_class
+from strata.protocol.codec import error_response, response_class
+from strata.security.authorizer import AclOperation, ResourceType
+from strata.server.authorization import authorize, denied_topics
 from strata.server.handlers.group_common import commit_response, offsets_to_commit
 
 
 async def handle(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
-    errors, valid = offsets_to_commit(ctx, body)
+    # Kafka: WRITE on the transactional id, READ on the group, READ on each topic
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    errors, valid = offsets_to_commit(
+        ctx, body, denied_topics(ctx, AclOperation.READ, (t.name for t in body.topics)))
     if valid:
         gc = ctx.group_coordinator
         if gc is None:

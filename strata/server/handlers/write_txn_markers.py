@@ -9,6 +9,8 @@ error under its topic. Throttling does not apply (an inter-broker request).
 from __future__ import annotations
 
 from strata.protocol.codec import kio_error_code, make, response_class
+from strata.security.authorizer import AclOperation
+from strata.server.authorization import authorize_cluster, cluster_denied
 from strata.server.txn_markers import TxnMarker, write_markers
 
 
@@ -22,6 +24,12 @@ def _markers(body) -> list[TxnMarker]:
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
+    # Kafka: ALTER on the cluster, else CLUSTER_ACTION
+    if getattr(ctx, "authorizer", None) is not None and not authorize_cluster(ctx, AclOperation.ALTER,
+                                                            log_if_denied=False):
+        denied = cluster_denied(ctx, request, AclOperation.CLUSTER_ACTION)
+        if denied is not None:
+            return denied
     markers = _markers(request.body)
     results = await write_markers(ctx, markers) if markers else []
     by_producer: dict[int, dict[str, dict[int, int]]] = {}  # in request order
