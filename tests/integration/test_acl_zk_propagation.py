@@ -1,7 +1,8 @@
 """ACLs in ZooKeeper as Kafka 3.9's AclAuthorizer keeps them, between two authorizers (two
 brokers' worth) on one real ZooKeeper: a binding made through one is in force in the other
 through the change notifications; the znodes are Kafka's; bindings written by Kafka (its JSON
-and notification) are picked up; a fresh authorizer loads everything."""
+and notification) are picked up; a fresh authorizer loads everything; a broker whose session
+expired catches up."""
 
 from __future__ import annotations
 
@@ -118,3 +119,17 @@ def test_concurrent_writers_through_two_authorizers_lose_nothing(authorizers):
     for a in (one, two):
         eventually(lambda a=a: {b.entry.principal for b in a.acls()} == expected,
                    "every binding on both")
+
+
+def test_changes_made_while_a_brokers_session_expired_are_picked_up_after(authorizers,
+                                                                          zk_server):
+    one, two = authorizers(), authorizers()
+    client = two.store.zk
+    thief = KazooClient(hosts=zk_server.connect_string(), client_id=client.session_credentials)
+    thief.start(timeout=30)
+    thief.stop()   # the session is expired on the server; two's client makes a new one
+    thief.close()
+    one.create_acls([AclBinding(ResourcePattern(RT.TOPIC, "after-expiry", PT.LITERAL),
+                                AccessControlEntry("User:alice", "*", Op.READ, Perm.ALLOW))])
+    eventually(lambda: may(two, Op.READ, "after-expiry"),
+               "the binding in force on the broker whose session expired")
