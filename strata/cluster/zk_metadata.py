@@ -100,6 +100,8 @@ class ZkClusterMetadata(ClusterMetadata):
         """Stops following ZooKeeper: once this returns no listener runs or will run (the
         view's thread has stopped), so the broker may close its logs."""
         self._closed = True  # not under the lock: a writer holds it while waiting for the view
+        with self._view_changed:
+            self._view_changed.notify_all()  # a write waiting for the view will not see it
         if self._view is not None:
             self._view.close()
         if self._users_tree is not None:
@@ -506,12 +508,13 @@ class ZkClusterMetadata(ClusterMetadata):
     def _wait(self, done: Callable[[MetadataImage], bool], timeout_s: float | None = None,
               quiet: bool = False) -> None:
         """Until the view shows ``done``, or ``zookeeper.metadata.wait.ms`` (REQUEST_TIMED_OUT:
-        the change is in ZooKeeper and will still be applied; ``quiet``: just return)."""
+        the change is in ZooKeeper and will still be applied; ``quiet``: just return). A closed
+        view shows nothing more: that ends the wait at once, as its deadline would."""
         deadline = time.monotonic() + (self._wait_s if timeout_s is None else timeout_s)
         with self._view_changed:
             while not done(self.view_image):
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._closed:
                     if quiet:
                         return
                     raise KafkaError("The change was written to ZooKeeper but this broker has "

@@ -26,6 +26,7 @@ from strata.cluster.replica_deletion import (
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.view import ZkMetadataView
 from strata.cluster.zk_metadata import ZkClusterMetadata
+from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import DELETE_DIR_SUFFIX, LogManager
@@ -355,6 +356,30 @@ def test_closing_the_metadata_while_its_view_reads_deletes_no_replica(fake_zk, t
     # after close, even an image without the topics reaches no listener
     broker.md._on_image(broker.md.view_image, MetadataImage())
     assert broker.deleted_dirs() == [] and not any(None in a.values() for a in broker.applied)
+    broker.manager.shutdown()
+
+
+def test_a_write_waiting_for_the_view_ends_when_the_metadata_closes(fake_zk, tmp_path):
+    """A creation waiting to see its leaders (a quiet wait) and one waiting to see its topic
+    return at close instead of holding the broker's shutdown until their deadlines."""
+    broker = Broker(fake_zk, tmp_path)
+    never_shown = lambda img: False  # noqa: E731
+    outcomes: list = []
+
+    def wait(quiet: bool) -> None:
+        try:
+            broker.md._wait(never_shown, timeout_s=120, quiet=quiet)
+            outcomes.append("returned")
+        except KafkaError as exc:
+            outcomes.append(exc.code)
+    waiters = [threading.Thread(target=wait, args=(quiet,), daemon=True) for quiet in (True, False)]
+    for w in waiters:
+        w.start()
+    broker.md.close()
+    for w in waiters:
+        w.join(DEADLINE_S)
+        assert not w.is_alive()
+    assert sorted(outcomes, key=str) == sorted(["returned", ErrorCode.REQUEST_TIMED_OUT], key=str)
     broker.manager.shutdown()
 
 
