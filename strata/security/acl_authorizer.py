@@ -31,9 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strata.common.errors import InvalidConfigError
+from strata.protocol.codec import ApiKey
 from strata.security.authorizer import (
-    CLUSTER_NAME, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action, PatternType,
-    ResourceType)
+    CLUSTER_NAME, CURRENT_REQUEST, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action,
+    PatternType, ResourceType)
 from strata.security.sasl import KafkaPrincipal
 
 __all__ = ["AccessControlEntry", "AclBinding", "AclBindingFilter", "AclError", "AclStore",
@@ -463,18 +464,21 @@ class StandardAuthorizer:
         return _DEFAULT_DENY
 
     def _audit(self, who: str, host: str, action: Action, rule: _Rule) -> None:
-        """Kafka's audit message (without the request name, which actions do not carry)."""
+        """Kafka's audit message; the request is the one the Dispatcher is handling (Kafka's
+        ApiKeys name), the reference count always 1."""
         if rule.allowed:
             level = logging.DEBUG if action.log_if_allowed else TRACE
         else:
             level = logging.INFO if action.log_if_denied else TRACE
         if not audit_log.isEnabledFor(level):
             return
+        api_key = CURRENT_REQUEST.get()
+        request = "" if api_key is None else f" for request = {_request_name(api_key)}"
         audit_log.log(level, "Principal = %s is %s operation = %s from host = %s on resource = "
-                      "%s:%s:%s with resourceRefCount = 1 based on rule %s", who,
+                      "%s:%s:%s%s with resourceRefCount = 1 based on rule %s", who,
                       "Allowed" if rule.allowed else "Denied", action.operation.name, host,
                       RESOURCE_TYPE_NAMES[action.resource_type], action.pattern_type.name,
-                      action.name, rule.text)
+                      action.name, request, rule.text)
 
     # ---- the ACL admin APIs --------------------------------------------------------------------
 
@@ -563,6 +567,14 @@ class StandardAuthorizer:
                     out[i][1].append((AclBinding(resource, e), None))
                     logging.getLogger(__name__).info("ACL deleted: %s", AclBinding(resource, e))
         return out
+
+
+def _request_name(api_key: int) -> str:
+    """Kafka's ApiKeys name of a request (``Produce``, ``ListOffsets``, ``CreateAcls``)."""
+    try:
+        return "".join(w.capitalize() for w in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return str(api_key)
 
 
 def authorizer_enabled(props: Mapping[str, str]) -> bool:

@@ -10,6 +10,7 @@ An ``Authorizer`` answers, for one principal connected from one host, whether ea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
@@ -17,10 +18,13 @@ from typing import Protocol
 from strata.security.sasl import KafkaPrincipal
 
 __all__ = ["AclOperation", "AclPermissionType", "Action", "Authorizer", "PatternType",
-           "ResourceType", "WILDCARD_RESOURCE", "CLUSTER_NAME"]
+           "ResourceType", "WILDCARD_RESOURCE", "CLUSTER_NAME", "CURRENT_REQUEST"]
 
 WILDCARD_RESOURCE = "*"          # ResourcePattern.WILDCARD_RESOURCE
 CLUSTER_NAME = "kafka-cluster"   # the one Cluster resource's name
+
+# The API key of the request being handled (set by the Dispatcher): the audit log names it
+CURRENT_REQUEST: ContextVar[int | None] = ContextVar("strata_request_api_key", default=None)
 
 
 class AclOperation(IntEnum):

@@ -19,6 +19,7 @@ from strata.server.handlers import (
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sasl_authenticate, sasl_handshake, sync_group)
 from strata.server.handlers import alter_user_scram_credentials
+from strata.security.authorizer import CURRENT_REQUEST
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 from strata.server.network import CloseConnection
 
@@ -100,12 +101,14 @@ class Dispatcher:
                 self.ctx.authentication_stats.expired_killed(conn.listener)
             raise CloseConnection(refused)
         token = CURRENT_CONNECTION.set(conn)
+        api_token = CURRENT_REQUEST.set(request.api_key)
         try:
             quotas = getattr(self.ctx, "quotas", None)  # server.quotas.ClientQuotaManager
             if quotas is not None and quotas.any_enabled:
                 return await quotas.enforce(request, conn, lambda r: self._handle(handler, r))
             return await self._handle(handler, request)
         finally:
+            CURRENT_REQUEST.reset(api_token)
             CURRENT_CONNECTION.reset(token)
 
     async def sasl_token(self, token: bytes, conn) -> bytes:

@@ -138,7 +138,8 @@ def test_kafka_acls_and_admin_client_on_one_broker_kept_across_a_restart(tmp_pat
         refused = acls(at, alice_cfg, "--remove", "--force", "--topic", "orders", ok=False)
         assert "ClusterAuthorizationException" in refused
         assert "Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 " \
-               "on resource = Cluster:LITERAL:kafka-cluster" in broker.output()
+               "on resource = Cluster:LITERAL:kafka-cluster for request = DescribeAcls" \
+               in broker.output()
         # removed with a filter through the AdminClient
         [f] = admin.delete_acls([AclBindingFilter(
             ResourceType.GROUP, "app", ResourcePatternType.LITERAL, None, None,

@@ -332,3 +332,20 @@ def test_by_resource_type_wildcards_and_super_users():
     # the made-up name has no bindings: allow.everyone.if.no.acl.found allows it
     assert by_type(authorizer(binding("t1", Op.WRITE, principal="User:bob"),
                               allow_everyone_if_no_acl_found=True))
+
+
+def test_audit_log_names_the_request_being_handled(caplog):
+    from strata.protocol.codec import ApiKey
+    from strata.security.authorizer import CURRENT_REQUEST
+    a = authorizer(binding("foo", Op.READ))
+    token = CURRENT_REQUEST.set(ApiKey.LIST_OFFSETS)
+    try:
+        with caplog.at_level(logging.INFO, logger="kafka.authorizer.logger"):
+            allowed(a, BOB, Op.DESCRIBE, "foo")
+    finally:
+        CURRENT_REQUEST.reset(token)
+    [message] = [r.getMessage() for r in caplog.records if r.name == "kafka.authorizer.logger"]
+    assert message == (
+        "Principal = User:bob is Denied operation = DESCRIBE from host = 192.168.0.1 on resource "
+        "= Topic:LITERAL:foo for request = ListOffsets with resourceRefCount = 1 based on rule "
+        "DefaultDeny")
