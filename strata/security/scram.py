@@ -12,7 +12,8 @@ bytes (Kafka does not SASLprep it). Kafka's string form, kept in ZooKeeper's
 
 The exchange accepts channel binding ``n`` only (no ``-PLUS`` mechanisms, no ``y``/``p`` flag)
 and checks that the client's final message echoes that header (``c=biws`` for ``n,,``) and
-the whole nonce. An unknown user is answered with a made-up credential (stable salt for the
+ends with the whole nonce (Kafka's endsWith, which librdkafka 2.0.x's doubled client part
+needs). An unknown user is answered with a made-up credential (stable salt for the
 name, keys no proof matches), so the exchange of an unknown user fails where and as a wrong
 password's does. Kafka's ``tokenauth`` extension (delegation tokens, which Strata does not
 have) is refused; other extensions are ignored, as Kafka does.
@@ -316,8 +317,11 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(message)
         if m is None:
             raise self._invalid()
-        if not hmac.compare_digest(m.group("nonce").encode(), self._nonce.encode()):
-            raise self._invalid()   # RFC 5802: the whole nonce, client's part included
+        received, nonce = m.group("nonce").encode(), self._nonce.encode()
+        # Kafka checks that the nonce ends with the server-first one (endsWith), not equality:
+        # librdkafka 2.0.x (Debian's kcat) sends the client's part twice
+        if len(received) < len(nonce) or not hmac.compare_digest(received[-len(nonce):], nonce):
+            raise self._invalid()
         if base64.b64decode(m.group("channel")) != self._gs2_header.encode("utf-8"):
             raise self._invalid()   # channel binding "n": c= is the GS2 header itself
         credential = self._credential

@@ -2,7 +2,8 @@
 over SASL_PLAINTEXT and SASL_SSL and produces and consumes; a wrong password is refused with
 SASL_AUTHENTICATION_FAILED and the broker serves on; a request sent before authenticating
 closes that one connection; Kafka's Java tools authenticate with a client config file; old
-clients' raw token frames after SaslHandshake v0 log in."""
+clients' raw token frames after SaslHandshake v0 log in; kafka-python and aiokafka over SASL_SSL
+with SCRAM, and kcat over SASL_SSL with PLAIN and SCRAM, produce and consume."""
 
 from __future__ import annotations
 
@@ -246,3 +247,97 @@ def test_old_clients_raw_sasl_frames_after_handshake_v0_log_in_with_plain_and_sc
         _raw_token_exchange(bystander, "PLAIN", plain_tokens())   # opened before, still served
         assert bystander.request(metadata, MetadataResponse).brokers
     assert "Traceback" not in broker.output()
+
+
+def _scram_user(broker, user: str, password: str, mechanism: str) -> None:
+    """A SCRAM credential made through the PLAINTEXT listener (AlterUserScramCredentials)."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, \
+        UserScramCredentialUpsertion
+    kind = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+            "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}[mechanism]
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(kind, 4096), password.encode())
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafka_python_produces_and_consumes_over_sasl_ssl_with_scram(broker, mechanism):
+    from kafka import KafkaConsumer, KafkaProducer
+    user = f"kp-{mechanism[-3:]}"
+    _scram_user(broker, user, "kp-secret", mechanism)
+    security = dict(bootstrap_servers=f"localhost:{broker.ports['SASL_SSL']}",
+                    security_protocol="SASL_SSL", sasl_mechanism=mechanism,
+                    sasl_plain_username=user, sasl_plain_password="kp-secret",
+                    ssl_cafile=str(broker.ca.pem))
+    topic = f"kafka-python-{mechanism[-3:]}"
+    producer = KafkaProducer(acks="all", **security)
+    for i in range(30):
+        producer.send(topic, b"v%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest",
+                             consumer_timeout_ms=20_000, **security)
+    got = []
+    for message in consumer:
+        got.append(message.value)
+        if len(got) == 30:
+            break
+    consumer.close()
+    assert got == [b"v%d" % i for i in range(30)]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_aiokafka_produces_and_consumes_over_sasl_ssl_with_scram(broker, mechanism):
+    import asyncio
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+    user = f"aio-{mechanism[-3:]}"
+    _scram_user(broker, user, "aio-secret", mechanism)
+    topic = f"aiokafka-{mechanism[-3:]}"
+
+    async def main() -> list[bytes]:
+        security = dict(bootstrap_servers=f"localhost:{broker.ports['SASL_SSL']}",
+                        security_protocol="SASL_SSL", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password="aio-secret",
+                        ssl_context=create_ssl_context(cafile=str(broker.ca.pem)))
+        producer = AIOKafkaProducer(acks="all", **security)
+        await producer.start()
+        try:
+            for i in range(30):
+                await producer.send_and_wait(topic, b"v%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest",
+                                    **security)
+        await consumer.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    got.append(message.value)
+                    if len(got) == 30:
+                        break
+        finally:
+            await consumer.stop()
+        return got
+    assert asyncio.run(main()) == [b"v%d" % i for i in range(30)]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_produces_and_consumes_over_sasl_ssl(broker, mechanism):
+    from test_clients_basic import kcat
+    user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else \
+        (f"kcat-{mechanism[-3:]}", "kcat-secret")
+    if mechanism != "PLAIN":
+        _scram_user(broker, user, password, mechanism)
+    security = ["-b", f"localhost:{broker.ports['SASL_SSL']}", "-X", "security.protocol=SASL_SSL",
+                "-X", f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={user}",
+                "-X", f"sasl.password={password}", "-X", f"ssl.ca.location={broker.ca.pem}"]
+    topic = f"kcat-{mechanism.lower()}"
+    kcat(*security, "-P", "-t", topic, input=b"a\nb\nc\n")
+    consumed = kcat(*security, "-C", "-t", topic, "-e", "-o", "beginning", "-f", "%s\n")
+    assert consumed.stdout.split() == [b"a", b"b", b"c"], consumed.stderr
+    import subprocess
+    with pytest.raises(subprocess.CalledProcessError):   # a wrong password gets no metadata
+        kcat(*security[:-4], "-X", "sasl.password=wrong", *security[-2:], "-L", "-m", "3")

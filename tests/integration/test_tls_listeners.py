@@ -1,8 +1,9 @@
 """Listeners and TLS (issue 45, part 1) with real clients: a broker with a PLAINTEXT and an SSL
 listener answers each client with the endpoints of the listener it came in on; confluent-kafka
 produces and consumes over TLS (PEM and PKCS12 keystores, and with a client certificate when
-the listener requires one); a three-broker cluster whose brokers replicate and coordinate over
-their TLS inter-broker listener."""
+the listener requires one, as kcat does); ssl.cipher.suites admits listed suites only;
+kafka-configs reloads a listener's keystore without dropping connections; a three-broker
+cluster whose brokers replicate and coordinate over their TLS inter-broker listener."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def produce_and_consume(config: dict, topic: str, n: int = 200) -> list[bytes]:
     consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list[bytes] = []
-    wait_for("every record read back", lambda: (
-        (m := consumer.poll(0.5)) is not None and not m.error() and got.append(m.value()),
-        len(got) >= n)[1], timeout=60)
+
+    def read_more() -> bool:   # all that has arrived: a check reads more than one record
+        got.extend(m.value() for m in consumer.consume(n, 0.5) if not m.error())
+        return len(got) >= n
+    wait_for("every record read back", read_more, timeout=60)
     consumer.close()
     return got
 
@@ -83,6 +86,18 @@ def test_a_listener_requiring_client_certificates_with_a_pkcs12_keystore(tmp_pat
                                  "ssl.certificate.location": str(client.certificate_pem),
                                  "ssl.key.location": str(client.keystore_pem)})
         assert produce_and_consume(mutual, "mtls", 50) == [b"v%d" % i for i in range(50)]
+        # kcat (Debian's, its own librdkafka) over mTLS, and refused without a certificate
+        import subprocess
+        from test_clients_basic import kcat
+        tls = ["-b", f"127.0.0.1:{port}", "-X", "security.protocol=SSL",
+               "-X", f"ssl.ca.location={ca.pem}"]
+        certificate = ["-X", f"ssl.certificate.location={client.certificate_pem}",
+                       "-X", f"ssl.key.location={client.keystore_pem}"]
+        kcat(*tls, *certificate, "-P", "-t", "mtls-kcat", input=b"x\ny\n")
+        consumed = kcat(*tls, *certificate, "-C", "-t", "mtls-kcat", "-e", "-f", "%s\n")
+        assert consumed.stdout.split() == [b"x", b"y"]
+        with pytest.raises(subprocess.CalledProcessError):
+            kcat(*tls, "-L", "-m", "3")
 
 
 def test_a_listeners_cipher_suites_admit_a_client_offering_a_listed_suite_only(tmp_path):

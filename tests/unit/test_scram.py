@@ -242,6 +242,16 @@ def test_a_modified_nonce_fails(change):
     assert not server.complete
 
 
+def test_a_final_nonce_ending_with_the_whole_nonce_passes_as_kafkas_endswith():
+    """librdkafka 2.0.x (Debian's kcat) sends its own part of the nonce twice; Kafka accepts it."""
+    server = ScramServer(SCRAM_SHA_256, store_with("alice", "pw").scram_credential)
+    client = RawClient("alice", "pw")
+    first = server.evaluate(client.first())
+    nonce = dict(f.split("=", 1) for f in first.decode().split(","))["r"]
+    server.evaluate(client.final(first, nonce=client.nonce + nonce))
+    assert server.complete
+
+
 def test_a_replayed_final_message_fails_on_a_new_exchange():
     store = store_with("alice", "pw")
     client = RawClient("alice", "pw")
