@@ -41,8 +41,11 @@ class BrokerProcess:
         self.host = host
         self.prefix = list(prefix)
         self.config = config  # a server.properties file (``--config``); None = embedded defaults
+        # As Kafka's test harness (TestUtils.createBrokerConfig): no initial rebalance delay,
+        # so a consumer group's first join does not wait 3 s; a test may set one.
         self.overrides = {"listeners": f"PLAINTEXT://{host}:{self.port}",
                           "log.dirs": str(self.data_dir / "kafka-logs"),
+                          "group.initial.rebalance.delay.ms": "0",
                           **(overrides or {})}
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir / "broker.log"
