@@ -14,7 +14,9 @@ Two validators, chosen per listener:
 
 - JWKS (Kafka's ``OAuthBearerValidatorCallbackHandler`` / ``BrokerJwtValidator``): signed JWTs
   checked with PyJWT against the keys of ``sasl.oauthbearer.jwks.endpoint.url`` (a ``file:``
-  URL, re-read when the file changes, or an ``http(s):`` URL fetched in the background every
+  URL, re-read when the file changes, or an ``http(s):`` URL, trusted with the JAAS config's
+  ``ssl.*`` options when it has some (Kafka's ``JaasOptionsUtils``, e.g.
+  ``ssl.truststore.location``), else the system's CAs, fetched in the background every
   ``sasl.oauthbearer.jwks.endpoint.refresh.ms``, with retries backing off from
   ``...retry.backoff.ms`` to ``...retry.backoff.max.ms``, and again soon when a token names a
   key id it does not know). ``alg`` ``none`` and symmetric algorithms are refused; ``exp`` and
@@ -49,6 +51,7 @@ import logging
 import os
 import re
 import shlex
+import ssl
 import threading
 import time
 import urllib.parse
@@ -216,8 +219,10 @@ class JwksKeys:
     file changes and asking the refresher of an ``http(s):`` one for a key id it lacks."""
 
     def __init__(self, url: str, refresh_ms: int = 3_600_000, backoff_ms: int = 100,
-                 backoff_max_ms: int = 10_000, fetch: Callable[[str], bytes] | None = None):
+                 backoff_max_ms: int = 10_000, fetch: Callable[[str], bytes] | None = None,
+                 tls: ssl.SSLContext | None = None):
         self.url = url
+        self._tls = tls
         parsed = urllib.parse.urlparse(url)
         self._file = urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else None
         self._refresh_s, self._backoff_s = refresh_ms / 1000, backoff_ms / 1000
@@ -255,14 +260,13 @@ class JwksKeys:
                 raise SaslConfigError(f"sasl.oauthbearer.jwks.endpoint.url {self.url}: {exc}") from exc
             log.warning("keeping the JWKS of %s: re-reading it failed: %s", self.url, exc)
 
-    @staticmethod
-    def _http_get(url: str) -> bytes:
-        with urllib.request.urlopen(url, timeout=10) as response:
+    def _http_get(self, url: str) -> bytes:
+        with urllib.request.urlopen(url, timeout=10, context=self._tls) as response:
             return response.read()
 
     def _refresh_with_retries(self, initial: bool = False) -> bool:
         delay = self._backoff_s
-        deadline = time.monotonic() + max(self._backoff_max_s, 1.0) * 3
+        deadline = time.monotonic() + self._backoff_max_s   # Kafka's Retry: waits up to the max
         while True:
             try:
                 keys = self._parse(self._fetch(self.url))
@@ -402,9 +406,14 @@ def _validator(props: Mapping[str, str], listener: str, options: Mapping[str, st
     if url not in allowed_urls(props):
         raise SaslConfigError(f"The URL cannot be accessed due to restrictions. Update the system "
                               f"property '{ALLOWED_URLS}' to allow the URL to be accessed. ({url})")
+    tls = None
+    if scheme == "https" and any(k.startswith("ssl.") for k in options):
+        from strata.net.tls import client_context   # Kafka's JaasOptionsUtils: the JAAS ssl.*
+        tls = client_context(dict(options))
     keys = JwksKeys(url, int(get("sasl.oauthbearer.jwks.endpoint.refresh.ms", "3600000")),
                     int(get("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "100")),
-                    int(get("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "10000")))
+                    int(get("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "10000")),
+                    tls=tls)
     audience = [a.strip() for a in (get("sasl.oauthbearer.expected.audience") or "").split(",")
                 if a.strip()]
     if not audience:

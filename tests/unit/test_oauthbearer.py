@@ -234,3 +234,41 @@ def test_listener_settings_and_the_url_allow_list(jwks_file):
                           "sasl.server.callback.handler.class":
                               "org.apache.kafka.common.security.oauthbearer."
                               "OAuthBearerValidatorCallbackHandler"}, "X")
+
+
+def test_an_https_jwks_is_trusted_with_the_jaas_configs_ssl_options(tmp_path):
+    import ssl
+    from tls_support import make_ca
+    ca = make_ca(tmp_path / "ca")
+    cert = ca.issue("idp")
+    body = json.dumps({"keys": [jwk(RSA_KEY, "rsa-1")]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert.keystore_pem)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{httpd.server_port}/keys"
+    trusting = (f'{JAAS[:-1]} ssl.truststore.type="PEM" '
+                f'ssl.truststore.location="{ca.pem}";')
+    props = {"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.jaas.config": trusting,
+             "sasl.oauthbearer.jwks.endpoint.url": url, ALLOWED_URLS: url,
+             "sasl.oauthbearer.expected.audience": "kafka",
+             "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "300"}
+    try:
+        make = server_factories(props, "SASL_SSL")["OAUTHBEARER"]
+        assert make().evaluate(message(sign())) == b""
+        with pytest.raises(SaslConfigError, match="could not fetch the JWKS"):
+            server_factories({**props, "sasl.jaas.config": JAAS}, "SASL_SSL")   # untrusted
+    finally:
+        httpd.shutdown()
