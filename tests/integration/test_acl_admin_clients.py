@@ -1,8 +1,9 @@
 """ACLs through real clients: Kafka 4's ``kafka-acls`` (--add, --list, --remove) and
 confluent-kafka's AdminClient (create_acls, describe_acls, delete_acls) against one broker
 (bindings kept across a restart) and a three-broker ZooKeeper cluster (a binding added through
-one broker is in each broker's authorizer within seconds, read from each by DescribeAcls; the
-znodes are Kafka's). The admin logs in as User:admin (a super user) over SASL/PLAIN; alice,
+one broker is enforced by every broker within seconds: alice's records to partitions led by
+each broker are refused, then accepted; each broker's DescribeAcls shows it; the znodes are
+Kafka's). The admin logs in as User:admin (a super user) over SASL/PLAIN; alice,
 with no ACL on the cluster, is refused the ACL APIs with CLUSTER_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
-    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
     ResourcePatternType, ResourceType)
 from kazoo.client import KazooClient
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
@@ -56,6 +57,17 @@ def acls(bootstrap: str, config, *args: str, ok: bool = True) -> str:
     if ok:
         assert result.returncode == 0, f"kafka-acls {' '.join(args)}:\n{result.stdout}{result.stderr}"
     return result.stdout + result.stderr
+
+
+def produce_each(bootstrap: str, user: str, topic: str, partitions: range) -> dict[int, str]:
+    """One record to each partition as ``user``: partition -> "ok" or the error's name."""
+    producer = Producer({**sasl(bootstrap, user), "acks": "all", "message.timeout.ms": 20000})
+    results: dict[int, str] = {}
+    for p in partitions:
+        producer.produce(topic, b"v", partition=p, on_delivery=lambda err, _msg, p=p:
+                         results.__setitem__(p, "ok" if err is None else err.name()))
+    producer.flush(30)
+    return results
 
 
 def described_on(address: str) -> set[tuple]:
@@ -109,16 +121,23 @@ def test_kafka_acls_and_admin_client_on_one_broker_kept_across_a_restart(tmp_pat
 
         # confluent-kafka's AdminClient as the admin
         admin = AdminClient(sasl(at, "admin"))
+        admin.create_topics([NewTopic("pay.eu", 1, 1)])["pay.eu"].result(30)
+        assert produce_each(at, "alice", "pay.eu", range(1)) == {0: "TOPIC_AUTHORIZATION_FAILED"}
         binding = AclBinding(ResourceType.TRANSACTIONAL_ID, "tx-", ResourcePatternType.PREFIXED,
                              "User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW)
         [f] = admin.create_acls([binding]).values()
         assert f.result(30) is None
+        [f] = admin.create_acls([AclBinding(
+            ResourceType.TOPIC, "pay.", ResourcePatternType.PREFIXED, "User:alice", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)]).values()
+        assert f.result(30) is None
+        assert produce_each(at, "alice", "pay.eu", range(1)) == {0: "ok"}
         found = admin.describe_acls(AclBindingFilter(
             ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
             AclOperation.ANY, AclPermissionType.ANY)).result(30)
         assert sorted((b.restype_int, b.name) for b in found) == sorted([
             (ResourceType.TOPIC.value, "orders"), (ResourceType.GROUP.value, "app"),
-            (ResourceType.TRANSACTIONAL_ID.value, "tx-")])
+            (ResourceType.TRANSACTIONAL_ID.value, "tx-"), (ResourceType.TOPIC.value, "pay.")])
         # a Cluster resource must be named kafka-cluster: Kafka's INVALID_REQUEST
         bad = AclBinding(ResourceType.BROKER, "other", ResourcePatternType.LITERAL,
                          "User:alice", "*", AclOperation.ALTER, AclPermissionType.ALLOW)
@@ -184,8 +203,17 @@ def test_a_binding_added_through_one_broker_is_on_every_broker_within_seconds(tm
     admin_cfg = command_config(tmp_path, "admin")
     with cluster:
         one = f"127.0.0.1:{sasl_ports[1]}"
+        two = f"127.0.0.1:{sasl_ports[2]}"
+        # partition p led by broker p + 1: alice's records go to each broker
+        admin = AdminClient(sasl(one, "admin"))
+        admin.create_topics([NewTopic("orders", num_partitions=3,
+                                      replica_assignment=[[1], [2], [3]])])["orders"].result(30)
+        assert produce_each(two, "alice", "orders", range(3)) == dict.fromkeys(
+            range(3), "TOPIC_AUTHORIZATION_FAILED")
         acls(one, admin_cfg, "--add", "--allow-principal", "User:alice", "--operation", "Write",
              "--topic", "orders")
+        eventually(lambda: produce_each(two, "alice", "orders", range(3)) == dict.fromkeys(
+            range(3), "ok"), "alice's records accepted by every broker")
         acls(one, admin_cfg, "--add", "--allow-principal", "User:*", "--operation", "Read",
              "--group", "team-", "--resource-pattern-type", "prefixed")
         expected = {(2, "orders", 3, "User:alice", "*", 4, 3),
