@@ -183,8 +183,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         full. A large frame not yet whole continues in a buffer of its own, which the socket
         fills directly (no copy out of a stream buffer)."""
         limit = self._server.max_request_size
-        if self.info.sasl is not None and not self.info.sasl.authenticated:
-            limit = min(limit, self._server.sasl_max_receive_size)   # before authentication
+        sasl = self.info.sasl
+        if sasl is not None and (not sasl.authenticated or sasl.reauthenticating):
+            limit = min(limit, self._server.sasl_max_receive_size)   # during an exchange
         room = self._server.max_queued_requests - len(self._frames)
         buf, end = self._buf, self._buf_len
         start = 0

@@ -204,3 +204,27 @@ def test_re_authentications_and_expired_connections_are_exported_as_kafka_names_
             'listener="SASL_SSL",mechanism="PLAIN"} 1.0') in text
     assert ('kafka_server_socket_server_metrics_expired_connections_killed_count_total{'
             'listener="SASL_SSL"} 1.0') in text
+
+
+def test_during_a_re_authentication_frames_are_bounded_by_sasl_server_max_receive_size():
+    async def main():
+        ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
+                              failed_authentication_delay_ms=0)
+        factories = ListenerMechanisms(PLAIN=lambda: PlainServer(USERS))
+        factories.connections_max_reauth_ms = {"PLAIN": 60_000}
+        server = KafkaServer(Dispatcher(ctx), "127.0.0.1", 0, listener="SASL_PLAINTEXT",
+                             security_protocol="SASL_PLAINTEXT", sasl_factories=factories,
+                             sasl_max_receive_size=1024)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            await _authenticate(r, w)
+            handshake = await _request(r, w, SaslHandshakeRequest(mechanism="PLAIN"),
+                                       SaslHandshakeResponse, 5)
+            assert handshake.error_code == ErrorCode.NONE
+            w.write(framed(client_frame(SaslAuthenticateRequest(auth_bytes=b"\0" * 4096), 6)))
+            assert await asyncio.wait_for(r.read(), 10) == b""    # closed, not answered
+            w.close()
+        finally:
+            await server.stop()
+    asyncio.run(asyncio.wait_for(main(), 30))
