@@ -96,7 +96,7 @@ def _inter_broker_security(props: dict[str, str]):
         from strata.security.sasl_client import inter_broker_credentials, new_client
         credentials = inter_broker_credentials(props, name)
         sasl = {"sasl_mechanism": credentials.mechanism,
-                "sasl_client": lambda: new_client(credentials)}
+                "sasl_client": lambda host: new_client(credentials, host)}
     return ClientSecurity(client_context(props, name) if listener.tls else None, **sasl)
 
 

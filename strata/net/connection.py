@@ -44,12 +44,13 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray:
 @dataclass(frozen=True)
 class ClientSecurity:
     """How this broker reaches another: a TLS context and/or a SASL login (its mechanism and a
-    factory of clients: ``first()`` the first token, ``next(server_token)`` each answer, None
-    once done; raising when the server's answer does not verify)."""
+    factory of clients given the server's host: ``first()`` the first token,
+    ``next(server_token)`` each answer, None once done; raising when the server's answer does
+    not verify)."""
 
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
-    sasl_client: Callable[[], Any] | None = None
+    sasl_client: Callable[[str], Any] | None = None
 
 
 def _handshake_request(mechanism: str):
@@ -89,15 +90,15 @@ class Connection:
                 self.sock = security.ssl_context.wrap_socket(self.sock,
                                                              server_hostname=host.strip("[]"))
             if security is not None and security.sasl_mechanism is not None:
-                self._login(security)
+                self._login(security, host.strip("[]"))
         except BaseException:
             self.sock.close()
             raise
 
-    def _login(self, security: ClientSecurity) -> None:
+    def _login(self, security: ClientSecurity, host: str) -> None:
         request, response_cls = _handshake_request(security.sasl_mechanism)
         _check(self.request(request, response_cls), "handshake")
-        client = security.sasl_client()
+        client = security.sasl_client(host)
         token = client.first()
         while token is not None:
             request, response_cls = _authenticate_request(token)
@@ -161,22 +162,23 @@ class AsyncConnection(asyncio.BufferedProtocol):
             lambda: cls(timeout, client_id), host, int(port), **tls), timeout)
         if security is not None and security.sasl_mechanism is not None:
             try:
-                await conn._login(security)
+                await conn._login(security, host.strip("[]"))
             except BaseException:
                 conn.close()
                 raise
         return conn
 
-    async def _login(self, security: ClientSecurity) -> None:
+    async def _login(self, security: ClientSecurity, host: str) -> None:
         request, response_cls = _handshake_request(security.sasl_mechanism)
         _check(await self.request(request, response_cls), "handshake")
-        client = security.sasl_client()
-        token = client.first()
+        client = security.sasl_client(host)
+        # off the event loop: GSSAPI's first token may wait for the KDC, SCRAM hashes
+        token = await asyncio.to_thread(client.first)
         while token is not None:
             request, response_cls = _authenticate_request(token)
             answer = await self.request(request, response_cls)
             _check(answer, "authentication")
-            token = client.next(bytes(answer.auth_bytes))
+            token = await asyncio.to_thread(client.next, bytes(answer.auth_bytes))
 
     async def request(self, body, response_cls):
         """Send ``body`` (a kio request); its decoded response (TimeoutError after ``timeout``)."""

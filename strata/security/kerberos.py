@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-__all__ = ["GssapiServer", "KerberosName", "KerberosShortNamer", "NoMatchingRule",
-           "server_factory"]
+__all__ = ["GssapiClient", "GssapiServer", "KerberosClientCredentials", "KerberosName",
+           "KerberosShortNamer", "NoMatchingRule", "client_credentials", "server_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -314,3 +314,91 @@ def server_factory(props: Mapping[str, str], listener: str, credentials=None
         raise SaslConfigError(f"sasl.kerberos.principal.to.local.rules: {exc}") from None
     return lambda: GssapiServer(acceptor, namer)
 
+
+
+@dataclass(frozen=True)
+class KerberosClientCredentials:
+    """The broker's own Kerberos identity on its inter-broker listener (Kafka's client side):
+    ``principal`` with its key from ``keytab`` (None: the default credentials cache), asking
+    tickets for ``<service_name>/<the other broker's host>``."""
+
+    principal: str
+    keytab: str | None
+    service_name: str
+    mechanism: str = "GSSAPI"
+
+
+def client_credentials(props: Mapping[str, str], listener: str) -> KerberosClientCredentials:
+    """From the listener's GSSAPI JAAS config (``principal``, ``keyTab``, or ``serviceName``)
+    and ``sasl.kerberos.service.name``; SaslConfigError when incomplete, as Kafka refuses."""
+    from strata.common.listeners import listener_prop
+    from strata.security.sasl import SaslConfigError, jaas_config
+    jaas = jaas_config(props, listener, "GSSAPI")
+    if jaas is None or not jaas.options.get("principal"):
+        raise SaslConfigError(f"the inter-broker listener {listener} has no principal in "
+                              f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config")
+    service = jaas.options.get("serviceName") or listener_prop(props, listener,
+                                                               "sasl.kerberos.service.name")
+    if not service:
+        raise SaslConfigError("No serviceName defined in either JAAS or Kafka config "
+                              "(sasl.kerberos.service.name)")
+    keytab = jaas.options.get("keyTab") if jaas.options.get("useKeyTab", "true") != "false" \
+        else None
+    return KerberosClientCredentials(jaas.options["principal"], keytab or None, service)
+
+
+class GssapiClient:
+    """The client side of the exchange (the JDK's ``GssKrb5Client``): context tokens with
+    mutual authentication, an empty token once established, then the server's wrapped offer
+    answered with "no security layer" and no authorization id. ``first()`` may ask the KDC
+    for tickets (a blocking round trip): async callers run it off the event loop."""
+
+    def __init__(self, credentials: KerberosClientCredentials, host: str):
+        import gssapi
+        self._gssapi = gssapi
+        name = gssapi.Name(credentials.principal, gssapi.NameType.kerberos_principal)
+        # the keytab's key gets (and renews) tickets into an in-memory cache of this process
+        store = None if credentials.keytab is None else {
+            "client_keytab": credentials.keytab,
+            "ccache": f"MEMORY:strata-{credentials.principal}"}
+        self._credentials = (credentials, name, store)
+        self._target = gssapi.Name(f"{credentials.service_name}@{host}",
+                                   gssapi.NameType.hostbased_service)
+        self._context = None
+        self._done = False
+
+    def _failed(self, why: str):
+        from strata.security.sasl import SaslAuthenticationFailed
+        return SaslAuthenticationFailed(f"GSSAPI login as {self._credentials[0].principal} to "
+                                        f"{self._target}: {why}")
+
+    def first(self) -> bytes:
+        gssapi = self._gssapi
+        _, name, store = self._credentials
+        try:
+            creds = gssapi.Credentials(name=name, usage="initiate", store=store)
+            self._context = gssapi.SecurityContext(
+                name=self._target, creds=creds, usage="initiate",
+                flags=[gssapi.RequirementFlag.mutual_authentication])
+            return self._context.step()
+        except gssapi.exceptions.GSSError as exc:
+            raise self._failed(str(exc)) from None
+
+    def next(self, server_token: bytes) -> bytes | None:
+        GSSError = self._gssapi.exceptions.GSSError
+        try:
+            if not self._context.complete:
+                # the AP-REP completes the context: an empty token asks for the offer
+                return self._context.step(server_token) or b""
+            if self._done:
+                return None
+            offer = self._context.unwrap(server_token).message
+        except GSSError as exc:
+            raise self._failed(str(exc)) from None
+        if len(offer) != 4 or not offer[0] & NO_SECURITY_LAYER:
+            raise self._failed(f"the server offers no usable security layer ({offer.hex()})")
+        self._done = True
+        try:
+            return self._context.wrap(bytes([NO_SECURITY_LAYER, 0, 0, 0]), False).message
+        except GSSError as exc:
+            raise self._failed(str(exc)) from None

@@ -1,7 +1,8 @@
 """SASL on the client's side, for the broker's own connections to other brokers' SASL
 inter-broker listener: PLAIN and SCRAM-SHA-256/512 (RFC 5802 with channel binding "n"), with
 the credentials of that listener's JAAS config for ``sasl.mechanism.inter.broker.protocol``
-(``username``/``password``, as Kafka's brokers take them).
+(``username``/``password``, as Kafka's brokers take them), and GSSAPI with that config's
+Kerberos ``principal`` and ``keyTab`` (``strata.security.kerberos``).
 
 A client is a generator of tokens: ``first()`` gives the first, ``next(server_token)`` the
 answer to each server token, None once the exchange is over; a server signature that does not
@@ -14,12 +15,15 @@ import base64
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from strata.common.listeners import listener_prop
 from strata.security.sasl import SaslAuthenticationFailed, SaslConfigError, jaas_config
 from strata.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from strata.security.scram import ScramFormatter, sasl_name
+
+if TYPE_CHECKING:
+    from strata.security.kerberos import KerberosClientCredentials
 
 __all__ = ["SaslCredentials", "inter_broker_credentials", "new_client"]
 
@@ -31,22 +35,29 @@ class SaslCredentials:
     password: str
 
 
-def inter_broker_credentials(props: Mapping[str, str], listener: str) -> SaslCredentials:
+def inter_broker_credentials(props: Mapping[str, str], listener: str
+                             ) -> SaslCredentials | KerberosClientCredentials:
     """The broker's own credentials on its SASL inter-broker ``listener``."""
     mechanism = (props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").strip().upper()
-    if mechanism != "PLAIN" and mechanism not in SCRAM_MECHANISMS:
+    if mechanism == "GSSAPI":
+        from strata.security.kerberos import client_credentials
+        credentials = client_credentials(props, listener)
+    elif mechanism != "PLAIN" and mechanism not in SCRAM_MECHANISMS:
         raise SaslConfigError(f"sasl.mechanism.inter.broker.protocol {mechanism} is not "
-                              f"supported (PLAIN, {', '.join(sorted(SCRAM_MECHANISMS))})")
-    jaas = jaas_config(props, listener, mechanism)
-    if jaas is None or not jaas.options.get("username"):
-        raise SaslConfigError(f"the inter-broker listener {listener} has no username/password in "
-                              f"listener.name.{listener.lower()}.{mechanism.lower()}"
-                              f".sasl.jaas.config")
+                              f"supported (GSSAPI, PLAIN, {', '.join(sorted(SCRAM_MECHANISMS))})")
+    else:
+        jaas = jaas_config(props, listener, mechanism)
+        if jaas is None or not jaas.options.get("username"):
+            raise SaslConfigError(f"the inter-broker listener {listener} has no username/password "
+                                  f"in listener.name.{listener.lower()}.{mechanism.lower()}"
+                                  f".sasl.jaas.config")
+        credentials = SaslCredentials(mechanism, jaas.options["username"],
+                                      jaas.options.get("password", ""))
     enabled = listener_prop(props, listener, "sasl.enabled.mechanisms", "GSSAPI") or ""
     if mechanism not in {m.strip().upper() for m in enabled.split(",")}:
         raise SaslConfigError(f"sasl.mechanism.inter.broker.protocol {mechanism} is not among "
                               f"the inter-broker listener's sasl.enabled.mechanisms {enabled}")
-    return SaslCredentials(mechanism, jaas.options["username"], jaas.options.get("password", ""))
+    return credentials
 
 
 class _PlainClient:
@@ -96,6 +107,11 @@ class _ScramClient:
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
-def new_client(credentials: SaslCredentials):
+def new_client(credentials, host: str | None = None):
+    """A client for one exchange with the broker at ``host`` (GSSAPI names its ticket's
+    service after it)."""
+    if credentials.mechanism == "GSSAPI":
+        from strata.security.kerberos import GssapiClient
+        return GssapiClient(credentials, host)
     return _PlainClient(credentials) if credentials.mechanism == "PLAIN" \
         else _ScramClient(credentials)

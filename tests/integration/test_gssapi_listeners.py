@@ -186,7 +186,7 @@ class Rfc4752Client:
 
 def login(broker, client: Rfc4752Client) -> Connection:
     return Connection(f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}", security=ClientSecurity(
-        sasl_mechanism="GSSAPI", sasl_client=lambda: client))
+        sasl_mechanism="GSSAPI", sasl_client=lambda host: client))
 
 
 METADATA = MetadataRequest(topics=None, allow_auto_topic_creation=False,
@@ -257,3 +257,20 @@ def test_mutated_gssapi_exchanges_get_an_answer_or_a_closed_connection(realm, br
     with login(broker, Rfc4752Client(realm, "alice")) as conn:
         assert conn.request(METADATA, MetadataResponse).brokers
     assert "Traceback" not in broker.output()
+
+
+def test_brokers_replicate_over_a_gssapi_sasl_ssl_inter_broker_listener(realm, tmp_path):
+    """Three brokers log in to each other with Kerberos (sasl.mechanism.inter.broker.protocol
+    GSSAPI, tickets for kafka/localhost from the shared keytab) over TLS; every record of an
+    RF 3, min.insync.replicas 3 topic is replicated; clients use PLAINTEXT."""
+    from test_tls_listeners import replicate_over_an_internal_listener
+    service = realm.principal(SERVICE)
+    outputs = replicate_over_an_internal_listener(tmp_path, "SASL_SSL", {
+        "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+        "sasl.kerberos.service.name": "kafka",
+        "listener.name.internal.sasl.enabled.mechanisms": "GSSAPI",
+        "listener.name.internal.gssapi.sasl.jaas.config":
+            krb5_jaas(realm.keytabs[SERVICE], service)})   # brokers inherit KRB5_CONFIG
+    for output in outputs:
+        assert "failed authentication" not in output
+        assert f"authenticationID={service}; principal=User:kafka" in output
