@@ -5,6 +5,7 @@ end offset read after the assignment, close stops the threads."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from confluent_kafka.admin import NewTopic
 
 from broker_process import BrokerProcess, free_port
 from cluster_clients import NO_TIERING, admin, partitions, wait_for
+from strata.common.clock import SYSTEM_CLOCK, MockClock
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.types import TopicPartition
 from strata.protocol import records as rec
@@ -30,7 +32,11 @@ from strata.tiered.api import (
 )
 from strata.tiered.metadata.cluster_topic_log import ClusterMetadataTopicLog, parse_fetched
 from strata.tiered.metadata.serde import serialize
-from strata.tiered.metadata.topic_based import TopicBasedRemoteLogMetadataManager
+from strata.tiered.metadata.topic_based import (
+    FAILING_WARN_AFTER_MS,
+    FAILING_WARN_EVERY_MS,
+    TopicBasedRemoteLogMetadataManager,
+)
 from strata.tiered.metadata.topic_log import REMOTE_LOG_METADATA_TOPIC_NAME as TOPIC
 from strata.tiered.metadata.topic_log import InMemoryMetadataTopicLog
 
@@ -56,8 +62,9 @@ def finished(m: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataUpdate:
                                           S.COPY_SEGMENT_FINISHED, 1)
 
 
-def manager(topic_log, log_dir, broker_id: int = 1, **extra) -> TopicBasedRemoteLogMetadataManager:
-    rlmm = TopicBasedRemoteLogMetadataManager(topic_log)
+def manager(topic_log, log_dir, broker_id: int = 1, clock=SYSTEM_CLOCK,
+            **extra) -> TopicBasedRemoteLogMetadataManager:
+    rlmm = TopicBasedRemoteLogMetadataManager(topic_log, clock=clock)
     rlmm.configure({"remote.log.metadata.topic.num.partitions": NUM_PARTITIONS,
                     "log.dir": str(log_dir), "broker.id": broker_id,
                     "remote.log.metadata.poll.interval.ms": 20,
@@ -76,7 +83,8 @@ def copy(rlmm, m: RemoteLogSegmentMetadata) -> None:
 class FakeRemoteTopicLog(InMemoryMetadataTopicLog):
     """InMemoryMetadataTopicLog marked remote, with switches: creation refused until
     ``creatable`` is set, reads of a partition in ``hidden`` see nothing, every read is
-    recorded with its thread, ``end_offset`` calls are counted."""
+    recorded with its thread, ``end_offset`` calls are counted, partitions in ``leaderless``
+    fail as ClusterMetadataTopicLog does once it gives up on a partition with no leader."""
 
     remote = True
 
@@ -90,6 +98,15 @@ class FakeRemoteTopicLog(InMemoryMetadataTopicLog):
         self.end_offset_calls: dict[int, int] = {}
         self.closed = threading.Event()
         self.block_reads = False
+        self.leaderless: set[int] = set()
+        self.leaderless_calls = 0
+
+    def log_start_offset(self, partition: int) -> int:
+        if partition in self.leaderless:
+            self.leaderless_calls += 1
+            raise RemoteStorageException(f"listing the earliest offset of {TOPIC}-{partition}: "
+                                         "gave up: _Retry: the partition has no leader")
+        return super().log_start_offset(partition)
 
     def ensure_topic(self, num_partitions: int, retention_ms: int = -1) -> int:
         self.create_attempts += 1
@@ -368,6 +385,39 @@ def test_close_stops_the_threads_promptly_even_when_a_read_is_stuck(fake, tmp_pa
     assert not stuck.wait_ready(TIP, 1)
 
 
+def test_a_metadata_partition_failing_to_load_is_a_warning_after_a_while_then_throttled(
+        fake, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="strata.tiered.metadata.topic_based")
+    clock = MockClock()
+    fake.leaderless = {1}
+    rlmm = manager(fake, tmp_path, clock=clock)
+    rlmm.start()
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                and f"{TOPIC}-1" in r.getMessage()]
+    try:
+        wait_for("the others loaded, 1 retried", lambda: rlmm.read_offset(0) is not None
+                 and rlmm.read_offset(2) is not None and fake.leaderless_calls >= 3, WAIT_S, 0.01)
+        assert warnings() == []   # a failure of a start that has not lasted is no warning
+        clock.advance_ms(FAILING_WARN_AFTER_MS)
+        first = wait_for("a warning", warnings, WAIT_S, 0.01)
+        assert first == [f"loading {TOPIC}-1 has been failing for {FAILING_WARN_AFTER_MS // 1000} s "
+                         f"(retrying): RemoteStorageException: listing the earliest offset of "
+                         f"{TOPIC}-1: gave up: _Retry: the partition has no leader"]
+        calls = fake.leaderless_calls
+        wait_for("more attempts", lambda: fake.leaderless_calls >= calls + 3, WAIT_S, 0.01)
+        assert len(warnings()) == 1   # throttled
+        clock.advance_ms(FAILING_WARN_EVERY_MS)
+        wait_for("the next warning", lambda: len(warnings()) == 2, WAIT_S, 0.01)
+        fake.leaderless.clear()
+        wait_for("1 loaded", lambda: rlmm.read_offset(1) is not None, WAIT_S, 0.01)
+        total = (FAILING_WARN_AFTER_MS + FAILING_WARN_EVERY_MS) // 1000
+        assert f"loading {TOPIC}-1 succeeded after failing for {total} s" in caplog.messages
+    finally:
+        rlmm.close()
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -522,6 +572,32 @@ def test_against_a_broker_lasting_errors_raise_at_once_and_missing_leaders_at_th
     finally:
         topic_log.close()
         leaderless.close()
+
+
+def test_against_a_broker_a_metadata_partition_without_a_leader_does_not_hold_up_the_others(
+        broker, client, tmp_path):
+    """A restarted broker whose disk was replaced: a metadata partition whose only in-sync
+    replica was on that disk has no leader. The loader meets it first, and the partition
+    assigned meanwhile is ready all the same, although this client's calls retry for two
+    minutes (the deadline publishes get)."""
+    address = ("127.0.0.1", broker.port)
+    asked: list[int] = []
+
+    def leader_of(partition: int):
+        asked.append(partition)
+        return None if partition == 0 else address
+    topic_log = ClusterMetadataTopicLog(create_topic_via(broker.bootstrap, 1), leader_of,
+                                        min_insync_replicas=1, deadline_ms=120_000)
+    rlmm = manager(topic_log, tmp_path)
+    wanted = next(t for t in (tip("wiped", p) for p in range(64)) if rlmm.metadata_partition(t) != 0)
+    try:
+        rlmm.start()
+        wait_for("the loader at partition 0", lambda: 0 in asked, WAIT_S, 0.01)
+        rlmm.on_partition_leadership_changes(set(), {wanted})   # as a replica is assigned
+        assert rlmm.wait_ready(wanted, WAIT_S)
+        assert rlmm.read_offset(0) is None
+    finally:
+        rlmm.close()
 
 
 def test_against_a_broker_two_managers_see_each_others_records(broker, client, tmp_path):

@@ -30,6 +30,7 @@ blocked on one, and makes every later call raise.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import logging
 import socket
@@ -108,7 +109,8 @@ class ClusterMetadataTopicLog:
     Options: ``min_insync_replicas`` (the topic's ``min.insync.replicas`` at creation),
     ``request_timeout_ms`` (the Produce timeout; the socket waits 5 s longer),
     ``retry_backoff_ms`` doubling up to ``retry_backoff_max_ms`` between attempts,
-    ``deadline_ms`` (the most one call retries), ``fetch_max_bytes`` (per Fetch).
+    ``deadline_ms`` (the most one call retries; ``bounded`` gives the same client with
+    another), ``fetch_max_bytes`` (per Fetch).
     """
 
     remote = True  # the RLMM consumes it in the background instead of on every read
@@ -201,6 +203,14 @@ class ClusterMetadataTopicLog:
     def end_offset(self, partition: int) -> int:
         return self._with_leader(partition, "listing the latest offset of",
                                  lambda address: self._list_offset(address, partition, LATEST))
+
+    def bounded(self, deadline_ms: int) -> "ClusterMetadataTopicLog":
+        """This client (its connections, and closing) with calls that retry for at most
+        ``deadline_ms``: for callers that retry by themselves and must not wait on one
+        unavailable partition while others could be read (the RLMM's background threads)."""
+        view = copy.copy(self)   # shares the connections, their lock and the closed flag
+        view.deadline_ms = deadline_ms
+        return view
 
     def close(self) -> None:
         """Close every connection (interrupting calls blocked on them); later calls raise."""

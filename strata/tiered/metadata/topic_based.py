@@ -139,6 +139,15 @@ SNAPSHOT_DIR_NAME = "remote-log-metadata-snapshots"
 # Most records the consumer thread reads from one metadata partition per round.
 POLL_MAX_RECORDS = 10_000
 
+# With a remote topic log, the most one call of the loader or consumer thread retries (the
+# topic log's own deadline is for publishes): the threads retry by themselves, and a metadata
+# partition that cannot be read (no leader) must not hold up the others.
+BACKGROUND_CALL_DEADLINE_MS = 2_000
+
+# A background task failing this long is logged at WARNING, then again at this interval.
+FAILING_WARN_AFTER_MS = 10_000
+FAILING_WARN_EVERY_MS = 60_000
+
 
 def snapshot_path(log_dir: Path | str, metadata_partition: int) -> Path:
     """Where the snapshot of one metadata partition lives."""
@@ -577,6 +586,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
       ``remote.log.metadata.initialization.retry.interval.ms`` until all are loaded (the
       topic cannot be created before enough brokers registered). Until a metadata partition
       is loaded, reads and publishes concerning it raise RemoteStorageNotReadyException.
+      A call of the loader (or consumer) thread retries for at most
+      ``BACKGROUND_CALL_DEADLINE_MS``, so a metadata partition that cannot be read (no
+      leader) does not hold up the others; a failure lasting ``FAILING_WARN_AFTER_MS`` is
+      logged at WARNING, then every ``FAILING_WARN_EVERY_MS`` while it lasts.
     - A consumer thread (Kafka's ConsumerTask) applies, every
       ``remote.log.metadata.poll.interval.ms``, what was appended since to each loaded
       metadata partition holding an assigned partition (one Fetch each when idle). Reads
@@ -603,6 +616,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def __init__(self, topic_log: MetadataTopicLog, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._topic_log = topic_log
         self._remote = bool(getattr(topic_log, "remote", False))
+        bounded = getattr(topic_log, "bounded", None)
+        # what the loader and the consumer read with (publishes use ``_topic_log``)
+        self._background_log = bounded(BACKGROUND_CALL_DEADLINE_MS) \
+            if self._remote and bounded is not None else topic_log
+        self._failing: dict[str, list[int]] = {}   # task -> [failing since, next warning] (ms)
         self._clock = clock
         self._store = RemotePartitionMetadataStore()
         self._configured = False
@@ -743,14 +761,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _load(self, mp: _MetadataPartition) -> None:
         """Load the snapshot (or start at the log start) and replay the rest; a failed
         attempt leaves what it applied, and the next one goes on from there."""
+        topic_log = self._background_log
         with mp.lock:
             if mp.ready:
                 return
             if not mp.positioned:
                 if not self._load_snapshot(mp):
-                    mp.next_offset = self._topic_log.log_start_offset(mp.partition)
+                    mp.next_offset = topic_log.log_start_offset(mp.partition)
                 mp.positioned = True
-            self._consume(mp, live=False)
+            self._consume(mp, live=False, records=topic_log.read(mp.partition, mp.next_offset))
             self.replayed_records_by_partition[mp.partition] = mp.applied
             self.replayed_records = sum(self.replayed_records_by_partition.values())
             mp.ready = True
@@ -764,22 +783,31 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ---- background threads (remote topic log) -------------------------------------------
 
     def _run_loader(self) -> None:
-        """Create the topic and load every metadata partition, retrying until done."""
+        """Create the topic and load every metadata partition, retrying until done. Each
+        round tries every unloaded partition once, the next one picked after each (those
+        holding assigned partitions first, an assignment made meanwhile included); a call
+        retries for at most BACKGROUND_CALL_DEADLINE_MS, so a partition that cannot be read
+        delays the others by that much, not by the topic log's deadline."""
         interval = self.initialization_retry_interval_ms / 1000
-        reported: set[str] = set()
+        creating = f"creating {REMOTE_LOG_METADATA_TOPIC_NAME}"
         while not self._stop.is_set():
             try:
                 if not self._partitions:
                     self._create_topic()
-                for mp in self._loading_order():
+                    self._recovered(creating)
+                tried: set[int] = set()
+                while (mp := next((m for m in self._loading_order() if m.partition not in tried),
+                                  None)) is not None:
                     if self._stop.is_set():
                         return
+                    tried.add(mp.partition)
+                    what = f"loading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}"
                     try:
                         self._load(mp)
                     except Exception as exc:  # noqa: BLE001 - retried next round
-                        self._report(reported,
-                                     f"loading {REMOTE_LOG_METADATA_TOPIC_NAME}-{mp.partition}", exc)
+                        self._report(what, exc)
                         continue
+                    self._recovered(what)
                     self._wake.set()  # the consumer may now read its end offsets
                     with self._ready_changed:
                         self._ready_changed.notify_all()
@@ -787,7 +815,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._log_loaded()
                     return
             except Exception as exc:  # noqa: BLE001 - retried after the interval
-                self._report(reported, f"creating {REMOTE_LOG_METADATA_TOPIC_NAME}", exc)
+                self._report(creating, exc)
             self._stop.wait(interval)
 
     def _loading_order(self) -> list[_MetadataPartition]:
@@ -797,12 +825,29 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         unloaded = [mp for mp in self._partitions if not mp.ready]
         return sorted(unloaded, key=lambda mp: (mp.partition not in wanted, mp.partition))
 
-    @staticmethod
-    def _report(reported: set[str], what: str, exc: BaseException) -> None:
-        """Log a failure loudly the first time, quietly while it repeats."""
-        level = logging.DEBUG if what in reported else logging.INFO
-        reported.add(what)
-        log.log(level, "%s failed (retrying): %s: %s", what, type(exc).__name__, exc)
+    def _report(self, what: str, exc: BaseException) -> None:
+        """Log a background task's failure: INFO the first time, DEBUG while it repeats, but
+        WARNING once it has failed for FAILING_WARN_AFTER_MS, then every
+        FAILING_WARN_EVERY_MS (a start may well fail for a while; a stuck one must show)."""
+        now = self._clock.milliseconds()
+        state = self._failing.get(what)
+        if state is None:
+            self._failing[what] = [now, now + FAILING_WARN_AFTER_MS]
+            log.info("%s failed (retrying): %s: %s", what, type(exc).__name__, exc)
+            return
+        since, next_warning = state
+        if now < next_warning:
+            log.debug("%s failed (retrying): %s: %s", what, type(exc).__name__, exc)
+            return
+        state[1] = now + FAILING_WARN_EVERY_MS
+        log.warning("%s has been failing for %d s (retrying): %s: %s", what,
+                    (now - since) // 1000, type(exc).__name__, exc)
+
+    def _recovered(self, what: str) -> None:
+        state = self._failing.pop(what, None)
+        if state is not None:
+            log.info("%s succeeded after failing for %d s", what,
+                     (self._clock.milliseconds() - state[0]) // 1000)
 
     def _run_consumer(self) -> None:
         """Kafka's ConsumerTask: read end offsets for new assignments, apply what others
@@ -831,7 +876,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if self._stop.is_set() or not partitions[p].ready:
                 continue
             try:
-                end = self._topic_log.end_offset(p)
+                end = self._background_log.end_offset(p)
             except Exception as exc:  # noqa: BLE001 - next round
                 self._poll_failed(p, exc)
                 continue
@@ -870,7 +915,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _poll_partition(self, mp: _MetadataPartition) -> int:
         """Read what follows the applied records (off the lock), then apply it; skipped while a
         publish holds the lock, since a publish applies everything up to its own record."""
-        records = list(itertools.islice(self._topic_log.read(mp.partition, mp.next_offset),
+        records = list(itertools.islice(self._background_log.read(mp.partition, mp.next_offset),
                                         POLL_MAX_RECORDS))
         if not records or not mp.lock.acquire(blocking=False):
             return 0
@@ -1260,14 +1305,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _check_snapshot(self, partition: int, snapshot: _LoadedSnapshot) -> None:
         if snapshot.metadata_partition != partition:
             raise SnapshotError(f"it is the snapshot of partition {snapshot.metadata_partition}")
-        start = self._topic_log.log_start_offset(partition)
-        end = self._topic_log.end_offset(partition)
+        start = self._background_log.log_start_offset(partition)
+        end = self._background_log.end_offset(partition)
         if not start <= snapshot.next_offset <= end:
             raise SnapshotError(f"its offset {snapshot.next_offset} is outside the log's "
                                 f"[{start}, {end}]")
         last = snapshot.next_offset - 1
         if snapshot.last_value_crc >= 0 and last >= start:
-            found = next(iter(self._topic_log.read(partition, last)), None)
+            found = next(iter(self._background_log.read(partition, last)), None)
             if found is None or found[0] != last or _crc32c.crc32c(found[1]) != snapshot.last_value_crc:
                 raise SnapshotError(f"the log's record at offset {last} is not the one it covers")
         for tip, _ in snapshot.caches:
