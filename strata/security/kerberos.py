@@ -12,7 +12,8 @@ Kerberos finds it (``KRB5_CONFIG``, the JVM's ``-Djava.security.krb5.conf``); it
 ``sasl.kerberos.principal.to.local.rules`` (Kafka's ``KerberosShortNamer``), which turns the
 client's Kerberos name into the principal of ACLs and quotas: ``alice@EXAMPLE.COM`` is
 ``User:alice``. ``sasl.kerberos.service.name`` is the clients' setting (the first component of
-the broker's principal they ask tickets for).
+the broker's principal they ask tickets for), and the broker's own when it logs in to other
+brokers with ``sasl.mechanism.inter.broker.protocol=GSSAPI`` (``GssapiClient``).
 
 The exchange (the JDK's ``GssKrb5Server``): the client's GSS-API context tokens until the
 context is established (the last answer is the server's AP-REP when the client asked for

@@ -5,7 +5,8 @@ principal is the short name of sasl.kerberos.principal.to.local.rules. A client 
 exchange itself (python-gssapi, RFC 4752's client side) shows the bad inputs: a garbage
 token, a ticket for another service and an unsupported security layer are each answered
 SASL_AUTHENTICATION_FAILED and the broker serves on; a client whose keytab no longer holds its
-key gets no ticket and is not let in.
+key gets no ticket and is not let in. Three brokers replicate to each other over a SASL_SSL
+inter-broker listener with GSSAPI.
 
 confluent-kafka's wheel is left out: its librdkafka is built without GSSAPI ("No provider for
 SASL mechanism GSSAPI: recompile librdkafka with libsasl2"); kcat's Debian librdkafka has it.
