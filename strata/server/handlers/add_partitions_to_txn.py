@@ -11,7 +11,8 @@ from strata.common.errors import ErrorCode
 from strata.cluster.metadata import is_internal_topic
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.security.authorizer import AclOperation, ResourceType
-from strata.server.authorization import NOTHING_DENIED, authorize, cluster_denied, denied_topics
+from strata.server.authorization import (
+    NOTHING_DENIED, authorize, authorize_cluster, denied_topics)
 
 FIRST_BATCHED_VERSION = 4
 
@@ -83,10 +84,12 @@ async def handle(ctx, request):
         return make(rc, throttle_time=datetime.timedelta(0),
                     results_by_topic_v3_and_below=_topic_results(
                         rc, "results_by_topic_v3_and_below", codes))
-    # v4+ comes from brokers (KIP-890): CLUSTER_ACTION on the cluster
-    refused = cluster_denied(ctx, request, AclOperation.CLUSTER_ACTION)
-    if refused is not None:
-        return refused
+    # v4+ comes from brokers (KIP-890): CLUSTER_ACTION on the cluster, else (as Kafka's
+    # getErrorResponse) only the top-level error
+    if getattr(ctx, "authorizer", None) is not None and \
+            not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        return make(rc, throttle_time=datetime.timedelta(0), results_by_transaction=(),
+                    error_code=kio_error_code(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
     results = []
     for txn in body.transactions:
         partitions = [(t.name, p) for t in txn.topics for p in t.partitions]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group import LeaveMember
-from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.protocol.codec import kio_error_code, make, response_class
 from strata.security.authorizer import AclOperation, ResourceType
 from strata.server.authorization import authorize
 from strata.server.handlers.group_common import coordinator
@@ -14,10 +14,11 @@ BATCH_VERSION = 3
 
 async def handle(ctx, request):
     body = request.body
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
-        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     version = request.api_version
     rc = response_class(request.api_key, version)
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        # Kafka's getErrorResponse: the top-level error, no members
+        return make(rc, error_code=kio_error_code(ErrorCode.GROUP_AUTHORIZATION_FAILED), members=())
     if version < BATCH_VERSION:
         leaving = [LeaveMember(body.member_id)]
     else:

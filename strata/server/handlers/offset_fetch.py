@@ -8,7 +8,7 @@ Topics null (v2+) asks for every committed offset of the group.
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
-from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.protocol.codec import kio_error_code, make, response_class
 from strata.security.authorizer import AclOperation, ResourceType
 from strata.server.authorization import NOTHING_DENIED, authorize, denied_topics
 from strata.server.handlers.group_common import coordinator
@@ -22,6 +22,16 @@ def _partition(rc, index: int, offset: int, leader_epoch: int, metadata: str, er
                 error_code=kio_error_code(error))
 
 
+def _group_error(rc, body, version: int, error: ErrorCode):
+    topics = ()
+    if version < TOP_LEVEL_ERROR_VERSION:
+        topics = tuple(
+            make(rc, "topics", name=t.name, partitions=tuple(
+                _partition(rc, i, -1, -1, "", error) for i in t.partition_indexes))
+            for t in body.topics or ())
+    return make(rc, error_code=kio_error_code(error), topics=topics)
+
+
 async def handle(ctx, request):
     body = request.body
     version = request.api_version
@@ -29,7 +39,7 @@ async def handle(ctx, request):
     # Kafka: DESCRIBE on the group; offsets of topics the caller may not DESCRIBE are not
     # shown (named ones answer TOPIC_AUTHORIZATION_FAILED, the others are left out)
     if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, body.group_id):
-        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return _group_error(rc, body, version, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     wanted = None
     denied = NOTHING_DENIED
     if body.topics is not None:
@@ -39,13 +49,7 @@ async def handle(ctx, request):
     result = coordinator(ctx).fetch_offsets(body.group_id, wanted,
                                             require_stable=getattr(body, "require_stable", False))
     if result.error != ErrorCode.NONE:
-        topics = ()
-        if version < TOP_LEVEL_ERROR_VERSION:
-            topics = tuple(
-                make(rc, "topics", name=t.name, partitions=tuple(
-                    _partition(rc, i, -1, -1, "", result.error) for i in t.partition_indexes))
-                for t in body.topics or ())
-        return make(rc, error_code=kio_error_code(result.error), topics=topics)
+        return _group_error(rc, body, version, result.error)
 
     offsets = result.offsets
     if body.topics is None and getattr(ctx, "authorizer", None) is not None:
