@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from strata.common.errors import InvalidConfigError
+from strata.common.errors import ErrorCode, InvalidConfigError
 from strata.protocol.codec import ApiKey
 from strata.security.authorizer import (
     CLUSTER_NAME, CURRENT_REQUEST, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action,
@@ -512,7 +512,7 @@ class StandardAuthorizer:
                     entries = self.store.update(resource, lambda cur, new=new: cur | new)
                 except Exception as exc:  # noqa: BLE001 - each binding gets the failure
                     error = exc if isinstance(exc, AclError) else AclError(
-                        f"Failed to create ACL: {exc}")
+                        f"Failed to create ACL: {exc}", ErrorCode.UNKNOWN_SERVER_ERROR)
                     for i in indexes:
                         results[i] = error
                     continue
@@ -537,7 +537,16 @@ class StandardAuthorizer:
         with self._write_lock:
             # resource -> which filters match it
             touched: dict[ResourcePattern, list[int]] = {}
-            for resource in list(self._resources):
+            # as Kafka's AclAuthorizer: the resources a definite filter names are looked up in
+            # the store too (their bindings may not have reached this broker yet)
+            named = [ResourcePattern(filters[i].resource_type, filters[i].name, pattern_type)
+                     for i in valid if filters[i].name and "/" not in filters[i].name
+                     and filters[i].resource_type != ResourceType.ANY
+                     for pattern_type in ((PatternType.LITERAL, PatternType.PREFIXED)
+                                          if filters[i].pattern_type == PatternType.ANY
+                                          else (filters[i].pattern_type,))
+                     if pattern_type in (PatternType.LITERAL, PatternType.PREFIXED)]
+            for resource in dict.fromkeys([*self._resources, *named]):
                 for i in valid:
                     if filters[i].matches_pattern(resource):
                         touched.setdefault(resource, []).append(i)
@@ -556,7 +565,7 @@ class StandardAuthorizer:
                     entries = self.store.update(resource, change)
                 except Exception as exc:  # noqa: BLE001 - reported per binding
                     error = exc if isinstance(exc, AclError) else AclError(
-                        f"Failed to delete ACL: {exc}")
+                        f"Failed to delete ACL: {exc}", ErrorCode.UNKNOWN_SERVER_ERROR)
                     for i in matched:
                         for e in self._resources.get(resource, ()):
                             if filters[i].matches_entry(e):

@@ -349,3 +349,30 @@ def test_audit_log_names_the_request_being_handled(caplog):
         "Principal = User:bob is Denied operation = DESCRIBE from host = 192.168.0.1 on resource "
         "= Topic:LITERAL:foo for request = ListOffsets with resourceRefCount = 1 based on rule "
         "DefaultDeny")
+
+
+def test_a_definite_delete_filter_reaches_bindings_this_broker_has_not_seen_yet():
+    from strata.security.acl_authorizer import MemoryAclStore
+    store = MemoryAclStore()
+    here = StandardAuthorizer(store).start()          # follows no changes: a lagging broker
+    there = StandardAuthorizer(store).start()
+    there.create_acls([binding("foo", Op.READ), binding("foo", Op.READ, pt=PT.PREFIXED)])
+    assert here.acls() == []
+    [(error, deleted)] = here.delete_acls([AclBindingFilter(RT.TOPIC, "foo", PT.ANY)])
+    assert error is None
+    assert sorted(b.pattern.pattern_type for b, _ in deleted) == [PT.LITERAL, PT.PREFIXED]
+    assert store.load() == {}
+
+
+def test_a_store_failure_is_an_unknown_server_error_for_each_binding():
+    from strata.common.errors import ErrorCode
+    from strata.security.acl_authorizer import MemoryAclStore
+
+    class Broken(MemoryAclStore):
+        def update(self, resource, change):
+            raise OSError("disk gone")
+    a = StandardAuthorizer(Broken()).start()
+    errors = a.create_acls([binding("foo", Op.READ), binding("foo", Op.WRITE)])
+    assert [e.code for e in errors] == [ErrorCode.UNKNOWN_SERVER_ERROR] * 2
+    assert "disk gone" in str(errors[0])
+    assert a.acls() == []
