@@ -30,7 +30,8 @@ from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from broker_process import BrokerProcess, free_port
-from kafka_tools import KAFKA_TOPICS, require_kafka_dist, run_kafka_class
+from kafka_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, KAFKA_TOPICS, require_kafka_dist, \
+    run_kafka_class
 from strata.protocol.client import client_frame, decode_response, framed
 from support.waiting import eventually
 from test_tls_listeners import produce_and_consume
@@ -216,6 +217,18 @@ def test_kafkas_java_tools_log_in_with_an_unsecured_and_a_file_token(broker, tmp
         jvm_opts=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={token_file.as_uri()}"])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "java-oauth" in result.stdout
+    # the console producer and consumer, with the signed token from the file
+    bootstrap, opts = f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}", [
+        f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={token_file.as_uri()}"]
+    result = run_kafka_class(CONSOLE_PRODUCER, "--bootstrap-server", bootstrap, "--topic",
+                             "java-oauth", "--command-config", str(from_file),
+                             input="".join(f"m{i}\n" for i in range(10)), jvm_opts=opts)
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_kafka_class(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic",
+                             "java-oauth", "--from-beginning", "--max-messages", "10",
+                             "--command-config", str(from_file), jvm_opts=opts)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.split()) == sorted(f"m{i}" for i in range(10))
 
 
 def _reauthentications(broker) -> int:
