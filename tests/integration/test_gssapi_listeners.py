@@ -81,7 +81,8 @@ def broker(realm, tmp_path_factory):
         "sasl.enabled.mechanisms": "GSSAPI",
         "listener.name.sasl_plaintext.gssapi.sasl.jaas.config":
             krb5_jaas(realm.keytabs[SERVICE], service),
-        "listener.name.sasl_ssl.gssapi.sasl.jaas.config": krb5_jaas(realm.keytabs[SERVICE], service),
+        "listener.name.sasl_ssl.gssapi.sasl.jaas.config":
+            krb5_jaas(realm.keytabs[SERVICE], service),
         "sasl.kerberos.principal.to.local.rules": RULES,
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore_pem),
         "connection.failed.authentication.delay.ms": "100"}
@@ -138,9 +139,9 @@ def test_a_client_whose_keytab_holds_an_old_key_is_not_let_in(realm, broker):
 
 def test_kafkas_java_tools_log_in_with_krb5loginmodule(realm, broker, tmp_path):
     config = tmp_path / "client.properties"
+    jaas = krb5_jaas(realm.keytabs["alice"], realm.principal("alice"))
     config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\n"
-                      "sasl.kerberos.service.name=kafka\n"
-                      f"sasl.jaas.config={krb5_jaas(realm.keytabs['alice'], realm.principal('alice'))}\n")
+                      f"sasl.kerberos.service.name=kafka\nsasl.jaas.config={jaas}\n")
     bootstrap = f"localhost:{broker.ports['SASL_PLAINTEXT']}"
     result = run_kafka_class(KAFKA_TOPICS, "--bootstrap-server", bootstrap, "--command-config",
                              str(config), "--create", "--topic", "java-krb", "--partitions", "2",
