@@ -620,7 +620,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # what the loader and the consumer read with (publishes use ``_topic_log``)
         self._background_log = bounded(BACKGROUND_CALL_DEADLINE_MS) \
             if self._remote and bounded is not None else topic_log
-        self._failing: dict[str, list[int]] = {}   # task -> [failing since, next warning] (ms)
+        # failing background tasks (the loader's and the consumer's keys differ):
+        # what -> [failing since, next warning] (ms)
+        self._failing: dict[str, list[int]] = {}
         self._clock = clock
         self._store = RemotePartitionMetadataStore()
         self._configured = False
@@ -640,7 +642,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._poll_failing: set[int] = set()
         self.num_partitions = 50
         self.retention_ms = -1
         self.snapshot_interval_records = 1000
@@ -844,7 +845,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     (now - since) // 1000, type(exc).__name__, exc)
 
     def _recovered(self, what: str) -> None:
-        state = self._failing.pop(what, None)
+        state = self._failing.pop(what, None) if self._failing else None
         if state is not None:
             log.info("%s succeeded after failing for %d s", what,
                      (self._clock.milliseconds() - state[0]) // 1000)
@@ -895,9 +896,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except Exception as exc:  # noqa: BLE001 - next round
                 self._poll_failed(p, exc)
                 continue
-            if p in self._poll_failing:
-                self._poll_failing.discard(p)
-                log.info("reading %s-%d works again", REMOTE_LOG_METADATA_TOPIC_NAME, p)
+            self._recovered(f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{p}")
         self._mark_ready(partitions)
         for mp in partitions:  # the time trigger of snapshots
             if mp.ready and mp.unsnapshotted and mp.lock.acquire(blocking=False):
@@ -907,10 +906,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     mp.lock.release()
 
     def _poll_failed(self, partition: int, exc: BaseException) -> None:
-        level = logging.DEBUG if partition in self._poll_failing else logging.WARNING
-        self._poll_failing.add(partition)
-        log.log(level, "reading %s-%d failed (retrying): %s", REMOTE_LOG_METADATA_TOPIC_NAME,
-                partition, exc)
+        self._report(f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{partition}", exc)
 
     def _poll_partition(self, mp: _MetadataPartition) -> int:
         """Read what follows the applied records (off the lock), then apply it; skipped while a
