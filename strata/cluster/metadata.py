@@ -1566,7 +1566,7 @@ class ClusterMetadata:
         wanted = set(keys) if keys else None
         dynamic = self._dynamic_broker.get(str(self.node_id), {})
         default = self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {})
-        names = sorted(set(BROKER_CONFIG_KEYS) | set(self.broker_props))
+        names = sorted(set(BROKER_CONFIG_KEYS) | set(self.broker_props) | set(dynamic))
         entries = []
         for name in names:
             if wanted is not None and name not in wanted:
@@ -1575,6 +1575,8 @@ class ClusterMetadata:
             if bkey is not None and bkey.internal and name not in self.broker_props:
                 continue  # Kafka's internal configs are described only when set
             sensitive = bkey is None or bkey.type is ConfigType.PASSWORD
+            if is_listener_ssl_config(name):   # Kafka's types: passwords and PEM keys hidden
+                sensitive = name.endswith((".password", ".ssl.keystore.key"))
             if name in dynamic:
                 raw: str | None = dynamic[name]
             elif name in default:
@@ -1607,7 +1609,8 @@ class ClusterMetadata:
                 synonyms.pop(0)
             source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             entries.append(ConfigEntry(
-                name=name, value=value, read_only=name not in DYNAMIC_BROKER_CONFIGS,
+                name=name, value=value,
+                read_only=name not in DYNAMIC_BROKER_CONFIGS and not is_listener_ssl_config(name),
                 source=source, is_sensitive=sensitive,
                 synonyms=synonyms if include_synonyms else [],
                 config_type=_ENTRY_TYPE[bkey.type] if bkey is not None else ConfigEntryType.UNKNOWN,

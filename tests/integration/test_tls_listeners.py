@@ -225,6 +225,11 @@ def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections
             conn.close()
             return seen == serial["renewed"]
         eventually(new_certificate, "new connections get the renewed certificate", 30)
+        described = run_kafka_class(KAFKA_CONFIGS, "--bootstrap-server", f"127.0.0.1:{plain}",
+                                    "--entity-type", "brokers", "--entity-name", "1",
+                                    "--describe")
+        assert f"listener.name.external.ssl.keystore.location={stores['renewed']}" \
+            in described.stdout, described.stdout + described.stderr
         assert before.request(metadata, MetadataResponse).brokers   # made before: still served
         before.close()
         refused = alter(stores["other"])

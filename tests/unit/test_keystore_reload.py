@@ -123,6 +123,10 @@ def test_listener_ssl_configs_are_per_broker_prefixed_checked_and_persisted(tmp_
         assert metadata.effective_broker_props()[KEY] == str(stores["old"])
         metadata.alter_broker_configs("1", [(KEY, OP_SET, str(stores["renewed"]))], True)
         assert seen[-1] == (str(stores["old"]), str(stores["renewed"]))
+        (entry,) = metadata.describe_broker_configs([KEY])
+        assert (entry.value, entry.read_only, entry.is_sensitive) == (str(stores["renewed"]),
+                                                                      False, False)
+        assert entry.source.name == "DYNAMIC_BROKER_CONFIG"
     finally:
         metadata.close()
     reopened = ClusterMetadata(logs, 1, _props(stores["old"]))   # as after a restart
