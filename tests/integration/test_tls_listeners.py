@@ -243,3 +243,48 @@ def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections
         assert seen == serial["renewed"] and conn.request(metadata, MetadataResponse).brokers
         conn.close()
     assert "Traceback" not in broker.output()
+
+
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_a_keystore_reload_in_a_zookeeper_cluster_applies_and_survives_a_restart(tmp_path):
+    """The change goes to ZooKeeper's /config/brokers/1; the broker reloads when its view shows
+    it, and starts with it again."""
+    import shutil
+    from cryptography import x509
+    from kafka_tools import KAFKA_CONFIGS, require_kafka_dist, run_kafka_class
+    from support.waiting import eventually
+    require_kafka_dist()
+    ca = make_ca(tmp_path / "ca")
+    stores = {}
+    for label in ("old", "renewed"):
+        stores[label] = tmp_path / f"{label}.pem"
+        shutil.copy(ca.issue("broker").keystore_pem, stores[label])
+    serial = {k: x509.load_pem_x509_certificate(p.read_bytes()).serial_number
+              for k, p in stores.items()}
+    cluster = StrataCluster(tmp_path / "cluster", brokers=1, overrides={
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SSL",
+        "inter.broker.listener.name": "PLAINTEXT", "offsets.topic.replication.factor": "1",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(stores["old"]),
+        "remote.log.storage.system.enable": "false", "log.remote.storage.enable": "false"})
+    broker = cluster.brokers[0]
+    tls = free_port()
+    both = f"PLAINTEXT://127.0.0.1:{broker.port},EXTERNAL://127.0.0.1:{tls}"
+    broker.process.overrides.update({"listeners": both, "advertised.listeners": both})
+    address = f"localhost:{tls}"
+
+    def seen() -> int:
+        found, conn = _peer_serial(address, ca)
+        conn.close()
+        return found
+    with cluster:
+        assert seen() == serial["old"]
+        result = run_kafka_class(KAFKA_CONFIGS, "--bootstrap-server", broker.bootstrap,
+                                 "--entity-type", "brokers", "--entity-name", "1", "--alter",
+                                 "--add-config",
+                                 f"listener.name.external.ssl.keystore.location={stores['renewed']}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        eventually(lambda: seen() == serial["renewed"], "the renewed certificate served", 30)
+        broker.stop()
+        broker.start()
+        assert seen() == serial["renewed"]
+    assert "Traceback" not in broker.output()
