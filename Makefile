@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	@bash scripts/system-deps.sh build
@@ -65,6 +65,12 @@ faults: venv system-deps
 faults-txn: venv system-deps
 	STRATA_TXN_KILLS=$${STRATA_TXN_KILLS:-30} \
 		$(VENV)/bin/pytest -q -m faults tests/integration/test_transactions_cluster.py
+
+# The object store unreachable for STRATA_S3_OUTAGE_S (60) while producing and consuming on a
+# tiered topic (`make test` has a 20 s outage); about 2 minutes.
+faults-tiered: venv system-deps
+	STRATA_S3_OUTAGE_S=$${STRATA_S3_OUTAGE_S:-60} \
+		$(VENV)/bin/pytest -q -m faults tests/integration/test_tiered_faults.py
 
 # The network-partition loop (issue 51): five faults (leader isolated, leader cut from ZooKeeper,
 # leader split from the majority, controller isolated, leader-follower link down), each

@@ -21,7 +21,8 @@ each partition's leader (``strata.server.txn_marker_sender``).
   all there), the group's committed offsets are the input's end offsets, a read_committed
   consumer that tailed the output during the kills saw nothing else, and the loop committed
   transactions after every kill (with the victim down, and again after its restart). The
-  ``short`` case (4 kills) is in ``make test``;
+  ``short`` case (2 kills: the coordinator, then an output partition's leader) is in
+  ``make test``;
   the ``long`` case (``STRATA_TXN_KILLS``, 30 by default) carries the ``faults`` marker of the
   long fault loop, so ``make test`` (``-m "not faults"``) leaves it out.
 
@@ -600,7 +601,7 @@ def test_kafka_python_and_aiokafka_transactional_producers_on_the_cluster(cluste
 
 
 @pytest.mark.parametrize("kills", [
-    pytest.param(4, id="short"),
+    pytest.param(2, id="short"),
     pytest.param(LONG_KILLS, id="long", marks=pytest.mark.faults),
 ])
 def test_consume_transform_produce_is_exactly_once_across_broker_kills(cluster, kills):
