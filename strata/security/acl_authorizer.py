@@ -292,11 +292,14 @@ class StandardAuthorizer:
         self._write_lock = threading.RLock()
         # every resource's entries (what describe and delete read)
         self._resources: dict[ResourcePattern, Entries] = {}
-        # the decision index: (type, name) -> entries of literal patterns; (type, prefix) ->
-        # entries of prefixed ones; type -> the prefix lengths present, longest first
-        self._literal: dict[tuple[ResourceType, str], tuple[AccessControlEntry, ...]] = {}
-        self._prefixed: dict[tuple[ResourceType, str], tuple[AccessControlEntry, ...]] = {}
-        self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
+        # the decision index, per resource type: name -> entries of literal patterns, prefix
+        # -> entries of prefixed ones, the prefix lengths present (longest first)
+        self._literal: dict[ResourceType, dict[str, tuple[AccessControlEntry, ...]]] = {
+            t: {} for t in ResourceType}
+        self._prefixed: dict[ResourceType, dict[str, tuple[AccessControlEntry, ...]]] = {
+            t: {} for t in ResourceType}
+        self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {t: () for t in ResourceType}
+        self._prefix_counts: dict[ResourceType, dict[int, int]] = {}   # length -> prefixes
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], store: AclStore | None = None
@@ -336,19 +339,25 @@ class StandardAuthorizer:
             self._resources[resource] = entries
         else:
             self._resources.pop(resource, None)
-        key = (resource.resource_type, resource.name)
+        key = resource.name
         # DENY entries first: a decision stops at the first DENY that applies
         ordered = tuple(sorted(entries, key=lambda e: (e.permission_type != AclPermissionType.DENY,
                                                        e.principal, e.host, e.operation)))
-        index = self._literal if resource.pattern_type == PatternType.LITERAL else self._prefixed
+        index = (self._literal if resource.pattern_type == PatternType.LITERAL
+                 else self._prefixed)[resource.resource_type]
+        had = key in index
         if ordered:
             index[key] = ordered
         else:
             index.pop(key, None)
-        if resource.pattern_type == PatternType.PREFIXED:
+        if resource.pattern_type == PatternType.PREFIXED and had != bool(ordered):
             rtype = resource.resource_type
-            self._prefix_lengths[rtype] = tuple(sorted(
-                {len(name) for (t, name) in self._prefixed if t == rtype}, reverse=True))
+            counts = self._prefix_counts.setdefault(rtype, {})
+            size = len(resource.name)
+            counts[size] = counts.get(size, 0) + (1 if ordered else -1)
+            if not counts[size]:
+                del counts[size]
+            self._prefix_lengths[rtype] = tuple(sorted(counts, reverse=True))
 
     # ---- decisions -----------------------------------------------------------------------------
 
@@ -426,19 +435,21 @@ class StandardAuthorizer:
     def _decide(self, who: str, host: str, action: Action) -> _Rule:
         rtype, name, op = action.resource_type, action.name, action.operation
         candidates = []
-        found = self._literal.get((rtype, name))
+        literal = self._literal[rtype]
+        found = literal.get(name)
         if found:
             candidates.append((found, PatternType.LITERAL, name))
         if name != WILDCARD_RESOURCE:
-            found = self._literal.get((rtype, WILDCARD_RESOURCE))
+            found = literal.get(WILDCARD_RESOURCE)
             if found:
                 candidates.append((found, PatternType.LITERAL, WILDCARD_RESOURCE))
-        lengths = self._prefix_lengths.get(rtype)
+        lengths = self._prefix_lengths[rtype]
         if lengths:
+            prefixed = self._prefixed[rtype]
             size = len(name)
             for length in lengths:
                 if length <= size:
-                    found = self._prefixed.get((rtype, name[:length]))
+                    found = prefixed.get(name[:length])
                     if found:
                         candidates.append((found, PatternType.PREFIXED, name[:length]))
         if not candidates:
