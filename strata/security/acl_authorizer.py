@@ -14,8 +14,9 @@ DENY). A decision for principal P from host H doing operation O on resource type
 - no binding at all for the resource (any principal): ``allow.everyone.if.no.acl.found``
   (default false); some, none applying: denied.
 
-The index: literal bindings by (type, name), prefixed ones by (type, prefix) with the prefix
-lengths of each type, so a decision costs a few dict lookups whatever the number of bindings.
+The index, per resource type: literal bindings by name, prefixed ones by prefix, and the
+prefix lengths present (counted as bindings come and go), so a decision costs a few dict
+lookups (one per distinct prefix length) whatever the number of bindings.
 Readers (the event loop) read immutable tuples that writers replace whole.
 
 Decisions go to the ``kafka.authorizer.logger`` logger as Kafka's audit messages: denials at
