@@ -137,19 +137,27 @@ def _frame(body, correlation_id: int = 1) -> bytes:
     return framed(client_frame(body, correlation_id, "fuzz"))
 
 
-def _exchange_frames() -> list[bytes]:
-    """A PLAIN login's and a SCRAM client-first's SaslHandshake and SaslAuthenticate frames."""
+def _exchange_frames() -> list[tuple[bytes, bytes]]:
+    """(handshake, first token) frames: a PLAIN login's and a SCRAM client-first's with
+    SaslHandshake v1 and SaslAuthenticate, and after SaslHandshake v0 as raw token frames."""
+    import struct
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as HandshakeV0
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-    return [_frame(SaslHandshakeRequest(mechanism="PLAIN")),
-            _frame(SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"), 2),
-            _frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")),
-            _frame(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"), 2)]
+    plain, scram = b"\0alice\0alice-secret", b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+    return [(_frame(SaslHandshakeRequest(mechanism="PLAIN")),
+             _frame(SaslAuthenticateRequest(auth_bytes=plain), 2)),
+            (_frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")),
+             _frame(SaslAuthenticateRequest(auth_bytes=scram), 2)),
+            (_frame(HandshakeV0(mechanism="PLAIN")), struct.pack(">i", len(plain)) + plain),
+            (_frame(HandshakeV0(mechanism="SCRAM-SHA-512")),
+             struct.pack(">i", len(scram)) + scram)]
 
 
 def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_go_on(broker):
-    """Bit flips, truncations, boundary integers and oversized frames in the SASL exchange:
-    each connection is answered or closed (never left hanging), and a real login still works."""
+    """Bit flips, truncations, boundary integers and oversized frames in the SASL exchange (v1,
+    and v0's raw token frames): each connection is answered or closed (never left hanging), and
+    a real login still works."""
     import random
     import socket
     from confluent_kafka.admin import AdminClient as Admin
@@ -158,7 +166,7 @@ def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_
     frames = _exchange_frames()
     sent = 0
     for _ in range(300):
-        handshake, token = (frames[0], frames[1]) if rng.random() < 0.5 else (frames[2], frames[3])
+        handshake, token = rng.choice(frames)
         pair = bytearray(handshake + token)
         kind = rng.randrange(4)
         if kind == 0:
