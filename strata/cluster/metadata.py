@@ -1417,9 +1417,12 @@ class ClusterMetadata:
             updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
             if configs:
                 updated[resource_name] = configs
-            if self.broker_config_validator is not None and configs != old:
+            if self.broker_config_validator is not None and (configs != old or per_broker):
                 self.broker_config_validator(self.effective_broker_props(),
                                              self.effective_broker_props(updated))
+            if configs == old and per_broker and not validate_only:
+                # the same keystore path again: Kafka reloads the file if it changed
+                self._notify("on_broker_configs_changed", self.remote_log_manager_config)
             if validate_only or configs == old:
                 return configs
             self._store_broker_configs(resource_name, configs, updated)

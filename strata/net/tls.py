@@ -34,7 +34,7 @@ from strata.common.listeners import listener_prop
 log = logging.getLogger(__name__)
 
 __all__ = ["TlsConfigError", "check_keystore_update", "cipher_suites", "client_context",
-           "reload_server_context", "server_context"]
+           "keystore_certificate", "reload_server_context", "server_context"]
 
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 # ssl.protocol: the SSLContext's protocol; TLSv1.2 keeps the broker's client side off TLS 1.3
@@ -320,8 +320,8 @@ def client_context(props: Mapping[str, str], listener: str | None = None) -> ssl
 
 # ---- keystores reloaded at runtime (Kafka's SslFactory.reconfigure) ---------------------------
 
-def _leaf(props, listener):
-    """The keystore's own certificate, or None without a keystore."""
+def keystore_certificate(props, listener):
+    """The keystore's own certificate (``cryptography``'s), or None without a keystore."""
     from cryptography import x509
     keystore = _keystore_pem(props, listener)
     if keystore is None:
@@ -341,15 +341,18 @@ def _flag(props, listener, key: str) -> bool:
     return (_get(props, listener, key, "false") or "false").lower() == "true"
 
 
-def check_keystore_update(old: Mapping[str, str], new: Mapping[str, str], listener: str) -> None:
+def check_keystore_update(old: Mapping[str, str], new: Mapping[str, str], listener: str,
+                          current=None) -> None:
     """Refuse (TlsConfigError, Kafka's messages) a listener's new keystore or truststore as
     Kafka's SslFactory does: one that does not make a working context, a keystore added or
     removed, a truststore added, a certificate whose subject DN differs (unless
     ``ssl.allow.dn.changes``) or whose SANs leave out any of the old ones (unless
-    ``ssl.allow.san.changes``)."""
+    ``ssl.allow.san.changes``). ``current``: the certificate served now, when the old
+    settings' files may have changed since they were loaded."""
     try:
         server_context(new, listener)
-        before, after = _leaf(old, listener), _leaf(new, listener)
+        before = current if current is not None else keystore_certificate(old, listener)
+        after = keystore_certificate(new, listener)
     except Exception as exc:  # noqa: BLE001 - any failure to load refuses the change
         raise TlsConfigError(f"Validation of dynamic config update of SSLFactory failed: "
                              f"{exc}") from None

@@ -185,7 +185,8 @@ def _peer_serial(address: str, ca) -> tuple:
 def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections(tmp_path):
     """kafka-configs sets listener.name.external.ssl.keystore.location on the broker: new TLS
     connections get the renewed certificate, one made before keeps working, a keystore of
-    another subject DN is refused, and the change survives a restart."""
+    another subject DN is refused, a file rotated in place is reloaded when its path is given
+    again, and the change survives a restart."""
     import shutil
     from cryptography import x509
     from kio.schema.metadata.v12.request import MetadataRequest
@@ -220,11 +221,11 @@ def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections
         result = alter(stores["renewed"])
         assert result.returncode == 0, result.stdout + result.stderr
 
-        def new_certificate() -> bool:
+        def serves(label: str) -> bool:
             seen, conn = _peer_serial(address, ca)
             conn.close()
-            return seen == serial["renewed"]
-        eventually(new_certificate, "new connections get the renewed certificate", 30)
+            return seen == serial[label]
+        eventually(lambda: serves("renewed"), "new connections get the renewed certificate", 30)
         described = run_kafka_class(KAFKA_CONFIGS, "--bootstrap-server", f"127.0.0.1:{plain}",
                                     "--entity-type", "brokers", "--entity-name", "1",
                                     "--describe")
@@ -235,12 +236,22 @@ def test_kafka_configs_reloads_a_listeners_keystore_without_dropping_connections
         refused = alter(stores["other"])
         assert refused.returncode != 0
         assert "DistinguishedName does not match" in refused.stdout + refused.stderr
-        seen, conn = _peer_serial(address, ca)
-        conn.close()
-        assert seen == serial["renewed"]
+        assert serves("renewed")
+        # rotated in place: the same path given again reloads the changed file (Kafka's way),
+        # after the same DN check against the certificate served
+        shutil.copy(stores["other"], stores["renewed"])
+        refused = alter(stores["renewed"])
+        assert "DistinguishedName does not match" in refused.stdout + refused.stderr
+        rotated = ca.issue("broker").keystore_pem
+        shutil.copy(rotated, stores["renewed"])
+        serial["rotated"] = x509.load_pem_x509_certificate(rotated.read_bytes()).serial_number
+        result = alter(stores["renewed"])
+        assert result.returncode == 0, result.stdout + result.stderr
+        eventually(lambda: serves("rotated"), "new connections get the certificate rotated in "
+                   "place", 30)
     with broker:   # restarted: the stored change is applied at startup
         seen, conn = _peer_serial(address, ca)
-        assert seen == serial["renewed"] and conn.request(metadata, MetadataResponse).brokers
+        assert seen == serial["rotated"] and conn.request(metadata, MetadataResponse).brokers
         conn.close()
     assert "Traceback" not in broker.output()
 

@@ -134,3 +134,41 @@ def test_listener_ssl_configs_are_per_broker_prefixed_checked_and_persisted(tmp_
         assert reopened.effective_broker_props()[KEY] == str(stores["renewed"])
     finally:
         reopened.close()
+
+
+def test_the_reloader_loads_a_file_rotated_in_place_and_refuses_another_dn(tmp_path):
+    """A metadata change (here: nothing but a notification) reloads a keystore file changed in
+    place when the certificate keeps its DN; one of another DN is logged and not used."""
+    import asyncio
+    import os
+    from types import SimpleNamespace
+    from strata.server.tls_reload import ListenerTlsReloader
+    ca, stores = _keystores(tmp_path)
+    live = tmp_path / "live.pem"
+    shutil.copy(stores["old"], live)
+    props = _props(live)
+    server = SimpleNamespace(listener="SSL", ssl=server_context(props, "SSL"))
+    client = ssl.create_default_context(cafile=str(ca.pem))
+    loop = asyncio.new_event_loop()
+    reloader = ListenerTlsReloader(SimpleNamespace(effective_broker_props=lambda: props),
+                                   [server], loop)
+
+    def notified_and_served(source) -> int:
+        shutil.copy(source, live)
+        stat = live.stat()
+        os.utime(live, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a new mtime
+        reloader.on_broker_configs_changed()
+        loop.run_until_complete(asyncio.sleep(0))   # the reload runs on the loop
+        conn, t = _connect(server.ssl, client)
+        try:
+            return _serial(conn)
+        finally:
+            conn.close()
+            t.join(5)
+    try:
+        def serial_of(label):
+            return x509.load_pem_x509_certificate(stores[label].read_bytes()).serial_number
+        assert notified_and_served(stores["renewed"]) == serial_of("renewed")
+        assert notified_and_served(stores["other-dn"]) == serial_of("renewed")
+    finally:
+        loop.close()
