@@ -210,7 +210,15 @@ def _read_all(bootstrap: str, topic: str) -> list:
         c.close()
 
 
-def test_mutated_real_client_requests_get_kafka_errors_or_close_only_their_connection(tmp_path):
+# With Kafka's authorizer on (issue 46) every mutated request is also decided by it: with no
+# binding, allow.everyone.if.no.acl.found lets the clients' traffic through.
+AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+              "allow.everyone.if.no.acl.found": "true"}
+
+
+@pytest.mark.parametrize("authorizer", [False, True], ids=["no-authorizer", "authorizer"])
+def test_mutated_real_client_requests_get_kafka_errors_or_close_only_their_connection(
+        tmp_path, authorizer):
     ck = pytest.importorskip("confluent_kafka")
     broker_port = free_port()
     proxy = RecordingProxy(broker_port)
@@ -218,7 +226,8 @@ def test_mutated_real_client_requests_get_kafka_errors_or_close_only_their_conne
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",
         "group.initial.rebalance.delay.ms": "0", "socket.request.max.bytes": str(1 << 20),
         # the first connection idles through the whole run and must outlive it
-        "connections.max.idle.ms": str(int(max(600, FUZZ_SECONDS + 300) * 1000))})
+        "connections.max.idle.ms": str(int(max(600, FUZZ_SECONDS + 300) * 1000)),
+        **(AUTHORIZER if authorizer else {})})
     with broker:
         _client_traffic(f"127.0.0.1:{proxy.port}")
         proxy.recording = False
