@@ -8,6 +8,7 @@ and ``authorized_operations`` is every operation the resource type supports.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import error_response
@@ -18,6 +19,10 @@ from strata.security.authorizer import (
 from strata.security.sasl import ANONYMOUS, KafkaPrincipal
 from strata.server import authz
 from strata.server.handlers.group_common import CURRENT_CONNECTION
+
+
+# Actions are immutable and a broker asks about the same few over and over: made once each
+_action = lru_cache(maxsize=16384)(Action)
 
 
 def caller() -> tuple[KafkaPrincipal, str]:
@@ -103,14 +108,18 @@ def denied_names(ctx, operation: AclOperation, resource_type: ResourceType,
     """The names among ``names`` the caller may not do ``operation`` on: one authorizer call
     for the whole request, and nothing at all without an authorizer (the produce and fetch
     paths ask this for every request)."""
-    if getattr(ctx, "authorizer", None) is None:
+    authorizer = getattr(ctx, "authorizer", None)
+    if authorizer is None:
         return NOTHING_DENIED
     unique = list(dict.fromkeys(names))
     if not unique:
         return NOTHING_DENIED
-    allowed = filter_authorized(ctx, operation, resource_type, unique,
-                                log_if_denied=log_if_denied)
-    return frozenset(n for n in unique if n not in allowed)
+    principal, host = caller()
+    decisions = authorizer.authorize(principal, host, [
+        _action(operation, resource_type, n, True, log_if_denied) for n in unique])
+    if all(decisions):
+        return NOTHING_DENIED
+    return frozenset(n for n, ok in zip(unique, decisions) if not ok)
 
 
 def denied_topics(ctx, operation: AclOperation, names: Iterable[str], *,
