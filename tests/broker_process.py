@@ -67,6 +67,8 @@ class BrokerProcess:
 
     def launch(self) -> "BrokerProcess":
         """Start the process without waiting for it to listen."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"the broker on port {self.port} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
@@ -104,6 +106,9 @@ class BrokerProcess:
         return code
 
     def __enter__(self) -> "BrokerProcess":
+        """Starts the broker unless ``start()`` already did (``with BrokerProcess(...).start()``)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         return self.start()
 
     def __exit__(self, *exc) -> None:
