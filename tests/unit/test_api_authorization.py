@@ -18,6 +18,7 @@ from kio.serial import entity_reader
 from strata.cluster.metadata import ZERO_UUID
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
+from strata.coordinator.txn_coordinator import DescribedTxn, ListedTxn
 from strata.protocol.codec import (
     ApiKey, encode_response, make, parse_request, request_class, response_class)
 from strata.protocol.records import SimpleRecord, build_batch
@@ -536,13 +537,32 @@ def test_txn_offset_commit_needs_the_transactional_id_the_group_and_the_topics()
     asyncio.run(scenario())
 
 
-def test_describe_transactions_needs_describe_on_the_transactional_id(broker):
+class FakeTxnCoordinator:
+    """Two ongoing transactions, tx (on paid and audit) and other."""
+
+    def describe(self, tid):
+        return DescribedTxn(ErrorCode.NONE, tid, "Ongoing", 7, 0, 60_000, 1_700_000_000_000,
+                            (TopicPartition("audit", 0), TopicPartition("paid", 0)))
+
+    def list_transactions(self, states, producer_ids, duration):
+        return ErrorCode.NONE, [ListedTxn("tx", 7, "Ongoing"), ListedTxn("other", 8, "Ongoing")], []
+
+
+def test_transactions_are_described_and_listed_only_where_the_principal_may_describe(broker):
     ctx, _, _ = broker
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"))
+    ctx.txn_coordinator = FakeTxnCoordinator()
+    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"),
+                            ("alice", Op.DESCRIBE, R.TOPIC, "paid"))
     r = send(ctx, "bob", ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
-    assert r.transaction_states[0].error_code == TIAF
+    assert (r.transaction_states[0].error_code, r.transaction_states[0].topics) == (TIAF, ())
     r = send(ctx, "alice", ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
-    assert r.transaction_states[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    [state] = r.transaction_states
+    assert (state.error_code, [(t.topic, t.partitions) for t in state.topics]) == (
+        0, [("paid", (0,))])   # audit's partition is not shown
+    for user, listed in (("bob", []), ("alice", ["tx"])):
+        r = send(ctx, user, ApiKey.LIST_TRANSACTIONS, 1, state_filters=(), producer_id_filters=(),
+                 duration_filter=-1)
+        assert [t.transactional_id for t in r.transaction_states] == listed
 
 
 # ---- the inter-broker APIs -----------------------------------------------------------------------
