@@ -12,10 +12,7 @@ from functools import lru_cache
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import error_response
-from strata.security.acl_authorizer import AclBindingFilter
-from strata.security.authorizer import (
-    CLUSTER_NAME, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action, PatternType,
-    ResourceType)
+from strata.security.authorizer import CLUSTER_NAME, AclOperation, Action, ResourceType
 from strata.security.sasl import ANONYMOUS, KafkaPrincipal
 from strata.server import authz
 from strata.server.handlers.group_common import CURRENT_CONNECTION
@@ -132,44 +129,18 @@ def denied_topics(ctx, operation: AclOperation, names: Iterable[str], *,
 
 def authorize_by_resource_type(ctx, operation: AclOperation, resource_type: ResourceType) -> bool:
     """Kafka's ``authorizeByResourceType``: whether the caller may do ``operation`` on some
-    resource of the type: an ALLOW binding (literal, prefixed or ``*``) that no DENY binding
-    covers (Kafka's ``Authorizer`` default method, over the authorizer's ``acls``)."""
+    resource of the type (the authorizer's ``authorize_by_resource_type``; an authorizer
+    without one is asked about a made-up name, which allows super users and
+    allow.everyone.if.no.acl.found)."""
     authorizer = getattr(ctx, "authorizer", None)
     if authorizer is None:
         return True
     principal, host = caller()
-    # a made-up name: super users, and allow.everyone.if.no.acl.found with no binding
-    if authorizer.authorize(principal, host, [Action(operation, resource_type, "hardcode",
-                                                     log_if_denied=False)])[0]:
-        return True
-    listing = getattr(authorizer, "acls", None)
-    if listing is None:
-        return False
-    who = str(principal)
-    deny_literal, deny_prefixed, allow, wildcard_allow = set(), set(), [], False
-    for binding in listing(AclBindingFilter(resource_type=resource_type)):
-        e, pattern = binding.entry, binding.pattern
-        if e.host not in (host, WILDCARD_RESOURCE) or e.principal not in (who, "User:*") or \
-                e.operation not in (operation, AclOperation.ALL):
-            continue
-        literal = pattern.pattern_type == PatternType.LITERAL
-        if e.permission_type == AclPermissionType.DENY:
-            if literal and pattern.name == WILDCARD_RESOURCE:
-                return False
-            (deny_literal if literal else deny_prefixed).add(pattern.name)
-        elif e.permission_type == AclPermissionType.ALLOW:
-            if literal and pattern.name == WILDCARD_RESOURCE:
-                wildcard_allow = True
-            else:
-                allow.append((literal, pattern.name))
-    if wildcard_allow:
-        return True
-    for literal, name in allow:
-        if literal and name in deny_literal:
-            continue
-        if not any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
-            return True
-    return False
+    by_type = getattr(authorizer, "authorize_by_resource_type", None)
+    if by_type is not None:
+        return bool(by_type(principal, host, operation, resource_type))
+    return authorizer.authorize(principal, host, [Action(operation, resource_type, "hardcode",
+                                                         log_if_denied=False)])[0]
 
 
 def cluster_operations(ctx, include: bool) -> int:
