@@ -483,7 +483,8 @@ class ReplicaFetcher:
         a partition left out is not read (nor counted as fetching) while it waits.
 
         A new partition's KIP-1023 start is added to ``worker`` (steps for a worker thread),
-        and the partition is fetched once it is done."""
+        and the partition is fetched once it is done; a round with worker steps runs them
+        instead of a Fetch (None), leaving the session as it was."""
         m = self.manager
         fetch: dict[TopicPartition, FetchData] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
@@ -514,6 +515,11 @@ class ReplicaFetcher:
             self._delay(missing, m.backoff_ms)
         if throttled:  # over follower.replication.throttled.rate: asked again once it drains
             self._delay(throttled, min(m.backoff_ms, max(1, m.quota.throttle_time_ms())))
+        if worker:
+            # this round runs the worker steps and sends no Fetch: the session must not take
+            # in what it would have sent (the leader would never hear of a partition added or
+            # moved here, and would go on reading it from where it was)
+            return None, {}
         to_send, to_forget, session_id, session_epoch = self._session.build(fetch)
         if not sent and not to_forget:
             return None, sent

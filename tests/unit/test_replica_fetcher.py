@@ -1159,6 +1159,38 @@ def test_a_follower_fetches_in_a_session_with_stratas_own_leader(cluster, tmp_pa
         wire.close()
 
 
+def test_a_round_that_runs_a_worker_step_leaves_the_session_to_the_next_fetch(cluster, tmp_path):
+    """A new partition's KIP-1023 start runs in a worker instead of that round's Fetch. The
+    session must not take in what that round would have sent: the leader would never hear
+    of it. Here the other partition's fetch offset moved back (a truncation) in that round;
+    the leader must be told, else it goes on reading from where it was and the follower
+    never gets those offsets again."""
+    second = TopicPartition(TP.topic, 1)
+    wire = WireLeader(tmp_path / "wire-leader", partitions=2)
+    m = None
+    try:
+        wire.append(3)
+        wire.append(2, second)
+        follower = cluster.follower()
+        other = cluster.follower(second)
+        m = wire_manager(cluster, wire, remote_aux_state=RemoteRebuild([]),
+                         fetch_last_tiered_offset=True)
+        m.add_partitions({TP: (LEADER, 0)})
+        eventually(lambda: follower.log_end_offset == 3 and len(wire.fetches) >= 3,
+                   "a running session")
+        (fetcher,) = m.threads().values()
+        with fetcher._lock:   # both changes before the fetcher's next round
+            assert follower.truncate_to(1)
+            m.add_partitions({second: (LEADER, 0)})   # new: its start is a worker step
+        eventually(lambda: other.log_end_offset == 2, "the new partition's records")
+        eventually(lambda: follower.log_end_offset == 3, "the truncated offsets fetched again")
+        assert all_bytes(follower) == all_bytes(wire.rm.get_log(TP))
+    finally:
+        if m is not None:
+            m.shutdown()
+        wire.close()
+
+
 @pytest.mark.parametrize("lose", ["evicted", "wrong epoch"])
 def test_a_session_the_leader_lost_is_replaced_by_a_full_fetch_without_back_off(
         cluster, tmp_path, lose):
