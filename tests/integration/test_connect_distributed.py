@@ -208,6 +208,8 @@ class Worker:
             "heartbeat.interval.ms": "1000",
             "listeners": self.url,
             "plugin.path": str(plugins),
+            # the plugin has its ServiceLoader manifest: no 4 s reflective scan of the classpath
+            "plugin.discovery": "service_load",
             **{f"{prefix}.{k}": v for prefix in ("config.storage", "offset.storage",
                                                  "status.storage")
                for k, v in INTERNAL_TOPIC_SETTINGS.items()},

@@ -310,7 +310,9 @@ def test_kafka_connect_alters_deletes_and_resets_a_stopped_sink_connectors_offse
             f"offset.storage.file.filename={tmp_path / 'connect.offsets'}",
             "offset.flush.interval.ms=500",
             f"listeners=http://127.0.0.1:{rest_port}",
-            f"plugin.path={plugins}", ""]))
+            f"plugin.path={plugins}",
+            "plugin.discovery=service_load",   # no reflective scan: the plugin has its manifest
+            ""]))
         connector = tmp_path / "sink.properties"
         connector.write_text("name=sink\nconnector.class=strata.testing.DiscardingSinkConnector\n"
                              "topics=sinkin\ntasks.max=1\n")
