@@ -12,7 +12,8 @@ from functools import lru_cache
 
 from strata.common.errors import ErrorCode
 from strata.protocol.codec import error_response
-from strata.security.authorizer import CLUSTER_NAME, AclOperation, Action, ResourceType
+from strata.security.authorizer import (
+    CLUSTER_NAME, AclOperation, Action, PatternType, ResourceType)
 from strata.security.sasl import ANONYMOUS, KafkaPrincipal
 from strata.server import authz
 from strata.server.handlers.group_common import CURRENT_CONNECTION
@@ -113,7 +114,8 @@ def denied_names(ctx, operation: AclOperation, resource_type: ResourceType,
         return NOTHING_DENIED
     principal, host = caller()
     decisions = authorizer.authorize(principal, host, [
-        _action(operation, resource_type, n, True, log_if_denied) for n in unique])
+        _action(operation, resource_type, n, PatternType.LITERAL, True, log_if_denied)
+        for n in unique])
     if all(decisions):
         return NOTHING_DENIED
     return frozenset(n for n, ok in zip(unique, decisions) if not ok)

@@ -25,7 +25,7 @@ from strata.protocol.records import SimpleRecord, build_batch
 from strata.security.acl_authorizer import (
     AccessControlEntry, AclBinding, ResourcePattern, StandardAuthorizer)
 from strata.security.authorizer import (
-    CLUSTER_NAME, AclOperation as Op, AclPermissionType, PatternType, ResourceType as R)
+    CLUSTER_NAME, AclOperation as Op, AclPermissionType, Action, PatternType, ResourceType as R)
 from strata.security.sasl import KafkaPrincipal
 from strata.server import authz
 from strata.server.dispatch import Dispatcher
@@ -51,6 +51,9 @@ class Grants:
 
     def authorize(self, principal, host, actions):
         assert host == "10.0.0.7"
+        assert all(isinstance(a, Action) and a.pattern_type == PatternType.LITERAL
+                   and isinstance(a.log_if_allowed, bool) and isinstance(a.log_if_denied, bool)
+                   for a in actions)
         self.calls.append(list(actions))
         return [(principal.name, a.operation, a.resource_type, a.name) in self.grants
                 for a in actions]
