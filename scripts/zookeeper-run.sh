@@ -3,6 +3,8 @@
 # (installed by scripts/system-deps.sh), without its init scripts:
 #   scripts/zookeeper-run.sh PORT DIR [TICK_MS] [ADDRESS]
 # writes DIR/zoo.cfg, keeps its data in DIR/data and serves on ADDRESS:PORT (127.0.0.1).
+# ZOOKEEPER_EXTRA_CFG (lines appended to zoo.cfg) and ZOOKEEPER_JVM_FLAGS (e.g. a JAAS file's
+# -Djava.security.auth.login.config) configure SASL or a TLS port.
 # A 500 ms tick allows sessions of 1 s (2 ticks) up to 60 s (Kafka's default is 18 s).
 set -euo pipefail
 port=${1:?usage: zookeeper-run.sh PORT DIR [TICK_MS] [ADDRESS]}
@@ -25,8 +27,10 @@ maxSessionTimeout=60000
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,mntr
 CFG
+if [ -n "${ZOOKEEPER_EXTRA_CFG:-}" ]; then printf '%s\n' "$ZOOKEEPER_EXTRA_CFG" >> "$dir/zoo.cfg"; fi
 # zookeeper.jar's manifest names its dependencies; slf4j-simple (when present) logs to stderr.
 cp=$jar
 [ -f /usr/share/java/slf4j-simple.jar ] && cp="$cp:/usr/share/java/slf4j-simple.jar"
-exec java -Xmx256m -XX:+UseSerialGC -cp "$cp" \
+# shellcheck disable=SC2086  # the flags are words
+exec java -Xmx256m -XX:+UseSerialGC ${ZOOKEEPER_JVM_FLAGS:-} -cp "$cp" \
   org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg"

@@ -44,12 +44,15 @@ class ZooKeeperServer:
     down to 1 s. Usable as a context manager (start, then stop)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500,
-                 host: str = "127.0.0.1", prefix: Sequence[str] = ()):
+                 host: str = "127.0.0.1", prefix: Sequence[str] = (),
+                 extra_config: Sequence[str] = (), jvm_flags: Sequence[str] = ()):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.host = host
         self.prefix = list(prefix)
         self.tick_ms = tick_ms
+        self.extra_config = list(extra_config)  # zoo.cfg lines (SASL, a secureClientPort)
+        self.jvm_flags = list(jvm_flags)
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir / "zookeeper.log"
         self._log = None
@@ -63,7 +66,9 @@ class ZooKeeperServer:
         self.proc = subprocess.Popen(
             [*self.prefix, "bash", str(RUN_SCRIPT), str(self.port), str(self.data_dir),
              str(self.tick_ms), self.host],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "ZOOKEEPER_EXTRA_CFG": "\n".join(self.extra_config),
+                 "ZOOKEEPER_JVM_FLAGS": " ".join(self.jvm_flags)})
 
         def serving() -> bool:
             if self.proc.poll() is not None:

@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -18,10 +21,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.cache import TreeCache, TreeEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
 from strata.cluster.image import BrokerRegistration, PartitionRegistration
 from strata.cluster.zk import znodes as z
-from strata.cluster.zk.config import ZkClientConfig
+from strata.cluster.zk.config import ZkClientConfig, ZkConfigError, ZkTlsConfig
 from strata.cluster.zk.session_lease import ZkSessionLease
 from strata.common.types import TopicPartition
 
@@ -67,6 +71,105 @@ class UpdateLeaderAndIsrResult:
     to_retry: Sequence[TopicPartition] = field(default_factory=tuple)
 
 
+# ZkData.SensitiveRootPaths: with zookeeper.set.acl=true not even world-readable.
+SENSITIVE_ROOT_PATHS = (f"{z.CONFIG_PATH}/users", f"{z.CONFIG_PATH}/brokers",
+                        "/delegation_token/tokens")
+
+
+def default_acls(secure: bool, path: str) -> list[ACL]:
+    """Kafka's ``ZkData.defaultAcls``: with ``zookeeper.set.acl`` the creator (the broker's
+    SASL or x509 identity) gets ALL and everyone READ, except on sensitive paths; the old
+    consumers' path stays open, as everything does without it."""
+    if not secure or path == z.CONSUMERS_PATH:
+        return list(OPEN_ACL_UNSAFE)
+    acls = list(CREATOR_ALL_ACL)
+    if not path.startswith(SENSITIVE_ROOT_PATHS):
+        acls += READ_ACL_UNSAFE
+    return acls
+
+
+class _AclTransaction(TransactionRequest):
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None:
+            acl = self.client.acls_for(path)
+        return super().create(path, value, acl, ephemeral, sequence)
+
+
+class _AclKazooClient(KazooClient):
+    """Every create without explicit ACLs (``create``, ``ensure_path`` and its parents, a
+    multi's creates) gets ``default_acls`` of its own chroot-relative path; a ``create`` with
+    ``makepath`` makes the missing parents with theirs first."""
+
+    def __init__(self, *args: Any, set_acl: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.set_acl = set_acl
+
+    def acls_for(self, path: str) -> list[ACL]:
+        return default_acls(self.set_acl, path)
+
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
+               makepath=False, include_data=False):
+        if makepath and acl is None:
+            parent = path.rstrip("/").rsplit("/", 1)[0]
+            if parent:
+                self.ensure_path(parent)
+        return super().create(path, value, acl, ephemeral, sequence, makepath, include_data)
+
+    def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
+                     makepath=False, include_data=False):
+        if acl is None:
+            acl = self.acls_for(path)
+        return super().create_async(path, value, acl, ephemeral, sequence, makepath,
+                                    include_data)
+
+    def transaction(self):
+        return _AclTransaction(self)
+
+
+def _pem_files(tls: ZkTlsConfig, directory: str) -> dict[str, Any]:
+    """kazoo's ``keyfile``/``certfile``/``ca`` from the ``zookeeper.ssl.*`` stores (PKCS12 or
+    PEM; Kafka's JKS is not readable here), written to ``directory``."""
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding, NoEncryption, PrivateFormat, pkcs12)
+
+    def kind(store_type: str | None, location: str) -> str:
+        t = (store_type or "").upper()
+        if t in ("", "PKCS12", "PEM"):
+            return t or ("PEM" if location.endswith((".pem", ".crt")) else "PKCS12")
+        raise ZkConfigError(f"zookeeper.ssl keystore type {store_type} is not supported "
+                            f"(PKCS12 or PEM)")
+
+    def write(name: str, data: bytes) -> str:
+        path = os.path.join(directory, name)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(data)
+        return path
+
+    out: dict[str, Any] = {}
+    if tls.keystore_location:
+        if kind(tls.keystore_type, tls.keystore_location) == "PEM":
+            out["certfile"] = out["keyfile"] = tls.keystore_location
+            out["keyfile_password"] = tls.keystore_password
+        else:
+            key, cert, extra = pkcs12.load_key_and_certificates(
+                open(tls.keystore_location, "rb").read(),
+                tls.keystore_password.encode() if tls.keystore_password else None)
+            out["keyfile"] = write("key.pem", key.private_bytes(
+                Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+            out["certfile"] = write("chain.pem", b"".join(
+                c.public_bytes(Encoding.PEM) for c in [cert, *extra]))
+    if tls.truststore_location:
+        if kind(tls.truststore_type, tls.truststore_location) == "PEM":
+            out["ca"] = tls.truststore_location
+        else:
+            _, cert, extra = pkcs12.load_key_and_certificates(
+                open(tls.truststore_location, "rb").read(),
+                tls.truststore_password.encode() if tls.truststore_password else None)
+            out["ca"] = write("ca.pem", b"".join(
+                c.public_bytes(Encoding.PEM) for c in [*([cert] if cert else []), *extra]))
+    return out
+
+
 def _error(exc: BaseException, what: str) -> ZooKeeperError:
     kind = ZkNodeExistsError if isinstance(exc, NodeExistsError) else ZooKeeperError
     err = kind(f"{what}: {type(exc).__name__}")
@@ -92,7 +195,8 @@ class StrataZkClient:
 
     def __init__(self, config: ZkClientConfig):
         self.config = config
-        self._zk = KazooClient(hosts=config.connect, timeout=config.session_timeout_ms / 1000)
+        self._tls_dir: str | None = None
+        self._zk = self._kazoo(config.connect)
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, ignore_expire=True,
                                  interrupt=lambda: self._closed)
         self._closed = False
@@ -111,7 +215,7 @@ class StrataZkClient:
     def start(self) -> "StrataZkClient":
         timeout = self.config.effective_connection_timeout_ms / 1000
         if self.config.chroot:
-            root = KazooClient(hosts=self.config.hosts, timeout=self.config.session_timeout_ms / 1000)
+            root = self._kazoo(self.config.hosts)
             self._start(root, timeout)
             try:
                 root.ensure_path(self.config.chroot)
@@ -120,6 +224,22 @@ class StrataZkClient:
                 root.close()
         self._start(self._zk, timeout)
         return self
+
+    def _kazoo(self, hosts: str) -> KazooClient:
+        """A kazoo client with this config's SASL, TLS and ACLs."""
+        config = self.config
+        options: dict[str, Any] = {}
+        if config.sasl is not None:
+            options["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": config.sasl.username,
+                                       "password": config.sasl.password}
+        if config.tls is not None:
+            if self._tls_dir is None:
+                self._tls_dir = tempfile.mkdtemp(prefix="strata-zk-tls-")
+            options.update(_pem_files(config.tls, self._tls_dir), use_ssl=True,
+                           verify_certs=True,
+                           check_hostname=config.tls.endpoint_identification)
+        return _AclKazooClient(hosts=hosts, timeout=config.session_timeout_ms / 1000,
+                               set_acl=config.set_acl, **options)
 
     def _start(self, zk: KazooClient, timeout: float) -> None:
         try:
@@ -135,6 +255,8 @@ class StrataZkClient:
         self._zk.stop()
         self._zk.close()
         self._session_events.shutdown(wait=True)
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
 
     def __enter__(self) -> "StrataZkClient":
         return self.start()

@@ -1,0 +1,138 @@
+"""ZooKeeper with SASL (DIGEST-MD5) and ``zookeeper.set.acl=true``, as Kafka's ZooKeeper mode:
+the brokers authenticate with the JAAS file's ``Client`` section and every znode they create
+gets Kafka's ACLs (the brokers' identity ALL, everyone READ except the sensitive paths), so a
+client that is not a broker can read the cluster's state but not change it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import ACL, Id, Permissions
+from zk_server import ZooKeeperServer, zookeeper_available
+
+from strata.cluster.zk import znodes as z
+from strata.cluster.zk.client import StrataZkClient
+from strata.cluster.zk.config import ZkClientConfig, ZkConfigError
+
+_ok, _why = zookeeper_available()
+pytestmark = pytest.mark.skipif(not _ok, reason=_why)
+
+BROKER_USER = "broker"
+BROKER_PASSWORD = "zk-broker-secret-7d1f"
+WORLD_READ = ACL(Permissions.READ, Id("world", "anyone"))
+BROKER_ALL = ACL(Permissions.ALL, Id("sasl", BROKER_USER))
+
+
+def server_jaas(directory: Path) -> Path:
+    path = directory / "zookeeper_jaas.conf"
+    path.write_text('Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+                    f'  user_{BROKER_USER}="{BROKER_PASSWORD}";\n}};\n')
+    return path
+
+
+def client_jaas(directory: Path, password: str = BROKER_PASSWORD) -> Path:
+    path = directory / "kafka_server_jaas.conf"
+    path.write_text('// the brokers\' ZooKeeper login\nClient {\n'
+                    '  org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+                    f'  username="{BROKER_USER}"\n  password="{password}";\n}};\n')
+    return path
+
+
+def sasl_zookeeper(directory: Path) -> ZooKeeperServer:
+    """A server that authenticates SASL DIGEST-MD5 clients (and still serves anonymous ones)."""
+    return ZooKeeperServer(
+        directory,
+        extra_config=["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"],
+        jvm_flags=[f"-Djava.security.auth.login.config={server_jaas(directory.parent)}"])
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with sasl_zookeeper(tmp_path_factory.mktemp("zk-sasl") / "zookeeper") as server:
+        yield server
+
+
+@pytest.fixture
+def anonymous(zk_server: ZooKeeperServer) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk_server.connect_string())
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def authenticated(zk_server: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A kazoo client logged in as the brokers (ZooKeeper shows ACLs only to a reader)."""
+    client = KazooClient(hosts=zk_server.connect_string(), sasl_options={
+        "mechanism": "DIGEST-MD5", "username": BROKER_USER, "password": BROKER_PASSWORD})
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+def broker_config(zk_server: ZooKeeperServer, tmp_path: Path, chroot: str,
+                  **extra: str) -> ZkClientConfig:
+    props = {"zookeeper.connect": zk_server.connect_string(chroot), "zookeeper.set.acl": "true",
+             "zookeeper.session.timeout.ms": "6000", **extra}
+    config = ZkClientConfig.from_properties(
+        props, environ={"KAFKA_OPTS": f"-Djava.security.auth.login.config={client_jaas(tmp_path)}"})
+    assert config is not None
+    return config
+
+
+def test_set_acl_gives_brokers_all_and_world_read_except_on_sensitive_paths(
+        zk_server: ZooKeeperServer, anonymous: KazooClient, authenticated: KazooClient,
+        tmp_path: Path) -> None:
+    chroot = f"/strata-{uuid.uuid4().hex[:8]}"
+    with StrataZkClient(broker_config(zk_server, tmp_path, chroot)) as client:
+        client.create_top_level_paths()
+        client.make_sure_persistent_path_exists(z.config_entity_path("users", "alice"))
+        for path in (z.TOPICS_PATH, z.BROKER_IDS_PATH, z.CONFIG_CHANGES_PATH, z.CONFIG_PATH):
+            assert sorted(anonymous.get_acls(chroot + path)[0]) == sorted([BROKER_ALL, WORLD_READ])
+        for path in (f"{z.CONFIG_PATH}/users", z.config_entity_path("users", "alice"),
+                     f"{z.CONFIG_PATH}/brokers"):
+            assert authenticated.get_acls(chroot + path)[0] == [BROKER_ALL], path
+        # the old consumers' path stays open, as Kafka's
+        assert anonymous.get_acls(chroot + z.CONSUMERS_PATH)[0] == [
+            ACL(Permissions.ALL, Id("world", "anyone"))]
+        # the chroot itself is made with the secure ACLs too
+        assert sorted(anonymous.get_acls(chroot)[0]) == sorted([BROKER_ALL, WORLD_READ])
+
+        anonymous.get_children(chroot + z.TOPICS_PATH)
+        with pytest.raises(NoAuthError):
+            anonymous.create(f"{chroot}{z.TOPICS_PATH}/intruder", b"{}")
+        with pytest.raises(NoAuthError):
+            anonymous.set(chroot + z.CONFIG_CHANGES_PATH, b"x")
+        with pytest.raises(NoAuthError):
+            anonymous.delete(chroot + z.BROKER_IDS_PATH)
+        with pytest.raises(NoAuthError):
+            anonymous.get(chroot + z.config_entity_path("users", "alice"))
+
+
+def test_set_acl_without_sasl_or_tls_is_refused() -> None:
+    with pytest.raises(ZkConfigError, match="zookeeper.set.acl"):
+        ZkClientConfig.from_properties({"zookeeper.connect": "127.0.0.1:2181",
+                                        "zookeeper.set.acl": "true"}, environ={})
+
+
+def test_the_jaas_file_named_in_the_broker_config_wins_over_kafka_opts(tmp_path: Path) -> None:
+    named = tmp_path / "named"
+    named.mkdir()
+    config = ZkClientConfig.from_properties(
+        {"zookeeper.connect": "127.0.0.1:2181",
+         "java.security.auth.login.config": str(client_jaas(named, "from-config"))},
+        environ={"KAFKA_OPTS": f"-Djava.security.auth.login.config={client_jaas(tmp_path)}"})
+    assert config is not None and config.sasl is not None
+    assert (config.sasl.username, config.sasl.password) == (BROKER_USER, "from-config")
+    assert "from-config" not in repr(config)
+    off = ZkClientConfig.from_properties(
+        {"zookeeper.connect": "127.0.0.1:2181", "zookeeper.sasl.client": "false",
+         "java.security.auth.login.config": str(client_jaas(named))}, environ={})
+    assert off is not None and off.sasl is None
