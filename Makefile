@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark bench-tls venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	@bash scripts/system-deps.sh build
@@ -109,6 +109,12 @@ bench: venv kafka-dist
 bench-smoke: venv system-deps
 	$(VENV)/bin/pytest -q -m bench tests/bench
 	$(PY) -m benchmarks.compare --smoke --charts-dir $${TMPDIR:-/tmp}/strata-bench-smoke
+
+# Produce and hot consume over TLS (SSL listener) and new TLS + SCRAM-SHA-512 connections per
+# second (SASL_SSL), Strata and Kafka 4.x with the same certificate and pinned cipher (issue 45);
+# results are copied into docs/benchmarks.md by hand.
+bench-tls: venv kafka-dist
+	$(PY) -m benchmarks.tls --rounds 5 --json docs/benchmarks/tls.json
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
 # 3 rounds each; results are copied into docs/benchmarks.md by hand.

@@ -173,10 +173,12 @@ def send_flat_out(p, topic: str, n: int, values: list[bytes]) -> tuple[int, floa
     return remaining, time.perf_counter() - t0
 
 
-def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], acks: str) -> dict:
+def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], acks: str,
+                       client: dict | None = None) -> dict:
+    """``client``: more producer settings (security, for one)."""
     from confluent_kafka import Producer
     d = _Deliveries()
-    p = Producer({**producer_config(bootstrap, acks), "on_delivery": d})
+    p = Producer({**producer_config(bootstrap, acks), **(client or {}), "on_delivery": d})
     p.list_topics(topic, timeout=10)  # connect and learn the leader before the clock starts
     remaining, elapsed = send_flat_out(p, topic, n, values)
     if remaining or d.errors or d.ok != n:
@@ -187,9 +189,10 @@ def produce_throughput(bootstrap: str, topic: str, n: int, values: list[bytes], 
 
 
 def consume_throughput(bootstrap: str, topic: str, partitions: list[int], n: int,
-                       stall_timeout: float = 30) -> dict:
+                       stall_timeout: float = 30, client: dict | None = None) -> dict:
+    """``client``: more consumer settings (security, for one)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
-    c = Consumer(consumer_config(bootstrap))
+    c = Consumer({**consumer_config(bootstrap), **(client or {})})
     try:
         # Connect and look up where each partition starts before the clock starts. Assigning
         # OFFSET_BEGINNING instead would resolve the offsets inside the timed span, one partition at
