@@ -537,6 +537,13 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         from strata.security.acl_authorizer import StandardAuthorizer
         ctx.authorizer = StandardAuthorizer.from_properties(
             props, ZkAclStore(zk) if zk is not None else FileAclStore(log_dirs[0])).start()
+    from strata.cluster.delegation_tokens import (
+        DelegationTokenManager, FileTokenStore, ZkTokenStore)
+    ctx.delegation_tokens = DelegationTokenManager.from_properties(   # KIP-48; None when off
+        props, lambda: ZkTokenStore(zk) if zk is not None else FileTokenStore(log_dirs[0]))
+    if ctx.delegation_tokens is not None:
+        ctx.delegation_tokens.start()
+    metadata.delegation_tokens = ctx.delegation_tokens   # SCRAM's tokenauth looks there
     ctx.client_quotas = ClientQuotaStore(log_dirs[0])
     ctx.quotas = ClientQuotaManager.from_properties(props)
     ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)

@@ -12,7 +12,7 @@ In a ZooKeeper cluster, as Kafka 3.9's ``AclAuthorizer`` keeps them (``ZkAclStor
   ``TOPIC:name`` (LITERAL) or ``/kafka-acl-extended-changes/acl_changes_<seq>`` holding
   ``{"version":1,"resourceType":"TOPIC","name":"foo","patternType":"PREFIXED"}``;
 - every broker watches both change paths and re-reads each resource announced after the last
-  one it processed (on its own thread), so a change made through any broker is in force on all
+  one it processed (``strata.cluster.zk_changes``, on its own thread), so a change made through any broker is in force on all
   within ZooKeeper's notification latency; notifications older than 15 minutes are purged.
 
 On one broker without ZooKeeper: ``__strata_acls.json`` in the first log dir, rewritten whole
@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from strata.cluster.zk_changes import ChangeNotificationFollower
 from strata.common.files import atomic_write
 from strata.security.acl_authorizer import (
     OPERATION_NAMES, PERMISSION_NAMES, RESOURCE_TYPE_NAMES, AccessControlEntry, AclStore,
@@ -46,7 +46,6 @@ EXTENDED_ACL_PATH = "/kafka-acl-extended"
 PREFIXED_ACL_PATH = f"{EXTENDED_ACL_PATH}/prefixed"
 EXTENDED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000    # ZkNodeChangeNotificationListener's
 ACLS_FILE = "__strata_acls.json"
 
 _SPECIFIC_TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
@@ -170,11 +169,7 @@ class ZkAclStore(AclStore):
     def __init__(self, zk):   # strata.cluster.zk.client.StrataZkClient
         self.zk = zk
         self._on_change: Callable[[ResourcePattern, Entries], None] | None = None
-        self._last_seen = {ACL_CHANGES_PATH: -1, EXTENDED_ACL_CHANGES_PATH: -1}
-        self._created: dict[tuple[str, str], int] = {}   # notifications seen: their ctime
-        self._wake = threading.Event()
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._follower: ChangeNotificationFollower | None = None
         for path in (ACL_PATH, ACL_CHANGES_PATH, PREFIXED_ACL_PATH, EXTENDED_ACL_CHANGES_PATH):
             self.zk.make_sure_persistent_path_exists(path)
 
@@ -234,57 +229,22 @@ class ZkAclStore(AclStore):
 
     def watch(self, on_change) -> None:
         self._on_change = on_change
-        self._thread = threading.Thread(target=self._run, name="acl-changes", daemon=True)
-        self._thread.start()
-        for path in self._last_seen:
-            self.zk.watch_children(path, lambda _names: self._wake.set())
+        self._follower = ChangeNotificationFollower(
+            self.zk, (ACL_CHANGES_PATH, EXTENDED_ACL_CHANGES_PATH), CHANGE_PREFIX,
+            self._notified, "acl-changes")
+        self._follower.start()
 
     def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._follower is not None:
+            self._follower.close()
 
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.wait()
-            self._wake.clear()
-            if self._closed:
-                return
-            try:
-                self._process()
-            except Exception:  # noqa: BLE001 - retried at the next wake-up or in a second
-                log.exception("processing ACL change notifications failed")
-                time.sleep(1)
-                self._wake.set()
-
-    def _process(self) -> None:
-        """Re-reads every resource announced since the last notification processed, then
-        deletes the notifications older than 15 minutes."""
-        now = time.time() * 1000
-        for change_path, last in self._last_seen.items():
-            names = sorted(n for n in self.zk.get_children(change_path)
-                           if n.startswith(CHANGE_PREFIX))
-            fresh = [n for n in names if int(n[len(CHANGE_PREFIX):]) > last]
-            found = self.zk.get_data_many([f"{change_path}/{n}" for n in fresh])
-            for name, f in zip(fresh, found):
-                if f is None:
-                    continue
-                self._created[(change_path, name)] = f[1].ctime
-                try:
-                    resource = decode_change(change_path, f[0])
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.error("unreadable ACL change notification %s/%s: %s", change_path, name,
-                              exc)
-                    continue
-                entries, _version = self._read(resource)
-                if self._on_change is not None:
-                    self._on_change(resource, entries)
-            if fresh:
-                self._last_seen[change_path] = int(fresh[-1][len(CHANGE_PREFIX):])
-        for (change_path, name), ctime in list(self._created.items()):
-            if ctime < now - CHANGE_EXPIRATION_MS:
-                del self._created[(change_path, name)]
-                found = self.zk.get_data(f"{change_path}/{name}")
-                if found is not None:
-                    self.zk.delete_if(f"{change_path}/{name}", found[1].version)
+    def _notified(self, change_path: str, data: bytes) -> None:
+        """Re-reads the resource a notification announces."""
+        try:
+            resource = decode_change(change_path, data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("unreadable ACL change notification in %s: %s", change_path, exc)
+            return
+        entries, _version = self._read(resource)
+        if self._on_change is not None:
+            self._on_change(resource, entries)

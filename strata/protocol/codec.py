@@ -263,6 +263,10 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PUSH_TELEMETRY: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.ALTER_PARTITION: (2, 3),  # broker to controller; errors are top-level only
+    ApiKey.CREATE_DELEGATION_TOKEN: (1, 3),     # Kafka 4 dropped v0 of the four (KIP-896)
+    ApiKey.RENEW_DELEGATION_TOKEN: (1, 2),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: (1, 2),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: (1, 3),
 }
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
 from strata.common.listeners import listener_prop
@@ -34,10 +34,12 @@ __all__ = ["ANONYMOUS", "JaasConfig", "KafkaPrincipal", "MECHANISMS", "PlainServ
 
 @dataclass(frozen=True)
 class KafkaPrincipal:
-    """Kafka's ``KafkaPrincipal``: ``User:alice``."""
+    """Kafka's ``KafkaPrincipal``: ``User:alice``; ``token_authenticated`` when a delegation
+    token authenticated it (not part of its identity, as in Kafka)."""
 
     type: str
     name: str
+    token_authenticated: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         return f"{self.type}:{self.name}"

@@ -15,8 +15,10 @@ and checks that the client's final message echoes that header (``c=biws`` for ``
 ends with the whole nonce (Kafka's endsWith, which librdkafka 2.0.x's doubled client part
 needs). An unknown user is answered with a made-up credential (stable salt for the
 name, keys no proof matches), so the exchange of an unknown user fails where and as a wrong
-password's does. Kafka's ``tokenauth`` extension (delegation tokens, which Strata does not
-have) is refused; other extensions are ignored, as Kafka does.
+password's does. With Kafka's ``tokenauth=true`` extension the user name is a delegation token's
+id, its credential and principal (the token's owner, token-authenticated) come from the
+broker's tokens (``strata.cluster.delegation_tokens``; refused without them) and the session
+ends when the token expires; other extensions are ignored, as Kafka does.
 
 Only ``hashlib`` and ``hmac`` compute: PBKDF2-HMAC, HMAC and hashes, compared in constant time.
 Pure computation: any thread may use a server, one exchange at a time.
@@ -237,10 +239,13 @@ class ScramServer:
 
     def __init__(self, mechanism: ScramMechanism,
                  lookup: Callable[[str, str], ScramCredential | None],
-                 server_nonce: Callable[[], str] | None = None):
+                 server_nonce: Callable[[], str] | None = None, tokens=None):
         self.mechanism = mechanism.name
         self.complete = False
         self.principal = None
+        self.credential_expires_ms: int | None = None   # a token's expiry (session lifetime)
+        self._tokens = tokens   # DelegationTokenManager, or None: tokenauth refused
+        self._token_owner = None
         self._mech = mechanism
         self._formatter = ScramFormatter(mechanism)
         self._lookup = lookup
@@ -281,8 +286,9 @@ class ScramServer:
         if m is None:
             raise self._invalid()
         extensions = dict(e.split("=", 1) for e in m.group("extensions")[1:].split(",") if e)
-        if extensions.get(TOKEN_AUTH, "").lower() == "true":
-            raise self._invalid()   # delegation tokens: Strata has none
+        token_auth = extensions.get(TOKEN_AUTH, "").lower() == "true"
+        if token_auth and self._tokens is None:
+            raise self._invalid()   # delegation tokens are off
         try:
             username = username_from_sasl_name(m.group("saslname"))
         except ValueError:
@@ -292,7 +298,13 @@ class ScramServer:
             raise _failed("Authentication failed: Client requested an authorization id that is "
                           "different from username")
         try:
-            credential = self._lookup(username, self.mechanism)
+            if token_auth:
+                found = self._tokens.token_credential(username, self.mechanism)
+                if found is None:
+                    raise self._invalid()   # Kafka: "Invalid tokenId"
+                credential, self._token_owner, self.credential_expires_ms = found
+            else:
+                credential = self._lookup(username, self.mechanism)
         except Exception:  # noqa: BLE001 - Kafka: "Credentials could not be obtained"
             raise self._invalid() from None
         if credential is None:
@@ -339,7 +351,9 @@ class ScramServer:
         self._credential = None
         self._state = "COMPLETE"
         from strata.security.sasl import KafkaPrincipal
-        self.principal = KafkaPrincipal("User", self._username)
+        owner = self._token_owner
+        self.principal = (KafkaPrincipal("User", self._username) if owner is None else
+                          KafkaPrincipal(owner.type, owner.name, token_authenticated=True))
         self.complete = True
         return f"v={_b64(server_signature)}".encode("ascii")
 
@@ -359,5 +373,7 @@ def server_factory(mechanism_name: str):
         if credentials is None:
             raise SaslConfigError(f"listener {listener} enables {mechanism.name} but the broker "
                                   f"passed no SCRAM credential store")
-        return lambda: ScramServer(mechanism, credentials.scram_credential)
+        # a broker's delegation tokens (None when off) hang on its credential store
+        return lambda: ScramServer(mechanism, credentials.scram_credential,
+                                   tokens=getattr(credentials, "delegation_tokens", None))
     return make

@@ -18,7 +18,7 @@ from strata.server.handlers import (
     list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata,
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sasl_authenticate, sasl_handshake, sync_group)
-from strata.server.handlers import alter_user_scram_credentials
+from strata.server.handlers import alter_user_scram_credentials, delegation_tokens
 from strata.security.authorizer import CURRENT_REQUEST
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 from strata.server.network import CloseConnection
@@ -77,6 +77,10 @@ HANDLERS = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: get_telemetry_subscriptions.handle,
     ApiKey.PUSH_TELEMETRY: push_telemetry.handle,
+    ApiKey.CREATE_DELEGATION_TOKEN: delegation_tokens.handle_create,
+    ApiKey.RENEW_DELEGATION_TOKEN: delegation_tokens.handle_renew,
+    ApiKey.EXPIRE_DELEGATION_TOKEN: delegation_tokens.handle_expire,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: delegation_tokens.handle_describe,
 }
 
 

@@ -193,7 +193,11 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
     assert API_VERSIONS[ApiKey.SASL_HANDSHAKE] == (0, 1)
     assert API_VERSIONS[ApiKey.SASL_AUTHENTICATE] == (0, 2)
-    assert len(API_VERSIONS) == 51
+    assert API_VERSIONS[ApiKey.CREATE_DELEGATION_TOKEN] == (1, 3)     # Kafka 4's
+    assert API_VERSIONS[ApiKey.DESCRIBE_DELEGATION_TOKEN] == (1, 3)
+    assert API_VERSIONS[ApiKey.RENEW_DELEGATION_TOKEN] == API_VERSIONS[
+        ApiKey.EXPIRE_DELEGATION_TOKEN] == (1, 2)
+    assert len(API_VERSIONS) == 55
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -735,7 +739,9 @@ TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
                   ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                   ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
                   ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION, ApiKey.ADD_OFFSETS_TO_TXN,
-                  ApiKey.END_TXN, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+                  ApiKey.END_TXN, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                  ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                  ApiKey.EXPIRE_DELEGATION_TOKEN, ApiKey.DESCRIBE_DELEGATION_TOKEN}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}
