@@ -149,6 +149,22 @@ def is_listener_ssl_config(key: str) -> bool:
     return m is not None and m.group(1) in LISTENER_SSL_CONFIGS
 
 
+def sensitive_broker_config(name: str) -> bool:
+    """Kafka's rule for describing and logging a broker config: PASSWORD types, listener SSL
+    passwords and keys, and any config it does not know are sensitive."""
+    if is_listener_ssl_config(name):
+        return name.endswith((".password", ".ssl.keystore.key"))
+    key = BROKER_CONFIG_KEYS.get(name)
+    return key is None or key.type is ConfigType.PASSWORD
+
+
+def loggable_broker_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """``configs`` (or configs by resource) with sensitive values as Kafka logs them:
+    ``[hidden]``."""
+    return {k: loggable_broker_configs(v) if isinstance(v, Mapping)
+            else "[hidden]" if sensitive_broker_config(k) else v for k, v in configs.items()}
+
+
 def static_broker_configs_message(keys: Iterable[str]) -> str:
     """Why a change to static broker configs is refused (INVALID_REQUEST)."""
     return ("Strata reads broker configs from server.properties only; dynamic broker configs "
@@ -1329,13 +1345,14 @@ class ClusterMetadata:
                     self._check_dynamic_broker_config(key, value)
                 except KafkaError as exc:
                     log.warning("ignoring the stored dynamic broker config %s=%s: %s", key,
-                                value, exc)
+                                "[hidden]" if sensitive_broker_config(key) else value, exc)
                     continue
                 kept[key] = value
             if kept:
                 out[name] = kept
         if out:
-            log.info("loaded dynamic broker configs %s from %s", out, path)
+            log.info("loaded dynamic broker configs %s from %s", loggable_broker_configs(out),
+                     path)
         return out
 
     def effective_broker_props(self, dynamic: dict[str, dict[str, str]] | None = None
@@ -1434,7 +1451,8 @@ class ClusterMetadata:
         them (caller holds the lock)."""
         self._persist(self._image.topics.values(), updated)
         self._apply_dynamic_broker_configs(updated)
-        log.info("broker resource %r: dynamic configs now %s", resource_name, configs)
+        log.info("broker resource %r: dynamic configs now %s", resource_name,
+                 loggable_broker_configs(configs))
 
     def _apply_dynamic_broker_configs(self, dynamic: dict[str, dict[str, str]]) -> None:
         """Make ``dynamic`` the dynamic broker configs; listeners hear the new effective
@@ -1577,9 +1595,7 @@ class ClusterMetadata:
             bkey = BROKER_CONFIG_KEYS.get(name)
             if bkey is not None and bkey.internal and name not in self.broker_props:
                 continue  # Kafka's internal configs are described only when set
-            sensitive = bkey is None or bkey.type is ConfigType.PASSWORD
-            if is_listener_ssl_config(name):   # Kafka's types: passwords and PEM keys hidden
-                sensitive = name.endswith((".password", ".ssl.keystore.key"))
+            sensitive = sensitive_broker_config(name)
             if name in dynamic:
                 raw: str | None = dynamic[name]
             elif name in default:

@@ -40,7 +40,8 @@ from strata.cluster.replica_deletion import replica_deletions
 from strata.cluster.metadata import (
     ELECTION_NOT_NEEDED_MESSAGE, AlterPartitionItem, AlterPartitionItemResult, BrokerInfo,
     DEFAULT_BROKER_RESOURCE, ClusterMetadata, MetaPropertiesError, PartitionReassignment,
-    TopicInfo, _build_image, random_directory_id)
+    TopicInfo, _build_image, loggable_broker_configs, random_directory_id,
+    sensitive_broker_config)
 from strata.cluster.replica_assignment import (
     assign_replicas_to_brokers, brokers_for_placement, new_partitions_assignment)
 from strata.cluster.zk import znodes as z
@@ -170,7 +171,8 @@ class ZkClusterMetadata(ClusterMetadata):
         local = super()._load_dynamic_broker_configs()
         if local:
             log.warning("ignoring dynamic broker configs %s stored in %s: a cluster keeps them "
-                        "in ZooKeeper (set them again with kafka-configs)", local, self.log_dir)
+                        "in ZooKeeper (set them again with kafka-configs)",
+                        loggable_broker_configs(local), self.log_dir)
         return {}
 
     def _store_broker_configs(self, resource_name, configs, updated) -> None:
@@ -179,7 +181,8 @@ class ZkClusterMetadata(ClusterMetadata):
         with _zk_errors(f"writing the configs of broker {entity}"):
             self.zk.set_or_create_entity_configs("brokers", entity, configs)
             self.zk.create_config_change_notification(f"brokers/{entity}")
-        log.info("broker resource %r: dynamic configs now %s (ZooKeeper)", resource_name, configs)
+        log.info("broker resource %r: dynamic configs now %s (ZooKeeper)", resource_name,
+                 loggable_broker_configs(configs))
 
     def alter_broker_configs(self, resource_name, ops, incremental, validate_only=False):
         configs = super().alter_broker_configs(resource_name, ops, incremental, validate_only)
@@ -199,8 +202,8 @@ class ZkClusterMetadata(ClusterMetadata):
                 try:
                     self._check_dynamic_broker_config(key, value)
                 except KafkaError as exc:
-                    log.warning("ignoring the dynamic config %s=%s of broker %s: %s", key, value,
-                                entity, exc)
+                    log.warning("ignoring the dynamic config %s=%s of broker %s: %s", key,
+                                "[hidden]" if sensitive_broker_config(key) else value, entity, exc)
                     continue
                 kept[key] = value
             if kept:

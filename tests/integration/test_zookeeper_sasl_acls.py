@@ -10,10 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, Id, Permissions
 from zk_server import ZooKeeperServer, zookeeper_available
+
+from cluster_clients import admin, consume_all, partitions, produce, wait_for
+from cluster_process import StrataCluster
 
 from strata.cluster.zk import znodes as z
 from strata.cluster.zk.client import StrataZkClient
@@ -43,17 +47,18 @@ def client_jaas(directory: Path, password: str = BROKER_PASSWORD) -> Path:
     return path
 
 
-def sasl_zookeeper(directory: Path) -> ZooKeeperServer:
-    """A server that authenticates SASL DIGEST-MD5 clients (and still serves anonymous ones)."""
-    return ZooKeeperServer(
-        directory,
-        extra_config=["authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"],
-        jvm_flags=[f"-Djava.security.auth.login.config={server_jaas(directory.parent)}"])
+def with_sasl(server: ZooKeeperServer, jaas_dir: Path) -> ZooKeeperServer:
+    """``server`` set to authenticate SASL DIGEST-MD5 clients (anonymous ones still connect)."""
+    server.extra_config = [
+        "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"]
+    server.jvm_flags = [f"-Djava.security.auth.login.config={server_jaas(jaas_dir)}"]
+    return server
 
 
 @pytest.fixture(scope="module")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with sasl_zookeeper(tmp_path_factory.mktemp("zk-sasl") / "zookeeper") as server:
+    directory = tmp_path_factory.mktemp("zk-sasl")
+    with with_sasl(ZooKeeperServer(directory / "zookeeper"), directory) as server:
         yield server
 
 
@@ -136,3 +141,67 @@ def test_the_jaas_file_named_in_the_broker_config_wins_over_kafka_opts(tmp_path:
         {"zookeeper.connect": "127.0.0.1:2181", "zookeeper.sasl.client": "false",
          "java.security.auth.login.config": str(client_jaas(named))}, environ={})
     assert off is not None and off.sasl is None
+
+
+def test_brokers_with_sasl_and_set_acl_serve_fail_over_and_keep_outsiders_out(
+        tmp_path: Path) -> None:
+    """Two brokers log in to a SASL ZooKeeper (one names the JAAS file in its config, the other
+    in KAFKA_OPTS, as a Kafka broker's -D flag): topics, produce, consume and a leader's death
+    work as without SASL; an anonymous client reads the cluster's znodes but cannot change
+    them; no secret from the brokers' configs reaches their logs."""
+    jaas = client_jaas(tmp_path)
+    plain_secret = "plain-secret-0c4e"
+    remote_secret = "remote-secret-9a2b"
+    cluster = StrataCluster(
+        tmp_path / "cluster", brokers=2,
+        overrides={"zookeeper.session.timeout.ms": "4000", "zookeeper.set.acl": "true",
+                   "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+                                       f'required username="admin" password="{plain_secret}";',
+                   "rsm.config.storage.aws_secret_access_key": remote_secret},
+        broker_overrides={1: {"java.security.auth.login.config": str(jaas)}})
+    cluster.broker(2).process.env["KAFKA_OPTS"] = f"-Djava.security.auth.login.config={jaas}"
+    with_sasl(cluster.zk, tmp_path)
+    with cluster:
+        admin(cluster.bootstrap).create_topics([NewTopic("secured", 1, 2)])["secured"].result(30)
+        wait_for("both replicas in sync", lambda: len(
+            partitions(cluster.bootstrap, "secured")[0].isr) == 2)
+        assert len(produce(cluster.bootstrap, "secured", [b"%d" % i for i in range(10)])) == 10
+        assert len(consume_all(cluster.bootstrap, "secured", 10)) == 10
+
+        anonymous = KazooClient(hosts=cluster.zk.connect_string(cluster.chroot))
+        anonymous.start(timeout=30)
+        try:
+            topic = z.topic_path("secured")
+            state = z.partition_state_path("secured", 0)
+            assert "secured" in anonymous.get_children(z.TOPICS_PATH)
+            assert anonymous.get(state)[0]
+            assert sorted(anonymous.get_acls(topic)[0]) == sorted([BROKER_ALL, WORLD_READ])
+            assert sorted(anonymous.get_acls(z.CONTROLLER_PATH)[0]) == sorted(
+                [BROKER_ALL, WORLD_READ])
+            with pytest.raises(NoAuthError):
+                anonymous.set(state, b'{"leader": -1}')
+            with pytest.raises(NoAuthError):
+                anonymous.delete(z.CONTROLLER_PATH)   # no forced controller move
+            with pytest.raises(NoAuthError):
+                anonymous.create(z.delete_topic_path("secured"))   # no topic deletion
+            with pytest.raises(NoAuthError):
+                anonymous.delete(z.broker_path(1))
+        finally:
+            anonymous.stop()
+            anonymous.close()
+
+        leader = partitions(cluster.bootstrap, "secured")[0].leader
+        survivor = cluster.broker(3 - leader)
+        cluster.broker(leader).kill()
+        wait_for("the survivor leads", lambda: partitions(
+            survivor.bootstrap, "secured")[0].leader == survivor.node_id)
+        assert len(produce(survivor.bootstrap, "secured", [b"after-%d" % i for i in range(5)])) == 5
+        assert len(consume_all(survivor.bootstrap, "secured", 15)) == 15
+        cluster.broker(leader).start()   # registers again through SASL
+        cluster.wait_metadata()
+
+        for broker in cluster.brokers:
+            out = broker.output()
+            assert "zookeeper" in out.lower()
+            for secret in (BROKER_PASSWORD, plain_secret, remote_secret):
+                assert secret not in out, (broker.node_id, secret)
