@@ -207,13 +207,13 @@ def authenticated_connection(ctx: ssl.SSLContext, port: int) -> None:
             client.set_server_final(r.auth_bytes.decode())
 
 
-def _connect_loop(args) -> tuple[int, float, str]:
+def _connect_loop(args) -> tuple[int, float, str, float]:
     ca_pem, openssl_cipher, port, seconds = args
     ctx = ssl.create_default_context(cafile=ca_pem)
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(openssl_cipher)
     done, first_error = 0, ""
-    t0 = time.perf_counter()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     end = t0 + seconds
     while time.perf_counter() < end:
         try:
@@ -222,22 +222,25 @@ def _connect_loop(args) -> tuple[int, float, str]:
         except (OSError, RuntimeError) as e:
             first_error = first_error or repr(e)
             break
-    return done, time.perf_counter() - t0, first_error
+    return done, time.perf_counter() - t0, first_error, time.process_time() - cpu0
 
 
 def connection_rate(setup: Setup, broker, clients: int, seconds: float) -> dict:
     """``clients`` processes, each opening authenticated connections one after another for
-    ``seconds``; connections per second over all of them, and the broker's CPU per connection."""
+    ``seconds``; connections per second over all of them, and the broker's and the clients' CPU
+    per connection (the clients share the machine's cores with the broker)."""
     work = [(str(setup.ca.pem), setup.openssl_cipher, broker.ports["SASL_SSL"], seconds)] * clients
     with multiprocessing.get_context("fork").Pool(clients) as pool, CpuMeter(broker.pid) as cpu:
         results = pool.map(_connect_loop, work)
-    errors = [e for _, _, e in results if e]
+    errors = [e for _, _, e, _ in results if e]
     if errors:
         raise RuntimeError(f"connection rate on {broker.system}: {errors[0]}")
-    done = sum(n for n, _, _ in results)
-    elapsed = max(t for _, t, _ in results)
+    done = sum(n for n, _, _, _ in results)
+    elapsed = max(t for _, t, _, _ in results)
+    client_cpu = sum(c for _, _, _, c in results)
     return {"connections": done, "connections/s": round(done / elapsed, 1),
-            "broker CPU ms/connection": round(cpu.seconds * 1000 / max(done, 1), 2)}
+            "broker CPU ms/connection": round(cpu.seconds * 1000 / max(done, 1), 2),
+            "client CPU ms/connection": round(client_cpu * 1000 / max(done, 1), 2)}
 
 
 # --- throughput ----------------------------------------------------------------------------
@@ -264,12 +267,13 @@ def line(r: dict) -> str:
     return (f"| {r['system']} | {r['round']} | {r['load']} | {r['produce MiB/s']} | "
             f"{r['produce broker CPU s/GiB']} | {r['consume MiB/s']} | "
             f"{r['consume broker CPU s/GiB']} | {r['connections/s']} | "
-            f"{r['broker CPU ms/connection']} |")
+            f"{r['broker CPU ms/connection']} | {r['client CPU ms/connection']} |")
 
 
 HEADER = ("| system | round | load (1/5/15 min) | produce MiB/s | produce broker CPU s/GiB | "
           "hot consume MiB/s | consume broker CPU s/GiB | SCRAM connections/s | "
-          "broker CPU ms/connection |\n|---|---|---|---|---|---|---|---|---|")
+          "broker CPU ms/connection | client CPU ms/connection |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def summarize(rounds: list[dict]) -> dict:
