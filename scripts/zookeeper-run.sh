@@ -31,6 +31,8 @@ if [ -n "${ZOOKEEPER_EXTRA_CFG:-}" ]; then printf '%s\n' "$ZOOKEEPER_EXTRA_CFG" 
 # zookeeper.jar's manifest names its dependencies; slf4j-simple (when present) logs to stderr.
 cp=$jar
 [ -f /usr/share/java/slf4j-simple.jar ] && cp="$cp:/usr/share/java/slf4j-simple.jar"
+# The Netty connection factory (a TLS port) needs netty-codec, which the manifest leaves out.
+[ -f /usr/share/java/netty-codec.jar ] && cp="$cp:/usr/share/java/netty-codec.jar"
 # shellcheck disable=SC2086  # the flags are words
 exec java -Xmx256m -XX:+UseSerialGC ${ZOOKEEPER_JVM_FLAGS:-} -cp "$cp" \
   org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg"
