@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gzip
 import importlib.util
 import json
 import multiprocessing
@@ -67,6 +68,12 @@ def ktls_status() -> dict:
         out["tcp_available_ulp"] = Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().strip()
     except OSError as e:
         out["tcp_available_ulp"] = f"unreadable: {e.strerror}"
+    try:   # the kernel's build options, where it publishes them
+        with gzip.open("/proc/config.gz", "rt") as f:
+            wanted = ("CONFIG_TLS=", "# CONFIG_TLS ", "CONFIG_MODULES=", "# CONFIG_MODULES ")
+            out["kernel config"] = [x.strip() for x in f if x.startswith(wanted)]
+    except OSError as e:
+        out["kernel config"] = f"unreadable: {e.strerror}"
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
