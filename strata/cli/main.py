@@ -714,6 +714,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         await asyncio.to_thread(metadata.close)
         if ctx.authorizer is not None:
             await asyncio.to_thread(ctx.authorizer.close)
+        if ctx.delegation_tokens is not None:
+            await asyncio.to_thread(ctx.delegation_tokens.close)
         zk.close()
     ctx.group_coordinator.shutdown()
     ctx.txn_coordinator.shutdown()
