@@ -929,6 +929,11 @@ def main(argv: list[str] | None = None) -> int:
                                           "--add-scram creates SCRAM credentials")
     from strata.cli.storage_format import add_arguments as add_format_arguments
     add_format_arguments(p)
+    p = sub.add_parser("zookeeper-security-migration",
+                       help="set Kafka's ACLs on existing znodes (Kafka's "
+                            "zookeeper-security-migration)")
+    from strata.cli.zk_security_migration import add_arguments as add_migration_arguments
+    add_migration_arguments(p)
     p = sub.add_parser("spark", help="Spark pipelines over topics: backfill, audit, usage")
     if "spark" in (sys.argv[1:] if argv is None else argv):
         # only then: importing the pipelines takes 0.2 s of every other command's start

@@ -5,6 +5,9 @@ client that is not a broker can read the cluster's state but not change it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +208,50 @@ def test_brokers_with_sasl_and_set_acl_serve_fail_over_and_keep_outsiders_out(
             assert "zookeeper" in out.lower()
             for secret in (BROKER_PASSWORD, plain_secret, remote_secret):
                 assert secret not in out, (broker.node_id, secret)
+
+
+def test_security_migration_secures_existing_znodes_and_can_open_them_again(
+        zk_server: ZooKeeperServer, anonymous: KazooClient, authenticated: KazooClient,
+        tmp_path: Path) -> None:
+    """Znodes made before zookeeper.set.acl was turned on are open until Kafka's
+    zookeeper-security-migration (``strata zookeeper-security-migration``) sets their ACLs."""
+    chroot = f"/strata-{uuid.uuid4().hex[:8]}"
+    config = broker_config(zk_server, tmp_path, chroot, **{"zookeeper.set.acl": "false"})
+    with StrataZkClient(config) as client:
+        client.create_top_level_paths()
+        client.make_sure_persistent_path_exists(z.config_entity_path("users", "alice"))
+    anonymous.create(f"{chroot}{z.TOPICS_PATH}/made-while-open", b"{}")
+
+    def migrate(acl: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "strata.cli.main", "zookeeper-security-migration",
+             f"--zookeeper.acl={acl}", f"--zookeeper.connect={zk_server.connect_string(chroot)}"],
+            env={**os.environ,
+                 "KAFKA_OPTS": f"-Djava.security.auth.login.config={client_jaas(tmp_path)}"},
+            capture_output=True, text=True, timeout=120)
+    done = migrate("secure")
+    assert done.returncode == 0, done.stderr
+    assert "Set secure ACLs on" in done.stdout
+    topic = f"{chroot}{z.TOPICS_PATH}/made-while-open"
+    assert sorted(anonymous.get_acls(topic)[0]) == sorted([BROKER_ALL, WORLD_READ])
+    assert authenticated.get_acls(chroot + z.config_entity_path("users", "alice"))[0] == [
+        BROKER_ALL]
+    with pytest.raises(NoAuthError):
+        anonymous.delete(topic)
+    with pytest.raises(NoAuthError):
+        anonymous.get(chroot + z.config_entity_path("users", "alice"))
+
+    done = migrate("unsecure")
+    assert done.returncode == 0, done.stderr
+    anonymous.delete(topic)
+    assert anonymous.get(chroot + z.config_entity_path("users", "alice"))
+
+
+def test_security_migration_needs_sasl_or_tls() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "strata.cli.main", "zookeeper-security-migration",
+         "--zookeeper.acl=secure", "--zookeeper.connect=127.0.0.1:1"],
+        env={k: v for k, v in os.environ.items() if k != "KAFKA_OPTS"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "No JAAS configuration file has been specified" in done.stderr

@@ -76,6 +76,15 @@ SENSITIVE_ROOT_PATHS = (f"{z.CONFIG_PATH}/users", f"{z.CONFIG_PATH}/brokers",
                         "/delegation_token/tokens")
 
 
+# ZkData.SecureRootPaths (with ZkAclStore's paths) and Strata's own root: what
+# zookeeper-security-migration walks.
+SECURE_ROOT_PATHS = (z.ADMIN_PATH, z.BROKERS_PATH, "/cluster", z.CONFIG_PATH, z.CONTROLLER_PATH,
+                     z.CONTROLLER_EPOCH_PATH, z.ISR_CHANGE_NOTIFICATION_PATH,
+                     z.PRODUCER_ID_BLOCK_PATH, z.LOG_DIR_EVENT_NOTIFICATION_PATH,
+                     "/delegation_token", "/kafka-acl-extended", "/migration", "/feature",
+                     "/kafka-acl", "/kafka-acl-changes", "/kafka-acl-extended-changes", "/strata")
+
+
 def default_acls(secure: bool, path: str) -> list[ACL]:
     """Kafka's ``ZkData.defaultAcls``: with ``zookeeper.set.acl`` the creator (the broker's
     SASL or x509 identity) gets ALL and everyone READ, except on sensitive paths; the old
@@ -410,6 +419,28 @@ class StrataZkClient:
         """ZkData.PersistentZkPaths, as every Kafka broker creates them at startup."""
         for path in z.PERSISTENT_PATHS:
             self.make_sure_persistent_path_exists(path)
+
+    def set_default_acls(self, secure: bool) -> int:
+        """Kafka's ZkSecurityMigrator: the chroot (or ``/``) and every znode under
+        ``SECURE_ROOT_PATHS`` (made when missing, except ``/controller``) get
+        ``default_acls(secure, path)``; the number of znodes changed. Needs ADMIN on them."""
+        self._call(self._zk.set_acls, "/", default_acls(secure, "/"))  # not its children
+        changed = 1
+        pending = []
+        for root in SECURE_ROOT_PATHS:
+            if root == z.CONTROLLER_PATH and not self.path_exists(root):
+                continue
+            self.make_sure_persistent_path_exists(root)
+            pending.append(root)
+        while pending:
+            path = pending.pop()
+            try:
+                self._call(self._zk.set_acls, path, default_acls(secure, path))
+                changed += 1
+                pending.extend(f"{path}/{c}" for c in self._call(self._zk.get_children, path))
+            except NoNodeError:
+                log.warning("znode %s is gone, it could have been legitimately deleted", path)
+        return changed
 
     def path_exists(self, path: str) -> bool:
         return self._call(self._zk.exists, path) is not None
