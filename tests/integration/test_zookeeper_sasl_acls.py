@@ -23,7 +23,7 @@ from cluster_clients import admin, consume_all, partitions, produce, wait_for
 from cluster_process import StrataCluster
 
 from strata.cluster.zk import znodes as z
-from strata.cluster.zk.client import StrataZkClient
+from strata.cluster.zk.client import StrataZkClient, ZooKeeperError
 from strata.cluster.zk.config import ZkClientConfig, ZkConfigError
 
 _ok, _why = zookeeper_available()
@@ -255,3 +255,15 @@ def test_security_migration_needs_sasl_or_tls() -> None:
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "No JAAS configuration file has been specified" in done.stderr
+
+
+def test_a_wrong_zookeeper_password_fails_the_start_with_the_reason(
+        zk_server: ZooKeeperServer, tmp_path: Path) -> None:
+    client_jaas(tmp_path, "not-the-password")
+    config = ZkClientConfig.from_properties(
+        {"zookeeper.connect": zk_server.connect_string("/wrong"), "zookeeper.set.acl": "true",
+         "java.security.auth.login.config": str(tmp_path / "kafka_server_jaas.conf")},
+        environ={})
+    assert config is not None
+    with pytest.raises(ZooKeeperError, match="Authentication to ZooKeeper .* failed .*'broker'"):
+        StrataZkClient(config).start()

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import (
-    BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
+    AuthFailedError, BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
     RolledBackError, RuntimeInconsistency, SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.cache import TreeCache, TreeEvent
@@ -253,10 +253,17 @@ class StrataZkClient:
     def _start(self, zk: KazooClient, timeout: float) -> None:
         try:
             zk.start(timeout=timeout)
+            zk.exists("/")   # a failed SASL login shows here if not in start()
         except KazooTimeoutError as e:
             zk.stop()
             raise ZkConnectionTimeoutError(
                 f"Timed out waiting for connection to {self.config.hosts} after {timeout:g} s") from e
+        except AuthFailedError as e:
+            zk.stop()
+            raise ZooKeeperError(
+                f"Authentication to ZooKeeper at {self.config.hosts} failed"
+                + (f" (SASL DIGEST-MD5 as {self.config.sasl.username!r})" if self.config.sasl
+                   else "")) from e
 
     def close(self) -> None:
         self._closed = True
