@@ -141,9 +141,11 @@ class Setup:
         return ctx
 
     def librdkafka(self, broker, listener: str = "SSL") -> dict:
-        return {"bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}",
-                "security.protocol": listener, "ssl.ca.location": str(self.ca.pem),
-                "ssl.cipher.suites": self.openssl_cipher}
+        client = {"bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}",
+                  "security.protocol": listener}
+        if listener == "SSL":
+            client.update({"ssl.ca.location": str(self.ca.pem), "ssl.cipher.suites": self.openssl_cipher})
+        return client
 
 
 def add_scram_user(bootstrap: str) -> None:
@@ -252,11 +254,12 @@ def connection_rate(setup: Setup, broker, clients: int, seconds: float) -> dict:
 
 # --- throughput ----------------------------------------------------------------------------
 
-def throughput(setup: Setup, broker, label: str, mib: int, record_size: int) -> dict:
+def throughput(setup: Setup, broker, label: str, mib: int, record_size: int,
+               listener: str = "SSL") -> dict:
     n = mib * MIB // record_size
     values = random_values(record_size)
     topic = Topics(f"127.0.0.1:{broker.ports['PLAINTEXT']}").new(label)
-    client = setup.librdkafka(broker)
+    client = setup.librdkafka(broker, listener)
     with CpuMeter(broker.pid) as cpu:
         produced = produce_throughput(client["bootstrap.servers"], topic, n, values, "1", client=client)
     out = {"produce MiB/s": round(produced["MiB/s"], 1),
@@ -303,6 +306,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--conn-clients", type=int, default=4, help="client processes connecting")
     ap.add_argument("--conn-seconds", type=float, default=10)
+    ap.add_argument("--listener", choices=("SSL", "PLAINTEXT"), default="SSL",
+                    help="where produce and consume run (PLAINTEXT: the baseline without TLS)")
     ap.add_argument("--cipher", default=CIPHER, help="Kafka's name of a TLS 1.2 suite")
     ap.add_argument("--strata-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--kafka-libs")
@@ -322,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     strata_extra = dict(item.split("=", 1) for item in args.strata_override)
     brokers = {}
     rounds: list[dict] = []
-    facts: dict = {"ktls": ktls, "cipher": args.cipher, "strata overrides": strata_extra,
+    facts: dict = {"ktls": ktls, "cipher": args.cipher, "throughput listener": args.listener, "strata overrides": strata_extra,
                    "mib": args.mib, "record size": args.record_size,
                    "conn clients": args.conn_clients, "conn seconds": args.conn_seconds,
                    "cpus": os.cpu_count()}
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            throughput(setup, b, "warmup", max(1, args.mib // 4), args.record_size)
+            throughput(setup, b, "warmup", max(1, args.mib // 4), args.record_size, args.listener)
         log(f"negotiated: {[facts[f'{s} negotiated'] for s in systems]}")
         print(HEADER)
         for i in range(args.rounds):
@@ -355,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                 b = brokers[system]
                 load = "/".join(f"{x:.2f}" for x in os.getloadavg())
                 r = {"system": system, "round": i + 1, "load": load,
-                     **throughput(setup, b, f"r{i}", args.mib, args.record_size),
+                     **throughput(setup, b, f"r{i}", args.mib, args.record_size, args.listener),
                      **connection_rate(setup, b, args.conn_clients, args.conn_seconds)}
                 rounds.append(r)
                 print(line(r), flush=True)
