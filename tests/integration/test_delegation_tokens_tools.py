@@ -2,7 +2,9 @@
 SCRAM broker, alice creates, describes, renews and expires a token; Kafka's console producer and
 consumer log in with it (SCRAM, ``tokenauth="true"``, the token id and its HMAC) as alice; a
 token-authenticated or PLAINTEXT connection may not create tokens; a broker without
-``delegation.token.secret.key`` refuses; an expired token is refused and removed. In a
+``delegation.token.secret.key`` refuses; an expired token is refused and removed. With Kafka's
+authorizer, a token for another owner needs CREATE_TOKENS on that user, its login is the
+owner under the owner's ACLs, and DESCRIBE on the token lets another user see it. In a
 three-broker ZooKeeper cluster a token created through one broker logs in on the others within
 seconds, from Kafka's znodes.
 
@@ -23,8 +25,8 @@ from broker_process import BrokerProcess, free_port
 from cluster_clients import NO_TIERING
 from cluster_process import StrataCluster
 from kafka_tools import (
-    CONSOLE_CONSUMER, CONSOLE_PRODUCER, KAFKA_CONFIGS, KAFKA_TOPICS, require_kafka_dist,
-    run_kafka_class)
+    CONSOLE_CONSUMER, CONSOLE_PRODUCER, KAFKA_ACLS, KAFKA_CONFIGS, KAFKA_TOPICS,
+    require_kafka_dist, run_kafka_class)
 from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -175,6 +177,55 @@ def test_without_a_secret_key_token_requests_are_refused(tmp_path):
         result = tokens(at, alice, "--create", "--max-life-time-period", "-1")
         assert result.returncode != 0
         assert "DelegationTokenDisabled" in result.stdout + result.stderr
+
+
+def test_with_kafkas_authorizer_tokens_follow_the_owners_acls(tmp_path):
+    """KIP-373: alice makes a token for bob once she has CREATE_TOKENS on User:bob; a login
+    with it is bob under bob's ACLs; eve describes bob's token once she may DESCRIBE it."""
+    plain_port, sasl_port = free_port(), free_port()
+    at = f"127.0.0.1:{sasl_port}"
+    props = {**sasl_props(plain_port, sasl_port),
+             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+             "super.users": "User:ANONYMOUS"}   # the PLAINTEXT listener: the admin's
+    with BrokerProcess(tmp_path / "b", props, port=plain_port) as broker:
+        plain_cfg = tmp_path / "plain.properties"
+        plain_cfg.write_text("security.protocol=PLAINTEXT\n")
+
+        def acl(*args: str) -> None:
+            result = run_kafka_class(KAFKA_ACLS, "--bootstrap-server", broker.bootstrap,
+                                     "--command-config", str(plain_cfg), "--add", *args)
+            assert result.returncode == 0, result.stdout + result.stderr
+        for user in ("alice", "bob", "eve"):
+            scram_user(broker.bootstrap, user)
+        result = run_kafka_class(KAFKA_TOPICS, "--bootstrap-server", broker.bootstrap,
+                                 "--create", "--topic", "orders", "--partitions", "1")
+        assert result.returncode == 0, result.stdout + result.stderr
+        alice = client_config(tmp_path / "alice.properties", "alice", "alice-secret")
+        eve = client_config(tmp_path / "eve.properties", "eve", "eve-secret")
+        refused = tokens(at, alice, "--create", "--max-life-time-period", "-1",
+                         "--owner-principal", "User:bob")
+        assert refused.returncode != 0
+        assert "DelegationTokenAuthorizationException" in refused.stdout + refused.stderr
+        acl("--allow-principal", "User:alice", "--operation", "CreateTokens",
+            "--user-principal", "User:bob")
+        token_id, hmac = create(at, alice, "--max-life-time-period", "-1",
+                                "--owner-principal", "User:bob")
+        token_cfg = client_config(tmp_path / "token.properties", token_id, hmac, token=True)
+
+        def topics_seen() -> list[str]:
+            result = run_kafka_class(KAFKA_TOPICS, "--bootstrap-server", at,
+                                     "--command-config", str(token_cfg), "--list")
+            assert result.returncode == 0, result.stdout + result.stderr
+            return result.stdout.split()
+        assert "orders" not in topics_seen()
+        acl("--allow-principal", "User:bob", "--operation", "Describe", "--topic", "orders")
+        assert "orders" in topics_seen()     # the token's login is bob
+
+        assert "Total number of tokens : 0" in described(at, eve, "--owner-principal",
+                                                          "User:bob")
+        acl("--allow-principal", "User:eve", "--operation", "Describe", "--delegation-token",
+            token_id)
+        assert token_id in described(at, eve, "--owner-principal", "User:bob")
 
 
 _zk_ok, _zk_why = zookeeper_available()
