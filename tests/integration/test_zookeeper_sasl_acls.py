@@ -267,3 +267,15 @@ def test_a_wrong_zookeeper_password_fails_the_start_with_the_reason(
     assert config is not None
     with pytest.raises(ZooKeeperError, match="Authentication to ZooKeeper .* failed .*'broker'"):
         StrataZkClient(config).start()
+
+
+def test_parents_made_on_the_way_get_their_own_acls(
+        zk_server: ZooKeeperServer, authenticated: KazooClient, tmp_path: Path) -> None:
+    """A create that makes its parents gives each the ACLs of its own path: /config/users
+    made for a user's znode is not world-readable, /config made with it is."""
+    chroot = f"/strata-{uuid.uuid4().hex[:8]}"
+    with StrataZkClient(broker_config(zk_server, tmp_path, chroot)) as client:
+        client.set_or_create_entity_configs("users", "bob", {"producer_byte_rate": "1024"})
+    assert sorted(authenticated.get_acls(chroot + z.CONFIG_PATH)[0]) == sorted(
+        [BROKER_ALL, WORLD_READ])
+    assert authenticated.get_acls(f"{chroot}{z.CONFIG_PATH}/users")[0] == [BROKER_ALL]

@@ -119,9 +119,10 @@ class _AclKazooClient(KazooClient):
     def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
                makepath=False, include_data=False):
         if makepath and acl is None:
-            parent = path.rstrip("/").rsplit("/", 1)[0]
-            if parent:
-                self.ensure_path(parent)
+            try:
+                return super().create(path, value, None, ephemeral, sequence, False, include_data)
+            except NoNodeError:
+                self.ensure_path(path.rstrip("/").rsplit("/", 1)[0] or "/")
         return super().create(path, value, acl, ephemeral, sequence, makepath, include_data)
 
     def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
