@@ -6,7 +6,8 @@ Settings (Kafka's): ``delegation.token.secret.key`` (or the older ``delegation.t
 turns tokens on; without it every token request is DELEGATION_TOKEN_AUTH_DISABLED.
 ``delegation.token.max.lifetime.ms`` (7 days) bounds a token's life, ``delegation.token.expiry
 .time.ms`` (1 day) is how long a creation or renewal lasts when the request names no period,
-``delegation.token.expiry.check.interval.ms`` (1 hour) how often expired tokens are removed.
+``delegation.token.expiry.check.interval.ms`` (1 hour) how often expired tokens are removed
+(by every broker; Kafka's ZooKeeper mode has its controller do it).
 
 A token is its ``TokenInformation`` (id: a random UUID in unpadded URL-safe base64; owner,
 requester, renewers; issue, expiry and max timestamps in ms) and its HMAC, HMAC-SHA512 of the
@@ -276,12 +277,17 @@ class ZkTokenStore(TokenStore):
         raise RuntimeError(f"could not write {path}: it keeps changing")
 
     def remove(self, token_id: str) -> None:
+        """Deletes the token and announces it; nothing when it is already gone (every broker's
+        expiry check removes an expired token: one notification)."""
         path = f"{TOKENS_PATH}/{token_id}"
         for _ in range(100):
             found = self.zk.get_data(path)
-            if found is None or self.zk.delete_if(path, found[1].version):
-                break
-        self._notify(token_id)
+            if found is None:
+                return
+            if self.zk.delete_if(path, found[1].version):
+                self._notify(token_id)
+                return
+        raise RuntimeError(f"could not delete {path}: it keeps changing")
 
     def watch(self, on_change: Callable[[str], None]) -> None:
         from strata.cluster.zk_changes import ChangeNotificationFollower
@@ -459,12 +465,12 @@ class DelegationTokenManager:
     def expire_tokens(self) -> list[str]:
         """Removes every token past its expiry or max timestamp (Kafka's ``expireTokens``)."""
         now = self._now()
-        gone = [t.token_id for t in self.tokens() if t.expired(now)]
-        for token_id in gone:
-            log.info("Delegation token expired for token: %s for owner: %s", token_id,
-                     self._tokens.get(token_id, None) and self._tokens[token_id].owner)
-            self.remove(token_id)
-        return gone
+        gone = [t for t in self.tokens() if t.expired(now)]
+        for info in gone:
+            log.info("Delegation token expired for token: %s for owner: %s", info.token_id,
+                     info.owner)
+            self.remove(info.token_id)
+        return [t.token_id for t in gone]
 
     def _check_expiry(self) -> None:
         while not self._stop.wait(self.config.expiry_check_interval_ms / 1000):
