@@ -98,10 +98,12 @@ bench-offsets-restart: venv
 	$(PY) -m benchmarks.offsets_restart --rounds 3
 
 # Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
-# writes its section of docs/benchmarks.md and the charts under docs/benchmarks/.
+# writes its section of docs/benchmarks.md and the charts under docs/benchmarks/; then the TLS
+# comparison of bench-tls (3 rounds, its JSON only).
 bench: venv kafka-dist
 	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
+	$(PY) -m benchmarks.tls --rounds 3 --json docs/benchmarks/tls.json
 
 # The harnesses' tests (tests/bench/: their reports and meters, fetch_cost and rejoin at a tiny
 # size), then every workload of `make bench` at a tiny size against Strata alone; run by CI
