@@ -8,8 +8,9 @@ owner under the owner's ACLs, and DESCRIBE on the token lets another user see it
 three-broker ZooKeeper cluster a token created through one broker logs in on the others within
 seconds, from Kafka's znodes.
 
-librdkafka (confluent-kafka) cannot log in with a token: its SCRAM client sends no extensions
-(Kafka's ``tokenauth``), so it is not tested here."""
+librdkafka (confluent-kafka) cannot log in with a token: its SCRAM client-first message is
+``n,,n=<user>,r=<nonce>`` with no extensions (librdkafka 2.16, confluent-kafka's wheel), so it
+never sends Kafka's ``tokenauth``; only Java clients are tested here."""
 
 from __future__ import annotations
 
