@@ -188,9 +188,9 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(cluster
     from confluent_kafka.admin import ConfigSource
     key = "leader.replication.throttled.rate"
     alter_broker(cluster.broker(1).bootstrap, "", **{key: "1048576"})
-    for b in cluster.brokers:
-        assert broker_config(b.bootstrap, b.node_id, key) == (
-            "1048576", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), b.node_id
+    for b in cluster.brokers:   # the others learn it from ZooKeeper's change notification
+        wait_for(f"broker {b.node_id} applying the default", lambda b=b: broker_config(
+            b.bootstrap, b.node_id, key) == ("1048576", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value))
     alter_broker(cluster.broker(2).bootstrap, "2", **{key: "2097152"})
     assert broker_config(cluster.broker(2).bootstrap, 2, key) == (
         "2097152", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
@@ -213,8 +213,8 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(cluster
     alter_broker(cluster.broker(2).bootstrap, "2", **{key: None})
     alter_broker(cluster.broker(3).bootstrap, "", **{key: None})
     for b in cluster.brokers:
-        value, source = broker_config(b.bootstrap, b.node_id, key)
-        assert source != ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, (b.node_id, value)
+        wait_for(f"broker {b.node_id} dropping the default", lambda b=b: broker_config(
+            b.bootstrap, b.node_id, key)[1] != ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
 
 def test_the_controller_sigkilled_is_replaced_and_its_partitions_get_leaders(cluster):
