@@ -3,10 +3,12 @@ authorizer over SASL/PLAIN: User:admin is a super user and adds ACLs with conflu
 AdminClient; alice's producer and consumer are refused (TOPIC_AUTHORIZATION_FAILED) until the
 ACLs they need exist, then produce and consume; a consumer group is refused without READ on
 the group; Kafka's Java console producer is refused with TopicAuthorizationException; a topic
-alice may not DESCRIBE stays out of her metadata."""
+alice may not DESCRIBE stays out of her metadata; a client that is not a broker may not fetch
+as a replica, write transaction markers or propose ISR changes."""
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -14,10 +16,20 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
     ResourceType)
+from kio.schema.alter_partition.v3.request import AlterPartitionRequest
+from kio.schema.alter_partition.v3.response import AlterPartitionResponse
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest)
+from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 
 from broker_process import BrokerProcess, free_port
 from cluster_clients import NO_TIERING
 from kafka_tools import CONSOLE_PRODUCER, require_kafka_dist, run_kafka_class
+from strata.common.errors import ErrorCode
+from strata.net.connection import ClientSecurity, Connection
+from strata.security.sasl_client import SaslCredentials, new_client
 
 pytestmark = pytest.mark.slow
 
@@ -147,3 +159,38 @@ def test_the_java_console_producer_is_refused_without_write_on_the_topic(broker,
     assert result.returncode == 0, result.stdout + result.stderr
     got, _ = consume(broker, "admin", "payments", "check-payments", 2)
     assert got == [b"a", b"b"]
+
+
+def test_a_client_that_is_not_a_broker_cannot_replicate_or_act_for_the_cluster(broker):
+    """A follower's Fetch (replica id >= 0), WriteTxnMarkers and AlterPartition from User:alice,
+    who has READ and WRITE on the topic but no CLUSTER_ACTION: refused as Kafka refuses them,
+    while her consumer Fetch of the same partition reads it."""
+    new_topic(broker, "replicated")
+    for operation in (AclOperation.READ, AclOperation.WRITE):
+        allow(broker, ResourceType.TOPIC, "replicated", "alice", operation)
+    assert produce(broker, "alice", "replicated", 1) == ["ok"]
+    alice = SaslCredentials("PLAIN", "alice", "alice-secret")
+
+    def fetch(replica_id: int) -> FetchRequest:
+        return FetchRequest(
+            replica_id=replica_id, max_wait=datetime.timedelta(0), min_bytes=0,
+            max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+            forgotten_topics_data=(), topics=(FetchTopic(topic="replicated", partitions=(
+                FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                               last_fetched_epoch=-1, log_start_offset=-1,
+                               partition_max_bytes=1 << 20),)),))
+    with Connection(broker.at, security=ClientSecurity(
+            sasl_mechanism="PLAIN", sasl_client=lambda host: new_client(alice, host))) as conn:
+        [p] = conn.request(fetch(2), FetchResponse).responses[0].partitions
+        assert (p.error_code, p.records or b"") == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, b"")
+        [p] = conn.request(fetch(-1), FetchResponse).responses[0].partitions
+        assert p.error_code == ErrorCode.NONE and p.records
+        markers = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+            producer_id=1, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+            topics=(WritableTxnMarkerTopic(name="replicated", partition_indexes=(0,)),)),))
+        r = conn.request(markers, WriteTxnMarkersResponse)
+        assert r.markers[0].topics[0].partitions[0].error_code == \
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        r = conn.request(AlterPartitionRequest(broker_id=2, broker_epoch=1, topics=()),
+                         AlterPartitionResponse)
+        assert r.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
