@@ -303,6 +303,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--systems", default="strata,kafka")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mib", type=int, default=256, help="MiB produced then consumed per round")
+    ap.add_argument("--warmup-mib", type=int, default=0,
+                    help="MiB produced and consumed before the rounds (default: a quarter of --mib)")
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--conn-clients", type=int, default=4, help="client processes connecting")
     ap.add_argument("--conn-seconds", type=float, default=10)
@@ -328,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     brokers = {}
     rounds: list[dict] = []
     facts: dict = {"ktls": ktls, "cipher": args.cipher, "throughput listener": args.listener, "strata overrides": strata_extra,
-                   "mib": args.mib, "record size": args.record_size,
+                   "mib": args.mib, "warmup mib": args.warmup_mib, "record size": args.record_size,
                    "conn clients": args.conn_clients, "conn seconds": args.conn_seconds,
                    "cpus": os.cpu_count()}
     try:
@@ -351,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            throughput(setup, b, "warmup", max(1, args.mib // 4), args.record_size, args.listener)
+            # warm-up (Kafka's JIT): the throughput rounds' work and a share of the logins
+            throughput(setup, b, "warmup", args.warmup_mib or max(1, args.mib // 4),
+                       args.record_size, args.listener)
+            connection_rate(setup, b, args.conn_clients, args.conn_seconds / 2)
         log(f"negotiated: {[facts[f'{s} negotiated'] for s in systems]}")
         print(HEADER)
         for i in range(args.rounds):
