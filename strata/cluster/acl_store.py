@@ -146,19 +146,31 @@ class FileAclStore(AclStore):
             return dict(self._acls)
 
     def update(self, resource: ResourcePattern, change) -> Entries:
+        outcome = self.update_many({resource: change})[resource]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def update_many(self, changes: dict) -> dict:
+        """Every change in one write of the file (all applied, or all failed with its error)."""
         with self._lock:
-            current = self._acls.get(resource, frozenset())
-            new = frozenset(change(current))
-            if new == current:
-                return current
             acls = dict(self._acls)
-            if new:
-                acls[resource] = new
-            else:
-                acls.pop(resource, None)
-            self._write(acls)
+            out: dict = {}
+            for resource, change in changes.items():
+                new = frozenset(change(acls.get(resource, frozenset())))
+                if new:
+                    acls[resource] = new
+                else:
+                    acls.pop(resource, None)
+                out[resource] = new
+            if acls == self._acls:
+                return out
+            try:
+                self._write(acls)
+            except Exception as exc:  # noqa: BLE001 - nothing was stored
+                return dict.fromkeys(changes, exc)
             self._acls = acls
-            return new
+            return out
 
 
 # ---- a cluster: ZooKeeper ----------------------------------------------------------------------

@@ -228,6 +228,17 @@ class AclStore:
     def update(self, resource: ResourcePattern, change) -> Entries:
         raise NotImplementedError
 
+    def update_many(self, changes: dict) -> dict:
+        """``update`` of each resource in ``changes`` (resource -> change): per resource its
+        new entries or the exception its update raised. A store may write them at once."""
+        out: dict = {}
+        for resource, change in changes.items():
+            try:
+                out[resource] = self.update(resource, change)
+            except Exception as exc:  # noqa: BLE001 - that resource's outcome
+                out[resource] = exc
+        return out
+
     def watch(self, on_change) -> None:
         pass
 
@@ -518,13 +529,14 @@ class StandardAuthorizer:
                 continue
             by_resource.setdefault(b.pattern, []).append(i)
         with self._write_lock:
+            outcomes = self.store.update_many({
+                resource: (lambda cur, new=frozenset(bindings[i].entry for i in indexes): cur | new)
+                for resource, indexes in by_resource.items()})
             for resource, indexes in by_resource.items():
-                new = {bindings[i].entry for i in indexes}
-                try:
-                    entries = self.store.update(resource, lambda cur, new=new: cur | new)
-                except Exception as exc:  # noqa: BLE001 - each binding gets the failure
-                    error = exc if isinstance(exc, AclError) else AclError(
-                        f"Failed to create ACL: {exc}", ErrorCode.UNKNOWN_SERVER_ERROR)
+                entries = outcomes[resource]
+                if isinstance(entries, Exception):   # each binding gets the failure
+                    error = entries if isinstance(entries, AclError) else AclError(
+                        f"Failed to create ACL: {entries}", ErrorCode.UNKNOWN_SERVER_ERROR)
                     for i in indexes:
                         results[i] = error
                     continue
@@ -562,8 +574,10 @@ class StandardAuthorizer:
                 for i in valid:
                     if filters[i].matches_pattern(resource):
                         touched.setdefault(resource, []).append(i)
+            removals: dict[ResourcePattern, dict[AccessControlEntry, int]] = {}
+            changes = {}
             for resource, matched in touched.items():
-                removed: dict[AccessControlEntry, int] = {}
+                removed = removals[resource] = {}
 
                 def change(cur, matched=matched, removed=removed):
                     removed.clear()
@@ -573,11 +587,13 @@ class StandardAuthorizer:
                                 removed[e] = i   # reported under the first matching filter
                                 break
                     return cur - removed.keys()
-                try:
-                    entries = self.store.update(resource, change)
-                except Exception as exc:  # noqa: BLE001 - reported per binding
-                    error = exc if isinstance(exc, AclError) else AclError(
-                        f"Failed to delete ACL: {exc}", ErrorCode.UNKNOWN_SERVER_ERROR)
+                changes[resource] = change
+            outcomes = self.store.update_many(changes)
+            for resource, matched in touched.items():
+                entries, removed = outcomes[resource], removals[resource]
+                if isinstance(entries, Exception):   # reported per binding
+                    error = entries if isinstance(entries, AclError) else AclError(
+                        f"Failed to delete ACL: {entries}", ErrorCode.UNKNOWN_SERVER_ERROR)
                     for i in matched:
                         for e in self._resources.get(resource, ()):
                             if filters[i].matches_entry(e):

@@ -72,3 +72,39 @@ def test_file_store_keeps_bindings_across_a_restart(tmp_path):
     assert len(again.acls()) == 1
     assert again.authorize(alice, "127.0.0.1", [Action(Op.WRITE, RT.TOPIC, "orders.eu"),
                                                 Action(Op.READ, RT.GROUP, "g")]) == [True, False]
+
+
+def _counting_writes(store: FileAclStore) -> list[int]:
+    writes: list[int] = []
+    write = store._write
+    store._write = lambda acls: (writes.append(len(acls)), write(acls))[1]
+    return writes
+
+
+def test_file_store_writes_a_whole_create_or_delete_request_at_once(tmp_path):
+    store = FileAclStore(tmp_path)
+    writes = _counting_writes(store)
+    a = StandardAuthorizer(store).start()
+    bindings = [AclBinding(ResourcePattern(RT.TOPIC, f"t{i}", PT.LITERAL),
+                           AccessControlEntry("User:alice", "*", Op.READ, Perm.ALLOW))
+                for i in range(500)]
+    assert a.create_acls(bindings) == [None] * 500
+    assert writes == [500]
+    deleted = a.delete_acls([AclBindingFilter(RT.TOPIC)])
+    assert len(deleted[0][1]) == 500 and writes == [500, 0]
+    assert StandardAuthorizer(FileAclStore(tmp_path)).start().acls() == []
+
+
+def test_file_store_failing_to_write_fails_every_binding_and_changes_nothing(tmp_path):
+    store = FileAclStore(tmp_path)
+    a = StandardAuthorizer(store).start()
+
+    def full(acls):
+        raise OSError(28, "No space left on device")
+    store._write = full
+    bindings = [AclBinding(ResourcePattern(RT.TOPIC, f"t{i}", PT.LITERAL),
+                           AccessControlEntry("User:alice", "*", Op.READ, Perm.ALLOW))
+                for i in range(3)]
+    results = a.create_acls(bindings)
+    assert all(r is not None and "No space left" in str(r) for r in results)
+    assert a.acls() == [] and store.load() == {}
