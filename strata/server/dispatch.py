@@ -131,6 +131,8 @@ class Dispatcher:
             return await handler(self.ctx, request)
         except KafkaError as exc:
             return error_response(request, exc.code, str(exc))
+        except CloseConnection:   # the handler's answer is to close the connection
+            raise
         except Exception:  # noqa: BLE001 - a handler bug answers this request, never kills the broker
             log.exception("%s v%d failed", request.api_key.name, request.api_version)
             return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)

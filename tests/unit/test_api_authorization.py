@@ -125,6 +125,30 @@ def test_produce_of_transactional_records_needs_write_on_the_transactional_id(br
     assert end_offset(ctx, "paid") == 0
 
 
+def test_an_acks_0_produce_that_fails_closes_its_connection_instead_of_answering(broker):
+    """Kafka answers no acks=0 Produce; one that failed closes the connection, so the
+    producer refreshes its metadata (KafkaApis.handleProduceRequest)."""
+    import pytest
+    from strata.server.network import CloseConnection
+    ctx, _, _ = broker
+    create(ctx, 7, ("paid", 1, 1, {}))
+    ctx.authorizer = Grants(("alice", Op.WRITE, R.TOPIC, "paid"))
+
+    def acks_0(user, topic):
+        conn = ConnectionInfo("10.0.0.7:50123", 3)
+        conn.principal = KafkaPrincipal("User", user)
+        request = parse_request(client_frame(make(request_class(ApiKey.PRODUCE, 9), acks=0,
+            timeout=5000 * MS, transactional_id=None, topic_data=(
+                n(ApiKey.PRODUCE, 9, "topic_data", name=topic, partition_data=(
+                    n(ApiKey.PRODUCE, 9, "topic_data.partition_data", index=0,
+                      records=batch()),)),)), correlation_id=5))
+        return asyncio.run(Dispatcher(ctx)(request, conn))
+    assert acks_0("alice", "paid") is None and end_offset(ctx, "paid") == 1
+    with pytest.raises(CloseConnection, match="TOPIC_AUTHORIZATION_FAILED"):
+        acks_0("bob", "paid")
+    assert end_offset(ctx, "paid") == 1
+
+
 def fetch(ctx, user, *topics, replica_id=-1, version=12):
     r = send(ctx, user, ApiKey.FETCH, version, replica_id=replica_id, max_wait=0 * MS,
              min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,

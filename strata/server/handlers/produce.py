@@ -1,16 +1,18 @@
-"""Produce: append each partition's batch; no response at all for acks=0."""
+"""Produce: append each partition's batch; no response at all for acks=0 (as Kafka, a failed
+acks=0 request closes its connection instead, so that the producer refreshes its metadata)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 
-from strata.common.errors import ErrorCode, KafkaError
+from strata.common.errors import ErrorCode, KafkaError, error_name
 from strata.common.types import TopicPartition
-from strata.protocol.codec import error_response, kio_error_code, make, response_class
+from strata.protocol.codec import kio_error_code, make, response_class
 from strata.replication.replica_manager import AppendResult
 from strata.security.authorizer import AclOperation, ResourceType
 from strata.server.authorization import NOTHING_DENIED, authorize, denied_topics
+from strata.server.network import CloseConnection
 from strata.server.purgatory import await_replication
 from strata.server.txn_verification import transactional_producer
 
@@ -79,6 +81,18 @@ YIELD_EVERY_BYTES = 1 << 20
 
 
 async def handle(ctx, request):
+    try:
+        return await _produce(ctx, request)
+    except KafkaError as exc:
+        if request.body.acks != 0:
+            raise
+        raise CloseConnection(_ACKS_0_FAILED.format(request.correlation_id, exc)) from None
+
+
+_ACKS_0_FAILED = "error during produce request with correlation id {} with ack=0: {}"
+
+
+async def _produce(ctx, request):
     body = request.body
     rc = response_class(request.api_key, request.api_version)
     acks = body.acks
@@ -89,7 +103,8 @@ async def handle(ctx, request):
     if getattr(ctx, "authorizer", None) is not None:
         denied = _authorize(ctx, body)
         if denied is None:
-            return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            raise KafkaError(f"WRITE on transactional id {body.transactional_id} denied",
+                             code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if getattr(body, "transactional_id", None):
         refused, guards = await _verify_transaction(ctx, body, request.api_version, denied)
     else:
@@ -124,6 +139,10 @@ async def handle(ctx, request):
                 since_yield = 0
                 await asyncio.sleep(0)
     if acks == 0:
+        failed = {f"{topic}-{index}": error_name(r.error) for (topic, index), r in results
+                  if r is not None and r.error != ErrorCode.NONE}
+        if failed:
+            raise KafkaError(f"topic and partition to exceptions: {failed}")
         return None
     errors = await await_replication(ctx.replica_manager, ctx.fetch_watchers, waits,
                                      body.timeout.total_seconds()) if waits else {}
