@@ -103,7 +103,7 @@ bench-offsets-restart: venv
 bench: venv kafka-dist
 	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
-	$(PY) -m benchmarks.tls --rounds 3 --json docs/benchmarks/tls.json
+	$(PY) -m benchmarks.tls --rounds 3 --warmup-mib 1024 --json docs/benchmarks/tls.json
 
 # The harnesses' tests (tests/bench/: their reports and meters, fetch_cost and rejoin at a tiny
 # size), then every workload of `make bench` at a tiny size against Strata alone; run by CI
@@ -116,7 +116,7 @@ bench-smoke: venv system-deps
 # second (SASL_SSL), Strata and Kafka 4.x with the same certificate and pinned cipher (issue 45);
 # results are copied into docs/benchmarks.md by hand.
 bench-tls: venv kafka-dist
-	$(PY) -m benchmarks.tls --rounds 5 --json docs/benchmarks/tls.json
+	$(PY) -m benchmarks.tls --rounds 5 --warmup-mib 1024 --json docs/benchmarks/tls.json
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
 # 3 rounds each; results are copied into docs/benchmarks.md by hand.
