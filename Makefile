@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark bench-tls venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark bench-tls bench-authz venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	@bash scripts/system-deps.sh build
@@ -99,7 +99,7 @@ bench-offsets-restart: venv
 
 # Strata vs Apache Kafka 4.x on this machine, same clients and settings, 3 alternating rounds;
 # writes its section of docs/benchmarks.md and the charts under docs/benchmarks/; then the TLS
-# comparison of bench-tls (3 rounds, its JSON only).
+# comparison of bench-tls (3 rounds, its JSON only) and the authorizer's cost of bench-authz.
 bench: venv kafka-dist
 	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
@@ -117,6 +117,12 @@ bench-smoke: venv system-deps
 # results are copied into docs/benchmarks.md by hand.
 bench-tls: venv kafka-dist
 	$(PY) -m benchmarks.tls --rounds 5 --warmup-mib 1024 --json docs/benchmarks/tls.json
+
+# Produce and consume over SASL_PLAINTEXT as a user that is not a super user, Kafka's authorizer
+# off and on with 10,000 ACL bindings loaded, Strata and Kafka 4.x, alternating rounds (issue 46);
+# results are copied into docs/benchmarks.md by hand.
+bench-authz: venv kafka-dist
+	$(PY) -m benchmarks.authorizer --rounds 4 --json docs/benchmarks/authorizer.json
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
 # 3 rounds each; results are copied into docs/benchmarks.md by hand.
