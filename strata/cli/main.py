@@ -18,7 +18,7 @@ from strata.common.config import load_properties
 from strata.common.errors import KafkaError
 from strata.common.files import raise_descriptor_limit
 from strata.common.scheduler import KafkaScheduler
-from strata.common.types import TopicIdPartition, TopicPartition
+from strata.common.types import TopicPartition
 from strata.log.log_manager import LogManager
 
 log = logging.getLogger("strata")
@@ -98,99 +98,6 @@ def _inter_broker_security(props: dict[str, str]):
         sasl = {"sasl_mechanism": credentials.mechanism,
                 "sasl_client": lambda host: new_client(credentials, host)}
     return ClientSecurity(client_context(props, name) if listener.tls else None, **sasl)
-
-
-class _LogsFollowMetadata:
-    """Keeps the logs in step with topic changes: create, delete, add partitions, configs.
-    In a cluster a log is made when its partition's state names this broker (``_ReplicasFollowStates``)."""
-
-    def __init__(self, manager: LogManager, metadata, remote_log_manager=None, *,
-                 create_logs: bool = True):
-        self.manager = manager
-        self.metadata = metadata
-        self.remote_log_manager = remote_log_manager
-        self.create_logs = create_logs
-
-    def on_topic_created(self, info) -> None:
-        self.on_partitions_created(info, 0)
-
-    def on_partitions_created(self, info, old_count) -> None:
-        if not self.create_logs:
-            return
-        for p in range(old_count, info.partitions):
-            self.manager.get_or_create_log(TopicPartition(info.name, p), self.metadata.log_config(info.name))
-
-    def on_topic_deleted(self, info) -> None:
-        tiered = []
-        # in a cluster every broker hears of the deletion: the leader of each partition's
-        # metadata partition removes its remote data, whether or not it hosts a replica
-        topic_tiered = not self.create_logs and self.metadata.topic_config(info).get(
-            "remote.storage.enable")
-        for p in range(info.partitions):
-            tp = TopicPartition(info.name, p)
-            ulog = self.manager.get_log(tp)
-            if topic_tiered or (ulog is not None and (ulog.remote_log_enabled
-                                                      or ulog.highest_offset_in_remote_storage >= 0)):
-                tiered.append(TopicIdPartition(info.topic_id, tp))
-            self.manager.delete_log(tp)
-        if tiered and self.remote_log_manager is not None:
-            self.remote_log_manager.on_partitions_deleted(tiered)
-
-    def on_topic_config_changed(self, info, config) -> None:
-        for p in range(info.partitions):
-            ulog = self.manager.get_log(TopicPartition(info.name, p))
-            if ulog is not None:
-                ulog.update_config(config)
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.wake()
-
-    def on_broker_configs_changed(self, rlm_config) -> None:
-        """Dynamic broker configs changed: the remote copy/fetch quotas apply at once."""
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.reconfigure(rlm_config)
-
-
-class _ReplicasFollowStates:
-    """A cluster broker's partition states from ZooKeeper, applied: the ReplicaManager leads or
-    follows, a replica moved off this broker is deleted, and the group coordinator loads the
-    ``__consumer_offsets`` partitions this broker starts leading and unloads those it stops
-    leading (on the event loop), and the transaction coordinator those of
-    ``__transaction_state``."""
-
-    def __init__(self, replica_manager, manager: LogManager, metadata, loop, group_coordinator,
-                 remote_log_manager=None, txn_coordinator=None):
-        self.replica_manager = replica_manager
-        self.manager = manager
-        self.metadata = metadata
-        self.loop = loop
-        self.group_coordinator = group_coordinator
-        self.remote_log_manager = remote_log_manager
-        self.txn_coordinator = txn_coordinator
-
-    def on_partition_states(self, states) -> None:
-        from strata.coordinator.offsets_records import OFFSETS_TOPIC
-        change = self.replica_manager.apply_states(states)
-        if self.remote_log_manager is not None and (change.became_leader or change.stopped_leading):
-            self.remote_log_manager.wake()   # a new leader resumes copying, an old one stops
-        for tp, st in states.items():
-            if st is None and self.metadata.topic(tp.topic) is not None:
-                self.manager.delete_log(tp)  # reassigned away (a deleted topic's go with it)
-        gained = [tp.partition for tp in change.became_leader if tp.topic == OFFSETS_TOPIC]
-        lost = [tp.partition for tp in change.stopped_leading if tp.topic == OFFSETS_TOPIC]
-        if lost:
-            self.loop.call_soon_threadsafe(self.group_coordinator.unload, lost)
-        if gained:
-            self.loop.call_soon_threadsafe(self.group_coordinator.load_in_background, gained)
-        if self.txn_coordinator is not None:
-            from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
-            lost = [tp.partition for tp in change.stopped_leading
-                    if tp.topic == TRANSACTION_STATE_TOPIC]
-            gained = {tp.partition: self.replica_manager.state(tp).leader_epoch
-                      for tp in change.became_leader if tp.topic == TRANSACTION_STATE_TOPIC}
-            if lost:
-                self.loop.call_soon_threadsafe(self.txn_coordinator.unload, lost)
-            if gained:  # the leader epoch is the coordinator epoch written into markers
-                self.loop.call_soon_threadsafe(self.txn_coordinator.load, gained)
 
 
 class _LoadTransactionState:
@@ -456,6 +363,8 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
 
 
 async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -> None:
+    from strata.broker.metadata_publisher import (
+        NO_REMOTE_TIER, LeadershipPublisher, TopicLogsPublisher)
     from strata.cluster.metadata import SENDFILE_PROP, ClusterMetadata
     from strata.common.leadership_lease import ALWAYS_HELD
     from strata.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
@@ -520,7 +429,9 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     replica_manager.remote_log_manager = rlm
     if rlm is not None:
         metadata.config_validator = rlm.validate_topic_config
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata, rlm, create_logs=zk is None))
+    remote_tier = rlm if rlm is not None else NO_REMOTE_TIER
+    metadata.add_listener(TopicLogsPublisher(manager, metadata, remote_tier,
+                                             create_logs=zk is None))
     producer_ids = ProducerIdManager(log_dirs[0]) if zk is None else ProducerIdManager(
         log_dirs[0], allocate_block=lambda: (
             (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
@@ -596,8 +507,8 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         # ISR-expansion retries run on the loop, as the fetches that propose expansions do
         replica_manager.call_later = lambda delay_s, fn: loop.call_soon_threadsafe(
             loop.call_later, delay_s, fn)
-        follow = _ReplicasFollowStates(replica_manager, manager, metadata, loop,
-                                       ctx.group_coordinator, rlm, ctx.txn_coordinator)
+        follow = LeadershipPublisher(replica_manager, manager, metadata, loop,
+                                     ctx.group_coordinator, remote_tier, ctx.txn_coordinator)
         metadata.add_listener(follow)
         follow.on_partition_states(metadata.hosted_states())  # what the first image said
         from strata.replication.log_dir_failure_handler import (

@@ -4,7 +4,7 @@ brokers are SIGKILLed.
 ``__transaction_state`` and ``__consumer_offsets`` are RF 3 (``transaction.state.log.min.isr``
 2), the input and output topics RF 3 with ``min.insync.replicas`` 2. The transaction
 coordinator of a transactional id is the leader of its ``__transaction_state`` partition and
-moves with that leadership (``_ReplicasFollowStates`` in ``strata.cli.main``); markers go to
+moves with that leadership (``LeadershipPublisher`` in ``strata.broker.metadata_publisher``); markers go to
 each partition's leader (``strata.server.txn_marker_sender``).
 
 - ``test_a_commit_survives_the_coordinators_sigkill_right_after_it_returns``: EndTxn(commit)

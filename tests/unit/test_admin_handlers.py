@@ -23,7 +23,7 @@ from strata.protocol.records import SimpleRecord, build_batch
 from strata.replication.replica_manager import ReplicaManager
 from strata.server import authz
 from strata.server.context import BrokerContext
-from strata.cli.main import _LogsFollowMetadata
+from strata.broker.metadata_publisher import TopicLogsPublisher
 from test_group_handlers import Client
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
@@ -44,7 +44,7 @@ def broker(tmp_path):
     manager = LogManager([log_dir], metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler)
     manager.startup()
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata))
+    metadata.add_listener(TopicLogsPublisher(manager, metadata))
     replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)

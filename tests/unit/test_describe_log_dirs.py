@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.cli.main import _LogsFollowMetadata
+from strata.broker.metadata_publisher import TopicLogsPublisher
 from strata.cluster.metadata import ClusterMetadata
 from strata.common.errors import ErrorCode
 from strata.common.scheduler import KafkaScheduler
@@ -37,7 +37,7 @@ def broker(tmp_path):
     manager = LogManager(dirs, metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler)
     manager.startup()
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata))
+    metadata.add_listener(TopicLogsPublisher(manager, metadata))
     replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)

@@ -2,7 +2,7 @@
 functions included): ``protocol`` imports no asyncio, sockets or Strata package but ``common``;
 ``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
 ``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
-imports ``server``, so ``spark`` never does; ``protocol``'s modules import each other without a
+and ``broker`` imports ``server``, so ``spark`` never does; nothing but ``cli`` imports ``broker``; ``protocol``'s modules import each other without a
 cycle; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
 package (``coordinator.group``) is imported by its name only, never by its modules."""
 
@@ -66,7 +66,7 @@ def _strata_only(*packages: str):
 def test_the_rules_see_every_package():
     assert {_package(m) for m in IMPORTS} >= {
         "strata.protocol", "strata.log", "strata.tiered", "strata.net", "strata.server",
-        "strata.spark", "strata.cli"}
+        "strata.spark", "strata.cli", "strata.broker"}
     assert "asyncio" in IMPORTS["strata.net.connection"]   # imports inside modules are read
 
 
@@ -132,9 +132,18 @@ def test_client_connections_import_only_common_and_protocol():
 
 
 @pytest.mark.parametrize("package", sorted({_package(m) for m in IMPORTS}
-                                           - {"strata", "strata.server", "strata.cli"}))
+                                           - {"strata", "strata.server", "strata.cli",
+                                              "strata.broker"}))
 def test_nothing_but_the_entry_points_imports_the_server(package):
     assert _breaking(package, lambda n: _package(n) != "strata.server") == []
+
+
+@pytest.mark.parametrize("package", sorted({_package(m) for m in IMPORTS}
+                                           - {"strata", "strata.broker", "strata.cli"}))
+def test_nothing_but_the_entry_point_imports_the_broker(package):
+    """The broker (wiring, metadata publishers) sits above ``server``, ``replication``,
+    ``tiered`` and ``coordinator``: none of them may reach up into it."""
+    assert _breaking(package, lambda n: _package(n) != "strata.broker") == []
 
 
 def test_nothing_in_strata_imports_the_benchmarks():

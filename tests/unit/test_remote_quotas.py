@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.cli.main import _LogsFollowMetadata
+from strata.broker.metadata_publisher import NO_REMOTE_TIER, TopicLogsPublisher
 from strata.cluster.metadata import ClusterMetadata, ConfigSource
 from strata.common.clock import MockClock
 from strata.common.errors import ErrorCode
@@ -279,14 +279,14 @@ class Broker:
     """ClusterMetadata and the admin handlers over one log dir, the Env's RLM following the
     metadata as the broker wires it."""
 
-    def __init__(self, log_dir: Path, rlm=None, **props):
+    def __init__(self, log_dir: Path, rlm=NO_REMOTE_TIER, **props):
         self.props = {"node.id": "1", "log.dirs": str(log_dir), **props}
         self.metadata = ClusterMetadata(log_dir, 1, self.props)
         self.scheduler = KafkaScheduler(threads=1)
         self.manager = LogManager([log_dir], self.metadata.default_log_config(),
                                   topic_config=self.metadata.log_config, scheduler=self.scheduler)
         self.manager.startup()
-        self.metadata.add_listener(_LogsFollowMetadata(self.manager, self.metadata, rlm))
+        self.metadata.add_listener(TopicLogsPublisher(self.manager, self.metadata, rlm))
         replicas = ReplicaManager(self.manager, lambda t: None)
         self.ctx = BrokerContext(node_id=1, advertised_host="h", advertised_port=1,
                                  metadata=self.metadata, replica_manager=replicas)

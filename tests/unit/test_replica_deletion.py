@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from strata.cli.main import _LogsFollowMetadata, _ReplicasFollowStates
+from strata.broker.metadata_publisher import LeadershipPublisher, TopicLogsPublisher
 from strata.cluster.image import (
     BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map)
 from strata.cluster.metadata import ClusterMetadata
@@ -301,8 +301,8 @@ class Broker:
         replicas = SimpleNamespace(
             apply_states=lambda states: self.applied.append(dict(states)) or SimpleNamespace(
                 became_leader=[], stopped_leading=[]))
-        self.md.add_listener(_LogsFollowMetadata(self.manager, self.md, create_logs=False))
-        self.md.add_listener(_ReplicasFollowStates(replicas, self.manager, self.md, None, None))
+        self.md.add_listener(TopicLogsPublisher(self.manager, self.md, create_logs=False))
+        self.md.add_listener(LeadershipPublisher(replicas, self.manager, self.md, None, None))
         for tp in self.md.hosted_states():
             self.manager.get_or_create_log(tp).append_as_leader(_batch(), leader_epoch=0)
 

@@ -841,7 +841,7 @@ def test_describe_broker_shows_set_values_and_set_internal_keys(tmp_path):
 
 @pytest.fixture
 def wire(tmp_path):
-    from strata.cli.main import _LogsFollowMetadata
+    from strata.broker.metadata_publisher import TopicLogsPublisher
     from strata.common.scheduler import KafkaScheduler
     from strata.log.log_manager import LogManager
     from strata.replication.replica_manager import ReplicaManager
@@ -853,7 +853,7 @@ def wire(tmp_path):
     manager = LogManager([log_dir], metadata.default_log_config(), topic_config=metadata.log_config,
                          scheduler=scheduler)
     manager.startup()
-    metadata.add_listener(_LogsFollowMetadata(manager, metadata))
+    metadata.add_listener(TopicLogsPublisher(manager, metadata))
     replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)
