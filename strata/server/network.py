@@ -55,6 +55,7 @@ _LENGTH = struct.Struct(">i")
 _STREAM_BUFFER = 16 * 1024   # receive buffer of a connection's small frames
 _DIRECT_MIN = 4 * 1024       # frames from this size on are received into a buffer of their own
 _FLUSH_BYTES = 1 << 20  # queued response bytes that are written at once instead of at turn end
+_TLS_PIECE = 64 * 1024  # TLS: responses go to the transport in pieces of about this size
 _HIGH_WATER = 4 * 1024 * 1024  # transport buffer, and bytes pending behind a region, above
                                # which the next request waits
 
@@ -118,6 +119,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._out_bytes = 0
         self._flush_scheduled = False
         self._sock = None             # the socket, when regions may be sent with sendfile
+        self._tls = False
         self._poll_fd = -1            # a dup of it, to wait for writability while a region waits
         self._pending: deque = deque()  # parts from the first unsent region on, in order
         self._pending_bytes = 0
@@ -150,7 +152,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and self._server.send_buffer_bytes != USE_DEFAULT_BUFFER_SIZE:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._server.send_buffer_bytes)
-        if self._server.sendfile and sock is not None and transport.get_extra_info("sslcontext") is None:
+        self._tls = transport.get_extra_info("sslcontext") is not None
+        if self._server.sendfile and sock is not None and not self._tls:
             self._sock = sock
         self._server._connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._process())
@@ -379,6 +382,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._pending.extend(out)
             self._pending_bytes += sum(len(p) for p in out)
             self._pump()
+        elif self._tls:
+            _write_in_pieces(self._transport, out)
         else:
             self._transport.writelines(out)
 
@@ -475,6 +480,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._release_output()
         if self._transport is not None:
             self._transport.abort()
+
+
+def _write_in_pieces(transport: asyncio.Transport, parts: list) -> None:
+    """Hands ``parts`` to a TLS transport about ``_TLS_PIECE`` bytes at a time. The transport
+    encrypts all it is given into one buffer before writing any of it: a 1 MiB Fetch response
+    became one 1 MiB encrypted copy, and its first byte left only once all of it was encrypted
+    (docs/benchmarks.md, issue 45: about a third less broker CPU per GiB of TLS consume)."""
+    batch, size = [], 0
+    for part in parts:
+        pieces = [part] if len(part) <= _TLS_PIECE else \
+            [memoryview(part)[i:i + _TLS_PIECE] for i in range(0, len(part), _TLS_PIECE)]
+        for piece in pieces:
+            batch.append(piece)
+            size += len(piece)
+            if size >= _TLS_PIECE:
+                transport.writelines(batch)
+                batch, size = [], 0
+    if batch:
+        transport.writelines(batch)
 
 
 def _copied(region: FileRegion) -> bytes:
