@@ -122,7 +122,7 @@ bench-tls: venv kafka-dist
 # off and on with 10,000 ACL bindings loaded, Strata and Kafka 4.x, alternating rounds (issue 46);
 # results are copied into docs/benchmarks.md by hand.
 bench-authz: venv kafka-dist
-	$(PY) -m benchmarks.authorizer --rounds 4 --json docs/benchmarks/authorizer.json
+	$(PY) -m benchmarks.authorizer --rounds 8 --mib 512 --warmup-mib 512 --json docs/benchmarks/authorizer.json
 
 # Leader and controller failover on three brokers, Strata (ZooKeeper) and Kafka 4.x (KRaft),
 # 3 rounds each; results are copied into docs/benchmarks.md by hand.
