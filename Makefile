@@ -104,6 +104,7 @@ bench: venv kafka-dist
 	$(PY) -m benchmarks.compare --report-md docs/benchmarks.md --charts-dir docs/benchmarks \
 		--json docs/benchmarks/compare.json
 	$(PY) -m benchmarks.tls --rounds 3 --warmup-mib 1024 --json docs/benchmarks/tls.json
+	$(PY) -m benchmarks.authorizer --rounds 8 --mib 512 --warmup-mib 512 --json docs/benchmarks/authorizer.json
 
 # The harnesses' tests (tests/bench/: their reports and meters, fetch_cost and rejoin at a tiny
 # size), then every workload of `make bench` at a tiny size against Strata alone; run by CI
