@@ -12,7 +12,7 @@ users, a ``*`` topic binding). ``super.users`` is ``User:admin;User:ANONYMOUS`` 
 the PLAINTEXT listener (topic creation, ACL loading, the readiness check and Kafka's controller
 listener) is trusted; the workload runs on the SASL listener as ``User:bench``.
 
-    python -m benchmarks.authorizer --rounds 4 --json docs/benchmarks/authorizer.json
+    python -m benchmarks.authorizer --rounds 8 --mib 512 --warmup-mib 512 --json docs/benchmarks/authorizer.json
 """
 
 from __future__ import annotations
