@@ -7,16 +7,14 @@ expired catches up."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from zk_server import ZooKeeperServer, zookeeper_available
+from zk_fixtures import chroot, new_client, zk_server  # noqa: F401 - the fixtures
+from zk_server import zookeeper_available
 
 from strata.cluster.acl_store import ZkAclStore
-from strata.cluster.zk.client import StrataZkClient
-from strata.cluster.zk.config import ZkClientConfig
 from strata.security.acl_authorizer import (
     AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern, StandardAuthorizer)
 from strata.security.authorizer import (
@@ -30,30 +28,16 @@ pytestmark = pytest.mark.skipif(not _ok, reason=_why)
 ALICE = KafkaPrincipal("User", "alice")
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
-
-
 @pytest.fixture
-def chroot() -> str:
-    return f"/acls-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def authorizers(zk_server, chroot):
+def authorizers(new_client):
     made = []
 
     def new() -> StandardAuthorizer:
-        client = StrataZkClient(ZkClientConfig(zk_server.connect_string(chroot), 4000)).start()
-        a = StandardAuthorizer(ZkAclStore(client)).start()
-        made.append((a, client))
-        return a
+        made.append(StandardAuthorizer(ZkAclStore(new_client())).start())
+        return made[-1]
     yield new
-    for a, client in made:
+    for a in made:
         a.close()
-        client.close()
 
 
 @pytest.fixture

@@ -7,17 +7,15 @@ brokers' checks is announced once."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from zk_server import ZooKeeperServer, zookeeper_available
+from zk_fixtures import chroot, new_client, zk_server  # noqa: F401 - the fixtures
+from zk_server import zookeeper_available
 
 from strata.cluster.delegation_tokens import (
     DelegationTokenManager, TokenConfig, ZkTokenStore, create_hmac)
-from strata.cluster.zk.client import StrataZkClient
-from strata.cluster.zk.config import ZkClientConfig
 from strata.common.errors import ErrorCode
 from strata.security.sasl import KafkaPrincipal
 from support.waiting import eventually
@@ -28,31 +26,17 @@ pytestmark = pytest.mark.skipif(not _ok, reason=_why)
 ALICE = KafkaPrincipal("User", "alice")
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
-
-
 @pytest.fixture
-def chroot() -> str:
-    return f"/tokens-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def managers(zk_server, chroot):
+def managers(new_client):
     made = []
 
     def new(clock=None) -> DelegationTokenManager:
-        client = StrataZkClient(ZkClientConfig(zk_server.connect_string(chroot), 4000)).start()
-        m = DelegationTokenManager(TokenConfig("shared-secret"), ZkTokenStore(client),
-                                   **({"clock": clock} if clock else {})).start()
-        made.append((m, client))
-        return m
+        made.append(DelegationTokenManager(TokenConfig("shared-secret"), ZkTokenStore(new_client()),
+                                           **({"clock": clock} if clock else {})).start())
+        return made[-1]
     yield new
-    for m, client in made:
+    for m in made:
         m.close()
-        client.close()
 
 
 @pytest.fixture

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from broker_process import free_port
 from kazoo.client import KazooClient
+from zk_fixtures import SESSION_MS, chroot, new_client, zk_server  # noqa: F401 - the fixtures
 from zk_server import ZooKeeperServer, zookeeper_available
 
 from strata.cluster.image import (
@@ -28,33 +29,7 @@ from support.waiting import eventually
 _ok, _why = zookeeper_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=_why)
 
-SESSION_MS = 4000
 DEADLINE_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
-
-
-@pytest.fixture
-def chroot() -> str:
-    return f"/strata-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def new_client(zk_server: ZooKeeperServer, chroot: str) -> Iterator[Callable[[], StrataZkClient]]:
-    """Makes started clients of one chroot (each with its own session), all closed at the end."""
-    made: list[StrataZkClient] = []
-
-    def new() -> StrataZkClient:
-        client = StrataZkClient(ZkClientConfig(zk_server.connect_string(chroot), SESSION_MS))
-        made.append(client)
-        return client.start()
-    yield new
-    for client in made:
-        client.close()
 
 
 @pytest.fixture
