@@ -124,7 +124,6 @@ def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids
     from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
     from strata.server.txn_marker_sender import MarkerSender
     ctx.txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
-    ctx.txn_marker_timeout_s = _int(props, "request.timeout.ms") / 1000
     existing = metadata.topic(TRANSACTION_STATE_TOPIC)
     config = dataclasses.replace(
         TxnCoordinatorConfig.from_properties(props),
@@ -435,31 +434,38 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     producer_ids = ProducerIdManager(log_dirs[0]) if zk is None else ProducerIdManager(
         log_dirs[0], allocate_block=lambda: (
             (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
+    authorizer = None
+    if acls_enabled:   # ACLs in ZooKeeper (Kafka's /kafka-acl), or in the log dir alone
+        from strata.cluster.acl_store import FileAclStore, ZkAclStore
+        from strata.security.acl_authorizer import StandardAuthorizer
+        authorizer = StandardAuthorizer.from_properties(
+            props, ZkAclStore(zk) if zk is not None else FileAclStore(log_dirs[0])).start()
+    from strata.cluster.delegation_tokens import (
+        DelegationTokenManager, FileTokenStore, ZkTokenStore)
+    delegation_tokens = DelegationTokenManager.from_properties(   # KIP-48; None when off
+        props, lambda: ZkTokenStore(zk) if zk is not None else FileTokenStore(log_dirs[0]))
+    if delegation_tokens is not None:
+        delegation_tokens.start()
+    metadata.delegation_tokens = delegation_tokens   # SCRAM's tokenauth looks there
+    client_quotas = ClientQuotaStore(log_dirs[0])
+    quotas = ClientQuotaManager.from_properties(props)
+    client_quotas.add_listener(quotas.on_quotas_changed)
+    offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
     ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                         inter_broker_security=inter_broker_security,
                         replica_manager=replica_manager, fetch_watchers=watchers,
                         auto_create_topics=_flag(props, "auto.create.topics.enable"),
                         producer_ids=producer_ids,
                         fetch_max_bytes=_int(props, "fetch.max.bytes"),
-                        eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"))
-    ctx.fetch_sessions = FetchSessionCache.from_properties(props)   # KIP-227
-    if acls_enabled:   # ACLs in ZooKeeper (Kafka's /kafka-acl), or in the log dir alone
-        from strata.cluster.acl_store import FileAclStore, ZkAclStore
-        from strata.security.acl_authorizer import StandardAuthorizer
-        ctx.authorizer = StandardAuthorizer.from_properties(
-            props, ZkAclStore(zk) if zk is not None else FileAclStore(log_dirs[0])).start()
-    from strata.cluster.delegation_tokens import (
-        DelegationTokenManager, FileTokenStore, ZkTokenStore)
-    ctx.delegation_tokens = DelegationTokenManager.from_properties(   # KIP-48; None when off
-        props, lambda: ZkTokenStore(zk) if zk is not None else FileTokenStore(log_dirs[0]))
-    if ctx.delegation_tokens is not None:
-        ctx.delegation_tokens.start()
-    metadata.delegation_tokens = ctx.delegation_tokens   # SCRAM's tokenauth looks there
-    ctx.client_quotas = ClientQuotaStore(log_dirs[0])
-    ctx.quotas = ClientQuotaManager.from_properties(props)
-    ctx.client_quotas.add_listener(ctx.quotas.on_quotas_changed)
-    offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
-    ctx.offsets_log = offsets_log
+                        eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"),
+                        fetch_sessions=FetchSessionCache.from_properties(props),   # KIP-227
+                        authorizer=authorizer, delegation_tokens=delegation_tokens,
+                        client_quotas=client_quotas, quotas=quotas, offsets_log=offsets_log,
+                        txn_marker_timeout_s=_int(props, "request.timeout.ms") / 1000,
+                        remote_fetch_max_wait_ms=tiering[1].remote_fetch_max_wait_ms
+                        if rlm is not None else BrokerContext.remote_fetch_max_wait_ms,
+                        failed_authentication_delay_ms=_int(
+                            props, "connection.failed.authentication.delay.ms", 100))
     if zk is not None:
         from strata.server.purgatory import await_replication
 
@@ -518,7 +524,6 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
             probe_interval_ms=_int(props, PROBE_INTERVAL_CONFIG, DEFAULT_PROBE_INTERVAL_MS)).start()
     metadata.add_listener(ctx.group_coordinator)  # a deleted topic's offsets go with it
     if rlm is not None:
-        ctx.remote_fetch_max_wait_ms = tiering[1].remote_fetch_max_wait_ms
         rlm.start()
     metrics_server = start_metrics_server(props, manager, rlm, metadata)
     if metrics_server is not None:
@@ -530,7 +535,6 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     from strata.net.tls import server_context
     from strata.common.listeners import listener_prop
     from strata.security.sasl import server_factories
-    ctx.failed_authentication_delay_ms = _int(props, "connection.failed.authentication.delay.ms", 100)
     dispatcher = Dispatcher(ctx)
     tls_props = metadata.effective_broker_props()   # keystores changed at runtime included
     servers = [KafkaServer(dispatcher, listener.host or "0.0.0.0", listener.port,

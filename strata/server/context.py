@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.cluster.client_quotas import ClientQuotaStore
 from strata.replication.replica_manager import ReplicaManager
 from strata.security.authorizer import Authorizer
 from strata.security.session import AuthenticationStats
 from strata.server.purgatory import PartitionWatchers
+
+if TYPE_CHECKING:
+    from strata.cluster.delegation_tokens import DelegationTokenManager
+    from strata.server.fetch_session import FetchSessionCache
 
 
 @dataclass
@@ -37,6 +41,9 @@ class BrokerContext:
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
     eligible_leader_replicas: bool = True     # eligible.leader.replicas.enable (ApiVersions)
     authorizer: Authorizer | None = None   # None: every request allowed (no authorizer.class.name)
+    fetch_sessions: FetchSessionCache | None = None   # KIP-227; None: every Fetch sessionless
+    txn_marker_timeout_s: float | None = None   # request.timeout.ms; None: txn_markers' default
+    delegation_tokens: DelegationTokenManager | None = None   # KIP-48; None: tokens disabled
 
     def __post_init__(self) -> None:
         # Clients learn this broker's endpoint from the metadata (Metadata, FindCoordinator, ...)
