@@ -119,11 +119,9 @@ def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids
                              clustered: bool):
     """The transaction coordinator over ``__transaction_state`` (``ctx.txn_log``); on one broker
     it loads every partition of the topic, now if it exists, else once it is made."""
-    from strata.coordinator.offsets_log import ReplicaOffsetsLog
     from strata.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig
     from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
     from strata.server.txn_marker_sender import MarkerSender
-    ctx.txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
     existing = metadata.topic(TRANSACTION_STATE_TOPIC)
     config = dataclasses.replace(
         TxnCoordinatorConfig.from_properties(props),
@@ -451,21 +449,6 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
     quotas = ClientQuotaManager.from_properties(props)
     client_quotas.add_listener(quotas.on_quotas_changed)
     offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
-    ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
-                        inter_broker_security=inter_broker_security,
-                        replica_manager=replica_manager, fetch_watchers=watchers,
-                        auto_create_topics=_flag(props, "auto.create.topics.enable"),
-                        producer_ids=producer_ids,
-                        fetch_max_bytes=_int(props, "fetch.max.bytes"),
-                        eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"),
-                        fetch_sessions=FetchSessionCache.from_properties(props),   # KIP-227
-                        authorizer=authorizer, delegation_tokens=delegation_tokens,
-                        client_quotas=client_quotas, quotas=quotas, offsets_log=offsets_log,
-                        txn_marker_timeout_s=_int(props, "request.timeout.ms") / 1000,
-                        remote_fetch_max_wait_ms=tiering[1].remote_fetch_max_wait_ms
-                        if rlm is not None else BrokerContext.remote_fetch_max_wait_ms,
-                        failed_authentication_delay_ms=_int(
-                            props, "connection.failed.authentication.delay.ms", 100))
     if zk is not None:
         from strata.server.purgatory import await_replication
 
@@ -480,8 +463,25 @@ async def run_broker(props: dict[str, str], stop: asyncio.Event, started=None) -
         offsets_partitions = existing.partitions if existing else offsets_log.configured_partitions
     group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
                                        offsets_topic_num_partitions=offsets_partitions)
-    ctx.group_coordinator = GroupCoordinator(
+    group_coordinator = GroupCoordinator(
         offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
+    txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
+    ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
+                        inter_broker_security=inter_broker_security,
+                        replica_manager=replica_manager, fetch_watchers=watchers,
+                        auto_create_topics=_flag(props, "auto.create.topics.enable"),
+                        producer_ids=producer_ids,
+                        fetch_max_bytes=_int(props, "fetch.max.bytes"),
+                        eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"),
+                        fetch_sessions=FetchSessionCache.from_properties(props),   # KIP-227
+                        authorizer=authorizer, delegation_tokens=delegation_tokens,
+                        client_quotas=client_quotas, quotas=quotas, offsets_log=offsets_log,
+                        group_coordinator=group_coordinator, txn_log=txn_log,
+                        txn_marker_timeout_s=_int(props, "request.timeout.ms") / 1000,
+                        remote_fetch_max_wait_ms=tiering[1].remote_fetch_max_wait_ms
+                        if rlm is not None else BrokerContext.remote_fetch_max_wait_ms,
+                        failed_authentication_delay_ms=_int(
+                            props, "connection.failed.authentication.delay.ms", 100))
     ctx.txn_coordinator = _transaction_coordinator(ctx, props, metadata, replica_manager,
                                                    producer_ids, loop, clustered=zk is not None)
     if zk is not None:
