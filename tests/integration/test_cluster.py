@@ -222,17 +222,22 @@ def test_the_controller_sigkilled_is_replaced_and_its_partitions_get_leaders(clu
     survivors = [b for b in cluster.brokers if b.node_id != controller]
     epochs_before = {p: m.leader_epoch for p, m in partitions(survivors[0].bootstrap, "failover").items()}
     cluster.broker(controller).kill()
-    # asked of a survivor directly: a client's pick of broker could be the dead one
-    new_controller = wait_for("a new controller", lambda: (
-        c := metadata_node_ids(survivors[0].bootstrap)[1])
-        != controller and c in {b.node_id for b in survivors} and c)
-    after = wait_for("leaders off the dead broker", lambda: (
-        v := partitions_of(survivors[0].bootstrap, "failover"))
-        and all(l >= 0 and l != controller and controller not in isr for l, _, isr in v.values()) and v)
-    for p, (leader, _, _) in after.items():
-        assert produce_raw(cluster.broker(leader).bootstrap, "failover", p) == ErrorCode.NONE
-        if before[p][0] == controller:  # moved: a higher leader epoch
-            assert partitions(survivors[0].bootstrap, "failover")[p].leader_epoch > epochs_before[p]
+    try:
+        # asked of a survivor directly: a client's pick of broker could be the dead one
+        new_controller = wait_for("a new controller", lambda: (
+            c := metadata_node_ids(survivors[0].bootstrap)[1])
+            != controller and c in {b.node_id for b in survivors} and c)
+        after = wait_for("leaders off the dead broker", lambda: (
+            v := partitions_of(survivors[0].bootstrap, "failover"))
+            and all(l >= 0 and l != controller and controller not in isr for l, _, isr in v.values()) and v)
+        for p, (leader, _, _) in after.items():   # the new leader may not have taken over yet
+            wait_for(f"broker {leader} accepting partition {p}", lambda p=p, leader=leader: produce_raw(
+                cluster.broker(leader).bootstrap, "failover", p) == ErrorCode.NONE)
+            if before[p][0] == controller:  # moved: a higher leader epoch
+                assert partitions(survivors[0].bootstrap, "failover")[p].leader_epoch > epochs_before[p]
+    except BaseException:
+        cluster.broker(controller).start()   # the module's next tests need all three brokers
+        raise
     # the old controller, restarted, rejoins as a broker and changes nothing
     cluster.broker(controller).start()
     cluster.wait_metadata()

@@ -273,6 +273,6 @@ def test_brokers_replicate_over_a_gssapi_sasl_ssl_inter_broker_listener(realm, t
         "listener.name.internal.sasl.enabled.mechanisms": "GSSAPI",
         "listener.name.internal.gssapi.sasl.jaas.config":
             krb5_jaas(realm.keytabs[SERVICE], service)})   # brokers inherit KRB5_CONFIG
-    for output in outputs:
-        assert "failed authentication" not in output
-        assert f"authenticationID={service}; principal=User:kafka" in output
+    assert not any("failed authentication" in output for output in outputs)
+    # the leaders log their followers' logins (a broker that leads nothing logs none)
+    assert any(f"authenticationID={service}; principal=User:kafka" in output for output in outputs)
