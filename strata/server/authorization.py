@@ -16,6 +16,8 @@ from strata.security.authorizer import (
     CLUSTER_NAME, AclOperation, Action, PatternType, ResourceType)
 from strata.security.sasl import ANONYMOUS, KafkaPrincipal
 from strata.server import authz
+from strata.server.authz import (  # noqa: F401 - the handlers take them from here
+    CLUSTER_OPERATIONS, GROUP_OPERATIONS, TOPIC_OPERATIONS, TRANSACTIONAL_ID_OPERATIONS, bits)
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 
 
@@ -33,31 +35,19 @@ def caller() -> tuple[KafkaPrincipal, str]:
     return (getattr(conn, "principal", None) or ANONYMOUS), (host if sep else peer)
 
 
+def _decide(ctx, actions: list[Action]) -> list[bool]:
+    """The configured authorizer's decisions about the caller."""
+    principal, host = caller()
+    return ctx.authorizer.authorize(principal, host, actions)
+
+
 def authorize(ctx, operation: AclOperation, resource_type: ResourceType, name: str, *,
-              log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
+              log_if_denied: bool = True) -> bool:
     """Whether the caller may do ``operation`` on ``resource_type``:``name``."""
-    authorizer = getattr(ctx, "authorizer", None)
-    if authorizer is None:
+    if ctx.authorizer is None:
         return True
-    principal, host = caller()
-    return authorizer.authorize(principal, host, [Action(
-        operation, resource_type, name, log_if_allowed=log_if_allowed,
-        log_if_denied=log_if_denied)])[0]
-
-
-def filter_authorized(ctx, operation: AclOperation, resource_type: ResourceType,
-                      names: Iterable[str], *, log_if_allowed: bool = True,
-                      log_if_denied: bool = True) -> set[str]:
-    """The names among ``names`` the caller may do ``operation`` on (one authorizer call)."""
-    unique = list(dict.fromkeys(names))
-    authorizer = getattr(ctx, "authorizer", None)
-    if authorizer is None:
-        return set(unique)
-    principal, host = caller()
-    decisions = authorizer.authorize(principal, host, [
-        Action(operation, resource_type, n, log_if_allowed=log_if_allowed,
-               log_if_denied=log_if_denied) for n in unique])
-    return {n for n, ok in zip(unique, decisions) if ok}
+    return _decide(ctx, [_action(operation, resource_type, name, PatternType.LITERAL, True,
+                                 log_if_denied)])[0]
 
 
 def authorized_operations(ctx, resource_type: ResourceType, name: str,
@@ -65,24 +55,12 @@ def authorized_operations(ctx, resource_type: ResourceType, name: str,
     """Kafka's authorized-operations bit field (one bit per AclOperation code) of the caller
     on one resource, among the operations ``supported`` by its type; decisions not logged."""
     ops = list(supported)
-    authorizer = getattr(ctx, "authorizer", None)
-    if authorizer is None:
-        return sum(1 << op for op in ops)
-    principal, host = caller()
-    decisions = authorizer.authorize(principal, host, [
-        Action(op, resource_type, name, log_if_allowed=False, log_if_denied=False)
-        for op in ops])
-    return sum(1 << op for op, ok in zip(ops, decisions) if ok)
+    if ctx.authorizer is None:
+        return bits(ops)
+    decisions = _decide(ctx, [_action(op, resource_type, name, PatternType.LITERAL, False, False)
+                              for op in ops])
+    return bits(op for op, ok in zip(ops, decisions) if ok)
 
-
-# What AclEntry.supportedOperations gives each resource type (authorized_operations' list)
-_A = AclOperation
-TOPIC_OPERATIONS = (_A.READ, _A.WRITE, _A.CREATE, _A.DELETE, _A.ALTER, _A.DESCRIBE,
-                    _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS)
-GROUP_OPERATIONS = (_A.READ, _A.DESCRIBE, _A.DELETE)
-CLUSTER_OPERATIONS = (_A.CREATE, _A.CLUSTER_ACTION, _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS,
-                      _A.IDEMPOTENT_WRITE, _A.ALTER, _A.DESCRIBE)
-TRANSACTIONAL_ID_OPERATIONS = (_A.DESCRIBE, _A.WRITE, _A.TWO_PHASE_COMMIT)
 
 NOTHING_DENIED: frozenset[str] = frozenset()
 
@@ -96,7 +74,7 @@ def authorize_cluster(ctx, operation: AclOperation, *, log_if_denied: bool = Tru
 def cluster_denied(ctx, request, operation: AclOperation):
     """Kafka's ``authorizeClusterOperation``: None when the caller may do ``operation`` on the
     cluster, else the request's CLUSTER_AUTHORIZATION_FAILED error response."""
-    if getattr(ctx, "authorizer", None) is None or authorize_cluster(ctx, operation):
+    if authorize_cluster(ctx, operation):
         return None
     return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -106,16 +84,13 @@ def denied_names(ctx, operation: AclOperation, resource_type: ResourceType,
     """The names among ``names`` the caller may not do ``operation`` on: one authorizer call
     for the whole request, and nothing at all without an authorizer (the produce and fetch
     paths ask this for every request)."""
-    authorizer = getattr(ctx, "authorizer", None)
-    if authorizer is None:
+    if ctx.authorizer is None:
         return NOTHING_DENIED
     unique = list(dict.fromkeys(names))
     if not unique:
         return NOTHING_DENIED
-    principal, host = caller()
-    decisions = authorizer.authorize(principal, host, [
-        _action(operation, resource_type, n, PatternType.LITERAL, True, log_if_denied)
-        for n in unique])
+    decisions = _decide(ctx, [_action(operation, resource_type, n, PatternType.LITERAL, True,
+                                      log_if_denied) for n in unique])
     if all(decisions):
         return NOTHING_DENIED
     return frozenset(n for n, ok in zip(unique, decisions) if not ok)
@@ -134,7 +109,7 @@ def authorize_by_resource_type(ctx, operation: AclOperation, resource_type: Reso
     resource of the type (the authorizer's ``authorize_by_resource_type``; an authorizer
     without one is asked about a made-up name, which allows super users and
     allow.everyone.if.no.acl.found)."""
-    authorizer = getattr(ctx, "authorizer", None)
+    authorizer = ctx.authorizer
     if authorizer is None:
         return True
     principal, host = caller()

@@ -11,20 +11,25 @@ from strata.security.authorizer import AclOperation
 OMITTED = -2147483648  # Integer.MIN_VALUE: the client did not ask
 
 
-def _bits(*ops: AclOperation) -> int:
+# What AclEntry.supportedOperations gives each resource type
+A = AclOperation
+TOPIC_OPERATIONS = (A.READ, A.WRITE, A.CREATE, A.DELETE, A.ALTER, A.DESCRIBE, A.DESCRIBE_CONFIGS,
+                    A.ALTER_CONFIGS)
+GROUP_OPERATIONS = (A.READ, A.DESCRIBE, A.DELETE)
+CLUSTER_OPERATIONS = (A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS,
+                      A.IDEMPOTENT_WRITE, A.ALTER, A.DESCRIBE)
+TRANSACTIONAL_ID_OPERATIONS = (A.DESCRIBE, A.WRITE, A.TWO_PHASE_COMMIT)
+
+
+def bits(ops) -> int:
+    """The authorized-operations bit field of ``ops``."""
     return sum(1 << op for op in ops)
 
 
-A = AclOperation
-TOPIC = _bits(A.READ, A.WRITE, A.CREATE, A.DELETE, A.ALTER, A.DESCRIBE, A.DESCRIBE_CONFIGS,
-              A.ALTER_CONFIGS)
-GROUP = _bits(A.READ, A.DESCRIBE, A.DELETE)
-CLUSTER = _bits(A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS,
-                A.IDEMPOTENT_WRITE, A.ALTER, A.DESCRIBE)
-
-
-def operations(supported: int, include: bool) -> int:
-    return supported if include else OMITTED
+# ... as bit fields: what is reported without an authorizer
+TOPIC = bits(TOPIC_OPERATIONS)
+GROUP = bits(GROUP_OPERATIONS)
+CLUSTER = bits(CLUSTER_OPERATIONS)
 
 
 # The ACL APIs' answers with no authorizer configured (SECURITY_DISABLED), in Kafka's words:

@@ -595,7 +595,7 @@ def answer(req, response) -> dict:
 def test_the_handler_commits_the_existing_partitions_in_every_version(version):
     async def main():
         h = harness()
-        ctx = SimpleNamespace(metadata=Topics(orders=2), group_coordinator=h.coord)
+        ctx = SimpleNamespace(metadata=Topics(orders=2), group_coordinator=h.coord, authorizer=None)
         fields = {}
         if version >= 3:
             fields = dict(generation_id=-1, member_id="", group_instance_id=None)
@@ -616,7 +616,7 @@ def test_the_handler_passes_member_fields_from_v3():
     async def main():
         h = harness()
         joins = await h.stable_group("a")
-        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord)
+        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord, authorizer=None)
         req = request(3, generation_id=7, member_id=joins["a"].member_id)
         errors = answer(req, await txn_offset_commit.handle(ctx, req))
         assert errors[("orders", 0)] == ErrorCode.ILLEGAL_GENERATION
@@ -629,7 +629,7 @@ def test_the_handler_hides_load_in_progress_from_v0_1(version, expected):
     async def main():
         h = harness()
         h.coord._loading.add(h.partition)
-        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord)
+        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord, authorizer=None)
         req = request(version)
         assert answer(req, await txn_offset_commit.handle(ctx, req))[("orders", 0)] == expected
     run(main())
@@ -637,7 +637,7 @@ def test_the_handler_hides_load_in_progress_from_v0_1(version, expected):
 
 def test_the_handler_without_a_coordinator_answers_coordinator_not_available():
     async def main():
-        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=None)
+        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=None, authorizer=None)
         req = request(5)
         errors = answer(req, await txn_offset_commit.handle(ctx, req))
         assert errors[("orders", 0)] == ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -648,7 +648,7 @@ def test_the_handler_without_a_coordinator_answers_coordinator_not_available():
 def test_the_handler_refuses_an_empty_group_id():
     async def main():
         h = harness()
-        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord)
+        ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord, authorizer=None)
         req = request(5, group_id="")
         assert answer(req, await txn_offset_commit.handle(ctx, req))[("orders", 0)] == (
             ErrorCode.INVALID_GROUP_ID)

@@ -40,7 +40,7 @@ def _client_denied(ctx, transactional_id: str, partitions) -> ErrorCode | frozen
     """Kafka's checks of a client's (v0-3) AddPartitionsToTxn: WRITE on the transactional id
     (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and the topics it may not WRITE (internal
     topics are never authorized)."""
-    if getattr(ctx, "authorizer", None) is None:
+    if ctx.authorizer is None:
         return NOTHING_DENIED
     if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -86,7 +86,7 @@ async def handle(ctx, request):
                         rc, "results_by_topic_v3_and_below", codes))
     # v4+ comes from brokers (KIP-890): CLUSTER_ACTION on the cluster, else (as Kafka's
     # getErrorResponse) only the top-level error
-    if getattr(ctx, "authorizer", None) is not None and \
+    if ctx.authorizer is not None and \
             not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return make(rc, throttle_time=datetime.timedelta(0), results_by_transaction=(),
                     error_code=kio_error_code(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))

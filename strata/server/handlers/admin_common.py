@@ -57,7 +57,7 @@ def config_denials(ctx, operation, resources) -> dict[tuple[int, str], tuple[Err
     (ALTER_CONFIGS): a topic's or group's configs need the operation on it, a broker's, the
     loggers' and client metrics' on the cluster. The (type, name) pairs of ``resources`` the
     caller may not, with the error and its default message; one authorizer call."""
-    if getattr(ctx, "authorizer", None) is None:
+    if ctx.authorizer is None:
         return {}
     acl_types = {ConfigResourceType.TOPIC: ResourceType.TOPIC,
                  ConfigResourceType.GROUP: ResourceType.GROUP,
@@ -75,7 +75,7 @@ def config_denials(ctx, operation, resources) -> dict[tuple[int, str], tuple[Err
     if not actions:
         return {}
     principal, host = caller()
-    decisions = getattr(ctx, "authorizer", None).authorize(principal, host, actions)
+    decisions = ctx.authorizer.authorize(principal, host, actions)
     return {key: _CONFIG_DENIALS.get(resource_type(key[0]), _CLUSTER_DENIAL)
             for key, ok in zip(keys, decisions) if not ok}
 

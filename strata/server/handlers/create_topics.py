@@ -41,7 +41,7 @@ def _records(ctx, t) -> int:
 def _authorize(ctx, body) -> tuple[frozenset[str], frozenset[str]]:
     """Kafka's checks of a CreateTopics: the topics the caller may not create (CREATE on the
     cluster, else on each topic), and those whose configs it may not see (DESCRIBE_CONFIGS)."""
-    if getattr(ctx, "authorizer", None) is None:
+    if ctx.authorizer is None:
         return NOTHING_DENIED, NOTHING_DENIED
     names = [t.name for t in body.topics]
     not_creatable = NOTHING_DENIED

@@ -30,7 +30,7 @@ def _authorize(ctx, requested) -> tuple[frozenset[str], frozenset[str]]:
     """Kafka's checks of a DeleteTopics (its controller's): the named or identified topics the
     caller may not DELETE, and those it may not even DESCRIBE (DELETE on the cluster allows
     both)."""
-    if getattr(ctx, "authorizer", None) is None:
+    if ctx.authorizer is None:
         return NOTHING_DENIED, NOTHING_DENIED
     names = set()
     for name, topic_id in requested:

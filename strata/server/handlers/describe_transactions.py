@@ -36,7 +36,7 @@ async def handle(ctx, request):
         by_topic: dict[str, list[int]] = {}
         for topic, p in d.partitions:
             by_topic.setdefault(topic, []).append(p)
-        hidden = NOTHING_DENIED if getattr(ctx, "authorizer", None) is None else \
+        hidden = NOTHING_DENIED if ctx.authorizer is None else \
             denied_topics(ctx, AclOperation.DESCRIBE, by_topic)
         for topic in hidden:
             del by_topic[topic]

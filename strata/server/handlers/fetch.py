@@ -253,7 +253,7 @@ async def handle(ctx, request):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
     partitions = [tp for tp, _ in context.partitions]
-    denied = NOTHING_DENIED if getattr(ctx, "authorizer", None) is None else _denied(ctx, request, context.partitions)
+    denied = NOTHING_DENIED if ctx.authorizer is None else _denied(ctx, request, context.partitions)
     first = True
     while True:
         since = ctx.fetch_watchers.mark()

@@ -107,7 +107,7 @@ async def handle(ctx, request):
     batched = request.api_version >= FIRST_BATCHED_VERSION
     keys = list(body.coordinator_keys) if batched else [body.key]
     denied, denied_error = NOTHING_DENIED, None
-    if getattr(ctx, "authorizer", None) is not None and key_type in _DENIED:
+    if ctx.authorizer is not None and key_type in _DENIED:
         resource_type, denied_error = _DENIED[key_type]
         denied = denied_names(ctx, AclOperation.DESCRIBE, resource_type, keys)
         if not batched and denied:

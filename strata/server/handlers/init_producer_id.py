@@ -19,7 +19,7 @@ async def handle(ctx, request):
     def answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1):
         return make(rc, error_code=kio_error_code(error), producer_id=producer_id,
                     producer_epoch=producer_epoch, throttle_time=datetime.timedelta(0))
-    if getattr(ctx, "authorizer", None) is not None:
+    if ctx.authorizer is not None:
         # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE
         # on the cluster or WRITE on some topic
         if body.transactional_id is not None:

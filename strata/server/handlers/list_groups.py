@@ -15,7 +15,7 @@ async def handle(ctx, request):
                                           getattr(body, "types_filter", None) or None)
     listed = result.groups
     # Kafka: DESCRIBE on the cluster lists every group, else those the caller may DESCRIBE
-    if getattr(ctx, "authorizer", None) is not None and not authorize_cluster(ctx, AclOperation.DESCRIBE,
+    if ctx.authorizer is not None and not authorize_cluster(ctx, AclOperation.DESCRIBE,
                                                             log_if_denied=False):
         hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
                               (g.group_id for g in listed), log_if_denied=False)

@@ -38,7 +38,7 @@ async def handle(ctx, request):
         body.state_filters, body.producer_id_filters, getattr(body, "duration_filter", -1))
     if pattern is not None:
         listed = [t for t in listed if pattern.fullmatch(t.transactional_id)]
-    if getattr(ctx, "authorizer", None) is not None:   # Kafka: only the ids the caller may DESCRIBE
+    if ctx.authorizer is not None:   # Kafka: only the ids the caller may DESCRIBE
         hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                               (t.transactional_id for t in listed))
         listed = [t for t in listed if t.transactional_id not in hidden]

@@ -11,7 +11,7 @@ from strata.protocol.codec import kio_error_code, make, response_class
 from strata.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from strata.server import authz
 from strata.server.authorization import (
-    TOPIC_OPERATIONS, authorize, authorized_operations, cluster_operations, filter_authorized)
+    TOPIC_OPERATIONS, authorize, authorized_operations, cluster_operations, denied_topics)
 from strata.server.handlers.group_common import client_listener
 
 log = logging.getLogger(__name__)
@@ -87,15 +87,12 @@ def _authorize(ctx, requested, all_topics: bool, auto_create: bool):
     of an all-topics answer, TOPIC_AUTHORIZATION_FAILED when named, existing or not), and the
     missing ones it may DESCRIBE but not create (CREATE on the cluster or on the topic)."""
     names = [name for name, _, error in requested if error is None]
-    allowed = filter_authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names,
-                                log_if_denied=not all_topics)
-    denied = {n for n in names if n not in allowed}
-    not_creatable: set[str] = set()
-    missing = [n for n in allowed if ctx.metadata.topic(n) is None]
+    denied = denied_topics(ctx, AclOperation.DESCRIBE, names, log_if_denied=not all_topics)
+    not_creatable: frozenset[str] = frozenset()
+    missing = [n for n in names if n not in denied and ctx.metadata.topic(n) is None]
     if auto_create and missing and not authorize(
             ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False):
-        not_creatable = set(missing) - filter_authorized(ctx, AclOperation.CREATE,
-                                                         ResourceType.TOPIC, missing)
+        not_creatable = denied_topics(ctx, AclOperation.CREATE, missing)
     return denied, not_creatable
 
 
@@ -115,7 +112,7 @@ async def handle(ctx, request):
     denied: set[str] = set()
     not_creatable: set[str] = set()
     all_topics = body.topics is None or (request.api_version == 0 and not body.topics)
-    if getattr(ctx, "authorizer", None) is not None:
+    if ctx.authorizer is not None:
         denied, not_creatable = _authorize(ctx, requested, all_topics,
                                            allow and ctx.auto_create_topics and not all_topics)
     topics = []

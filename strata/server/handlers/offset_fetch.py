@@ -52,7 +52,7 @@ async def handle(ctx, request):
         return _group_error(rc, body, version, result.error)
 
     offsets = result.offsets
-    if body.topics is None and getattr(ctx, "authorizer", None) is not None:
+    if body.topics is None and ctx.authorizer is not None:
         hidden = denied_topics(ctx, AclOperation.DESCRIBE, (topic for topic, _ in offsets))
         offsets = {tp: o for tp, o in offsets.items() if tp[0] not in hidden}
     by_topic: dict[str, list] = {}

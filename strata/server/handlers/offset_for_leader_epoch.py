@@ -13,7 +13,7 @@ async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     # Kafka: CLUSTER_ACTION on the cluster (followers), else DESCRIBE on each topic (KIP-320)
     denied = NOTHING_DENIED
-    if getattr(ctx, "authorizer", None) is not None and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION,
+    if ctx.authorizer is not None and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION,
                                                             log_if_denied=False):
         denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.topic for t in request.body.topics))
     topics = []

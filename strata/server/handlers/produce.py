@@ -100,7 +100,7 @@ async def _produce(ctx, request):
     since_yield = 0
     waits = {}
     denied = NOTHING_DENIED
-    if getattr(ctx, "authorizer", None) is not None:
+    if ctx.authorizer is not None:
         denied = _authorize(ctx, body)
         if denied is None:
             raise KafkaError(f"WRITE on transactional id {body.transactional_id} denied",

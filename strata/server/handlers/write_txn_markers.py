@@ -25,7 +25,7 @@ def _markers(body) -> list[TxnMarker]:
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     # Kafka: ALTER on the cluster, else CLUSTER_ACTION
-    if getattr(ctx, "authorizer", None) is not None and not authorize_cluster(ctx, AclOperation.ALTER,
+    if ctx.authorizer is not None and not authorize_cluster(ctx, AclOperation.ALTER,
                                                             log_if_denied=False):
         denied = cluster_denied(ctx, request, AclOperation.CLUSTER_ACTION)
         if denied is not None:
