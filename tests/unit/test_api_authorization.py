@@ -465,6 +465,30 @@ def test_find_coordinator_needs_describe_on_the_group_or_transactional_id():
     asyncio.run(scenario())
 
 
+class CountingInternalLog:
+    def __init__(self):
+        self.created = 0
+
+    def ensure_topic(self):
+        self.created += 1
+
+
+def test_find_coordinator_makes_internal_topics_only_for_an_authorized_key():
+    async def scenario():
+        ctx = group_ctx(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"))
+        ctx.txn_log, ctx.offsets_log = CountingInternalLog(), CountingInternalLog()
+        for user, key_type, keys in [("bob", 1, ("tx",)), ("bob", 0, ("g",)),
+                                     ("alice", 1, ()), ("alice", 0, ())]:
+            await _send(ctx, user, ApiKey.FIND_COORDINATOR, 4, key_type=key_type,
+                        coordinator_keys=keys)
+        r = await _send(ctx, "bob", ApiKey.FIND_COORDINATOR, 3, key="tx", key_type=1)
+        assert r.error_code == TIAF
+        assert (ctx.txn_log.created, ctx.offsets_log.created) == (0, 0)
+        await _send(ctx, "alice", ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("tx",))
+        assert ctx.txn_log.created == 1
+    asyncio.run(scenario())
+
+
 # ---- the transaction APIs ------------------------------------------------------------------------
 
 class FakeProducerIds:

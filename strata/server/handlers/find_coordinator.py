@@ -76,7 +76,7 @@ def _coordinator_for(ctx, key_type: int, key: str) -> Lookup:
     if key_type == KEY_TYPE_GROUP:
         return _leader_of(ctx, ctx.group_coordinator, OFFSETS_TOPIC, key)
     if key_type == KEY_TYPE_TRANSACTION:
-        return _leader_of(ctx, getattr(ctx, "txn_coordinator", None), TRANSACTION_STATE_TOPIC,
+        return _leader_of(ctx, ctx.txn_coordinator, TRANSACTION_STATE_TOPIC,
                           key)
     if key_type == KEY_TYPE_SHARE:
         return Lookup(ErrorCode.INVALID_REQUEST)
@@ -112,11 +112,11 @@ async def handle(ctx, request):
         denied = denied_names(ctx, AclOperation.DESCRIBE, resource_type, keys)
         if not batched and denied:
             return error_response(request, denied_error)
-    if not denied or len(denied) < len(set(keys)):   # made for an authorized key only
+    if len(denied) < len(set(keys)):   # made for an authorized key only (none for no keys)
         if key_type == KEY_TYPE_GROUP:
             await _ensure_topic(ctx, OFFSETS_TOPIC, ctx.offsets_log)
         elif key_type == KEY_TYPE_TRANSACTION:
-            await _ensure_topic(ctx, TRANSACTION_STATE_TOPIC, getattr(ctx, "txn_log", None))
+            await _ensure_topic(ctx, TRANSACTION_STATE_TOPIC, ctx.txn_log)
     if batched:
         return make(rc, coordinators=tuple(
             make(rc, "coordinators", key=key,
