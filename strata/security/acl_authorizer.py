@@ -35,7 +35,7 @@ from strata.common.errors import ErrorCode, InvalidConfigError
 from strata.protocol.codec import ApiKey
 from strata.security.authorizer import (
     CLUSTER_NAME, CURRENT_REQUEST, WILDCARD_RESOURCE, AclOperation, AclPermissionType, Action,
-    PatternType, ResourceType)
+    Authorizer, PatternType, ResourceType)
 from strata.security.sasl import KafkaPrincipal
 
 __all__ = ["AccessControlEntry", "AclBinding", "AclBindingFilter", "AclError", "AclStore",
@@ -291,7 +291,7 @@ _DEFAULT_ALLOW = _Rule(True, "DefaultAllow")
 _DEFAULT_DENY = _Rule(False, "DefaultDeny")
 
 
-class StandardAuthorizer:
+class StandardAuthorizer(Authorizer):
     """Kafka's StandardAuthorizer over an ``AclStore``: ``authorize`` for the handlers,
     ``acls`` / ``create_acls`` / ``delete_acls`` for the ACL admin APIs."""
 

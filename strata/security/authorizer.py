@@ -95,3 +95,11 @@ class Authorizer(Protocol):
         """One decision per action, in order: True if allowed. ``host`` is the client's IP
         address as a string (``"127.0.0.1"``)."""
         ...
+
+    def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str,
+                                   operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do ``operation`` on some resource of the type. Kafka's
+        default, for authorizers that subclass this: ask about a made-up name (allowed for super
+        users and by allow.everyone.if.no.acl.found)."""
+        return self.authorize(principal, host, [Action(operation, resource_type, "hardcode",
+                                                       log_if_denied=False)])[0]

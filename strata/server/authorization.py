@@ -106,18 +106,12 @@ def denied_topics(ctx, operation: AclOperation, names: Iterable[str], *,
 
 def authorize_by_resource_type(ctx, operation: AclOperation, resource_type: ResourceType) -> bool:
     """Kafka's ``authorizeByResourceType``: whether the caller may do ``operation`` on some
-    resource of the type (the authorizer's ``authorize_by_resource_type``; an authorizer
-    without one is asked about a made-up name, which allows super users and
-    allow.everyone.if.no.acl.found)."""
+    resource of the type (the authorizer's ``authorize_by_resource_type``)."""
     authorizer = ctx.authorizer
     if authorizer is None:
         return True
     principal, host = caller()
-    by_type = getattr(authorizer, "authorize_by_resource_type", None)
-    if by_type is not None:
-        return bool(by_type(principal, host, operation, resource_type))
-    return authorizer.authorize(principal, host, [Action(operation, resource_type, "hardcode",
-                                                         log_if_denied=False)])[0]
+    return bool(authorizer.authorize_by_resource_type(principal, host, operation, resource_type))
 
 
 def cluster_operations(ctx, include: bool) -> int:

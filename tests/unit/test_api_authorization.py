@@ -25,7 +25,8 @@ from strata.protocol.records import SimpleRecord, build_batch
 from strata.security.acl_authorizer import (
     AccessControlEntry, AclBinding, ResourcePattern, StandardAuthorizer)
 from strata.security.authorizer import (
-    CLUSTER_NAME, AclOperation as Op, AclPermissionType, Action, PatternType, ResourceType as R)
+    CLUSTER_NAME, AclOperation as Op, AclPermissionType, Action, Authorizer, PatternType,
+    ResourceType as R)
 from strata.security.sasl import KafkaPrincipal
 from strata.server import authz
 from strata.server.dispatch import Dispatcher
@@ -42,7 +43,7 @@ CAF = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 TIAF = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
-class Grants:
+class Grants(Authorizer):
     """An authorizer allowing exactly the granted (user, operation, type, name) tuples."""
 
     def __init__(self, *grants):
