@@ -1,5 +1,5 @@
 """The broker reads each config's default from the table DescribeConfigs reports
-(``BROKER_CONFIG_KEYS``): every key ``strata serve`` reads without a default of its own is in
+(``BROKER_CONFIG_KEYS``): every key the broker (``strata.broker.broker``) reads without a default of its own is in
 that table, so what the broker runs with and what it describes are one value."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import strata.cli.main as cli
+import strata.broker.broker as cli
 from strata.cluster.metadata import BROKER_CONFIG_KEYS
 
 
