@@ -28,7 +28,7 @@ import pytest
 from broker_process import BrokerProcess, free_port
 from strata.protocol.codec import ApiKey, MalformedRequest, UnsupportedVersion, parse_request
 from test_bad_input import (
-    Closed, api_versions_on, check_answer, connect, parses_as_silent_produce, read_frame,
+    Closed, api_versions_on, check_answer, connect, parses_as_silent_produce,
     send_then_probe)
 
 pytestmark = pytest.mark.slow
@@ -189,6 +189,35 @@ def _check_one(port: int, payload: bytes, apis: dict) -> str:
     return outcome.kind
 
 
+def fuzz(port: int, frames: list[bytes], apis: dict) -> dict[str, int]:
+    """Mutations of ``frames`` sent from THREADS threads for FUZZ_SECONDS; how many had each
+    outcome. Fails on the first request whose outcome ``_check_one`` rejects."""
+    failures: list[str] = []
+    kinds: dict[str, int] = {}
+    deadline = time.monotonic() + FUZZ_SECONDS
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        while time.monotonic() < deadline and not failures:
+            payload = _mutate(rng, frames)
+            if _may_wait_past_the_probe(payload):
+                continue
+            try:
+                kind = _check_one(port, payload, apis)
+            except (AssertionError, Closed, OSError) as exc:
+                failures.append(f"{exc!r} for request {payload.hex()}")
+                return
+            kinds[kind] = kinds.get(kind, 0) + 1
+
+    threads = [threading.Thread(target=work, args=(SEED + n,)) for n in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    return kinds
+
+
 def _read_all(bootstrap: str, topic: str) -> list:
     ck = pytest.importorskip("confluent_kafka")
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-reader",
@@ -242,29 +271,7 @@ def test_mutated_real_client_requests_get_kafka_errors_or_close_only_their_conne
         first = connect(broker_port)
         apis = api_versions_on(first, 1, None)
 
-        failures: list[str] = []
-        kinds: dict[str, int] = {}
-        deadline = time.monotonic() + FUZZ_SECONDS
-
-        def work(seed: int) -> None:
-            rng = random.Random(seed)
-            while time.monotonic() < deadline and not failures:
-                payload = _mutate(rng, frames)
-                if _may_wait_past_the_probe(payload):
-                    continue
-                try:
-                    kind = _check_one(broker_port, payload, apis)
-                except (AssertionError, Closed, OSError) as exc:
-                    failures.append(f"{exc!r} for request {payload.hex()}")
-                    return
-                kinds[kind] = kinds.get(kind, 0) + 1
-
-        threads = [threading.Thread(target=work, args=(SEED + n,)) for n in range(THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not failures, failures[0]
+        kinds = fuzz(broker_port, frames, apis)
         assert sum(kinds.values()) >= 100, f"only {kinds} mutated requests were sent"
         print(f"seed {SEED}: mutated requests by outcome: {kinds}")
         api_versions_on(first, 2, apis)  # a connection opened before it all still works
