@@ -33,6 +33,7 @@ from broker_process import BrokerProcess, free_port
 from kafka_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, KAFKA_TOPICS, require_kafka_dist, \
     run_kafka_class
 from strata.protocol.client import client_frame, decode_response, framed
+from support.raw_exchange import mutate, send_and_drain
 from support.waiting import eventually
 from test_tls_listeners import produce_and_consume
 from tls_support import make_ca
@@ -317,25 +318,7 @@ def test_mutated_oauthbearer_exchanges_get_an_answer_or_a_closed_connection(brok
                     auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()), 2)
                 + _raw_frame(SaslAuthenticateRequest(auth_bytes=b"\x01"), 3))
     for n in range(200):
-        data = bytearray(exchange)
-        kind = rng.randrange(3)
-        if kind == 0:
-            for _ in range(rng.randint(1, 4)):
-                i = rng.randrange(4, len(data))
-                data[i] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            data = data[:rng.randrange(4, len(data))]
-        else:
-            i = rng.randrange(4, len(data) - 4)
-            data[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\0\0\0\0"])
         port = broker.ports["SASL_PLAINTEXT" if n % 2 else "UNSECURED"]
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(bytes(data))
-            s.shutdown(socket.SHUT_WR)
-            try:
-                while s.recv(65536):   # answers, then the broker closes (or closes at once)
-                    pass
-            except ConnectionResetError:
-                pass
+        send_and_drain(port, mutate(rng, exchange))
     assert _raw_oauth_login(broker.ports["SASL_PLAINTEXT"], token) is None
     assert "Traceback" not in broker.output()

@@ -15,6 +15,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from broker_process import BrokerProcess, free_port
 from kafka_tools import KAFKA_CONFIGS, KAFKA_TOPICS, require_kafka_dist, run_kafka_class
 from strata.net.connection import Connection
+from support.raw_exchange import mutate, send_and_drain
 from test_tls_listeners import produce_and_consume
 from tls_support import make_ca
 
@@ -159,7 +160,6 @@ def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_
     and v0's raw token frames): each connection is answered or closed (never left hanging), and
     a real login still works."""
     import random
-    import socket
     from confluent_kafka.admin import AdminClient as Admin
     rng = random.Random(45)
     port = broker.ports["SASL_PLAINTEXT"]
@@ -167,27 +167,11 @@ def test_mutated_sasl_exchanges_get_an_answer_or_a_closed_connection_and_logins_
     sent = 0
     for _ in range(300):
         handshake, token = rng.choice(frames)
-        pair = bytearray(handshake + token)
-        kind = rng.randrange(4)
-        if kind == 0:
-            for _ in range(rng.randint(1, 4)):
-                i = rng.randrange(4, len(pair))
-                pair[i] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            pair = pair[:rng.randrange(4, len(pair))]
-        elif kind == 2:
-            i = rng.randrange(4, len(pair) - 4)
-            pair[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00"])
+        if rng.randrange(4):
+            pair = mutate(rng, handshake + token)
         else:   # a token larger than sasl.server.max.receive.size
-            pair = bytearray(handshake) + (600_000).to_bytes(4, "big") + b"\0" * 1024
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(bytes(pair))
-            s.shutdown(socket.SHUT_WR)
-            try:
-                while s.recv(65536):   # answers, then the broker closes (or closes at once)
-                    pass
-            except ConnectionResetError:
-                pass
+            pair = handshake + (600_000).to_bytes(4, "big") + b"\0" * 1024
+        send_and_drain(port, pair, timeout=5)
         sent += 1
     assert sent == 300
     right = {"bootstrap.servers": f"127.0.0.1:{port}", **plain("alice", "alice-secret")}
