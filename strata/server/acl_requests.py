@@ -5,6 +5,7 @@ built from request fields, and the cluster-level check Kafka's AclApis makes fir
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode, KafkaError
+from strata.protocol.codec import kio_error_code
 from strata.security.acl_authorizer import (
     AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern)
 from strata.security.authorizer import (
@@ -43,7 +44,21 @@ def binding_filter(f) -> AclBindingFilter:
                             code(AclPermissionType, f.permission_type))
 
 
-def acl_api(ctx):
-    """The configured authorizer if it keeps ACLs (``StandardAuthorizer``), else None."""
+def acl_api(ctx, operation: AclOperation, no_authorizer: str):
+    """Kafka's AclApis before any ACL request: ``operation`` on the Cluster
+    (CLUSTER_AUTHORIZATION_FAILED), then the configured authorizer if it keeps ACLs
+    (``StandardAuthorizer``), else SECURITY_DISABLED with ``no_authorizer``."""
+    require_cluster(ctx, operation)
     authorizer = ctx.authorizer
-    return authorizer if authorizer is not None and hasattr(authorizer, "acls") else None
+    if authorizer is None or not hasattr(authorizer, "acls"):
+        raise KafkaError(no_authorizer, code=ErrorCode.SECURITY_DISABLED)
+    return authorizer
+
+
+def error_fields(error: KafkaError | None) -> dict:
+    """A result's error_code and error_message: NONE, else the error's code (INVALID_REQUEST
+    for a refused binding without one)."""
+    if error is None:
+        return dict(error_code=kio_error_code(ErrorCode.NONE), error_message=None)
+    return dict(error_code=kio_error_code(error.code or ErrorCode.INVALID_REQUEST),
+                error_message=str(error))

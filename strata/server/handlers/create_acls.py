@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
-from strata.common.errors import ErrorCode, KafkaError
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import make, response_class
 from strata.security.authorizer import AclOperation
 from strata.server import acl_requests, authz
 
 
 async def handle(ctx, request):
-    acl_requests.require_cluster(ctx, AclOperation.ALTER)
-    authorizer = acl_requests.acl_api(ctx)
-    if authorizer is None:
-        raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    authorizer = acl_requests.acl_api(ctx, AclOperation.ALTER, authz.NO_AUTHORIZER)
     rc = response_class(request.api_key, request.api_version)
     bindings = [acl_requests.binding(c) for c in request.body.creations]
     errors = await asyncio.to_thread(authorizer.create_acls, bindings)
-    return make(rc, results=tuple(
-        make(rc, "results", error_code=kio_error_code(
-                 ErrorCode.NONE if e is None else (e.code or ErrorCode.INVALID_REQUEST)),
-             error_message=None if e is None else str(e))
-        for e in errors))
+    return make(rc, results=tuple(make(rc, "results", **acl_requests.error_fields(e))
+                                  for e in errors))

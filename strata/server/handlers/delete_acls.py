@@ -7,30 +7,19 @@ from __future__ import annotations
 
 import asyncio
 
-from strata.common.errors import ErrorCode, KafkaError
-from strata.protocol.codec import kio_error_code, make, response_class
+from strata.protocol.codec import make, response_class
 from strata.security.authorizer import AclOperation
 from strata.server import acl_requests, authz
 
 
-def _code(error) -> object:
-    return kio_error_code(ErrorCode.NONE if error is None
-                          else (error.code or ErrorCode.INVALID_REQUEST))
-
-
 async def handle(ctx, request):
-    acl_requests.require_cluster(ctx, AclOperation.ALTER)
-    authorizer = acl_requests.acl_api(ctx)
-    if authorizer is None:
-        raise KafkaError(authz.NO_AUTHORIZER, code=ErrorCode.SECURITY_DISABLED)
+    authorizer = acl_requests.acl_api(ctx, AclOperation.ALTER, authz.NO_AUTHORIZER)
     rc = response_class(request.api_key, request.api_version)
     filters = [acl_requests.binding_filter(f) for f in request.body.filters]
     results = await asyncio.to_thread(authorizer.delete_acls, filters)
     return make(rc, filter_results=tuple(
-        make(rc, "filter_results", error_code=_code(error),
-             error_message=None if error is None else str(error), matching_acls=tuple(
-                 make(rc, "filter_results.matching_acls", error_code=_code(e),
-                      error_message=None if e is None else str(e),
+        make(rc, "filter_results", **acl_requests.error_fields(error), matching_acls=tuple(
+                 make(rc, "filter_results.matching_acls", **acl_requests.error_fields(e),
                       resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
                       pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
                       host=b.entry.host, operation=b.entry.operation,

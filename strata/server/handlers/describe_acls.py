@@ -13,10 +13,7 @@ from strata.server import acl_requests, authz
 
 
 async def handle(ctx, request):
-    acl_requests.require_cluster(ctx, AclOperation.DESCRIBE)
-    authorizer = acl_requests.acl_api(ctx)
-    if authorizer is None:
-        raise KafkaError(authz.NO_AUTHORIZER_ON_BROKER, code=ErrorCode.SECURITY_DISABLED)
+    authorizer = acl_requests.acl_api(ctx, AclOperation.DESCRIBE, authz.NO_AUTHORIZER_ON_BROKER)
     f = acl_requests.binding_filter(request.body)
     try:
         validate_filter(f)
