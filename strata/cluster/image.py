@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 from strata.common.types import TopicPartition
 
@@ -140,6 +140,19 @@ class PartitionRegistration:
         """Kafka's ``newLeaderAndIsr``: the leader epoch goes up by one, whatever else changes."""
         return replace(self, leader=leader, isr=tuple(isr), leader_epoch=self.leader_epoch + 1,
                        leader_recovery_state=self.leader_recovery_state if recovery is None else recovery)
+
+
+class PartitionState(NamedTuple):
+    """One partition as a broker holds it from the controller (Kafka's LeaderAndIsr partition
+    state): what the replica manager leads or follows by."""
+
+    leader: int                 # -1: no leader
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int = 0
+    elr: tuple[int, ...] = ()              # KIP-966: eligible leader replicas (metadata only)
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

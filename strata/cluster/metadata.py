@@ -72,7 +72,7 @@ from strata.tiered.config import (
     inherited_local_retention_caps, validate_broker_remote_storage,
     validate_stored_topic_remote_storage, validate_topic_remote_storage)
 from strata.replication.quota import DYNAMIC_REPLICATION_QUOTA_CONFIGS, REPLICATION_QUOTA_CONFIG_DEF
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 from strata.cluster import scram_credentials
 from strata.security.scram import ScramCredential, user_credentials
 

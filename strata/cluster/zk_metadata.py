@@ -52,7 +52,7 @@ from strata.common.errors import ErrorCode, KafkaError
 from strata.common.files import atomic_write
 from strata.common.types import TopicPartition, uuid_to_kafka_str
 from strata.log.log_config import LogConfig
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 from strata.security.scram import ScramCredential, desanitize, sanitize, user_credentials
 
 log = logging.getLogger(__name__)

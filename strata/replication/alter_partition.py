@@ -46,7 +46,7 @@ from strata.common.leadership_lease import ALWAYS_HELD, LeadershipLease
 from strata.common.types import TopicPartition
 from strata.net.connection import Connection
 from strata.protocol.codec import ApiKey, make, request_class, response_class
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ import logging
 import threading
 from typing import Callable, Mapping, NamedTuple
 
+from strata.cluster.image import PartitionState
 from strata.common.clock import SYSTEM_CLOCK
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from strata.common.leadership_lease import ALWAYS_HELD, LeadershipLease
@@ -45,18 +46,6 @@ log = logging.getLogger(__name__)
 
 LEADER_EPOCH = 0  # the one-broker setup's leader epoch, forever
 ISR_EXPANSION_RETRY_MS = 100  # after the controller refused a follower as INELIGIBLE_REPLICA
-
-
-class PartitionState(NamedTuple):
-    """One partition as the controller last set it (Kafka's LeaderAndIsr partition state)."""
-
-    leader: int                 # -1: no leader
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    partition_epoch: int = 0
-    elr: tuple[int, ...] = ()              # KIP-966: eligible leader replicas (metadata only)
-    last_known_elr: tuple[int, ...] = ()
 
 
 class _Follower:

@@ -31,7 +31,7 @@ from strata.common.types import TopicPartition
 from strata.protocol.codec import (
     API_VERSIONS, ApiKey, encode_response, make, parse_request, request_class, response_class)
 from strata.replication.alter_partition import AlterPartitionManager
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 from strata.server.context import BrokerContext
 from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import ConnectionInfo

@@ -28,7 +28,7 @@ from strata.protocol.codec import (
     response_class,
 )
 from strata.cluster.metadata import BrokerInfo
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 from strata.server.context import BrokerContext
 from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import ConnectionInfo

@@ -14,7 +14,8 @@ from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
 from strata.log.log_manager import LogManager
 from strata.protocol import records as rec
-from strata.replication.replica_manager import PartitionState, ReplicaManager
+from strata.cluster.image import PartitionState
+from strata.replication.replica_manager import ReplicaManager
 
 TP = TopicPartition("t", 0)
 ME = 1

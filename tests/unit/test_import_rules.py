@@ -146,6 +146,13 @@ def test_nothing_but_the_entry_point_imports_the_broker(package):
     assert _breaking(package, lambda n: _package(n) != "strata.broker") == []
 
 
+def test_replication_takes_only_the_partition_states_from_the_cluster():
+    """Replication leads and follows by the controller's partition states (``cluster.image``,
+    value types only); the cluster's stores and controller sit above it."""
+    assert _breaking("strata.replication", lambda n: _package(n) != "strata.cluster"
+                     or n == "strata.cluster.image") == []
+
+
 def test_nothing_in_strata_imports_the_benchmarks():
     """The harnesses are the top-level ``benchmarks`` package, installed beside the test extra and
     not shipped in the ``strata`` wheel: the product must run without them."""

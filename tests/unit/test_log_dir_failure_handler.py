@@ -19,7 +19,7 @@ from strata.common.types import TopicPartition
 from strata.log import log_dir_failure
 from strata.log.log_dir_failure import PROBE_FILE, LogDirFailureChannel
 from strata.replication.log_dir_failure_handler import LogDirFailureHandler
-from strata.replication.replica_manager import PartitionState
+from strata.cluster.image import PartitionState
 
 ME = 1
 LED = TopicPartition("led", 0)          # this broker leads it

@@ -11,7 +11,8 @@ from strata.broker.metadata_publisher import LeadershipPublisher, TopicLogsPubli
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
-from strata.replication.replica_manager import PartitionState, StateChange
+from strata.cluster.image import PartitionState
+from strata.replication.replica_manager import StateChange
 
 ME = 1
 T_ID = uuid.UUID(int=7)

@@ -972,7 +972,7 @@ def test_a_clustered_leader_and_its_follower_agree_after_a_divergence(cluster, t
     """Against Strata's clustered ReplicaManager: the leader answers the diverging epoch, the
     follower truncates, copies, and the leader's HW (from the follower's fetch offsets) flows
     back to the follower."""
-    from strata.replication.replica_manager import PartitionState
+    from strata.cluster.image import PartitionState
     wire = WireLeader(tmp_path / "wire-leader", clustered=True)
     m = None
     try:
@@ -1270,7 +1270,7 @@ def test_a_backed_off_partition_leaves_the_session_and_joins_it_again(cluster, t
                                                                       fetch_loop):
     """As Kafka's fetcher: a partition not fetched this round (its back-off) is forgotten by
     the session, and added again when it is fetched again; the others go on meanwhile."""
-    from strata.replication.replica_manager import PartitionState
+    from strata.cluster.image import PartitionState
     tp1 = TopicPartition(TP.topic, 1)
     wire = WireLeader(tmp_path / "wire-leader", clustered=True, partitions=2)
     m = None

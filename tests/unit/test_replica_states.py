@@ -13,7 +13,8 @@ from strata.log.log_config import LogConfig
 from strata.log.log_manager import LogManager
 from strata.log.unified_log import FetchIsolation
 from strata.protocol import records as rec
-from strata.replication.replica_manager import PartitionState, ReplicaManager
+from strata.cluster.image import PartitionState
+from strata.replication.replica_manager import ReplicaManager
 
 TP = TopicPartition("t", 0)
 ME = 2

@@ -46,7 +46,8 @@ from strata.protocol.client import client_frame
 from strata.protocol.codec import encode_response, parse_request
 from strata.protocol.fetch_wire import ReplicaFetch
 from strata.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
-from strata.replication.replica_manager import PartitionState, ReplicaManager
+from strata.cluster.image import PartitionState
+from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import fetch as fetch_handler
 from strata.server.handlers import list_offsets as list_offsets_handler

@@ -23,7 +23,8 @@ from strata.protocol import records as rec
 from strata.protocol.client import client_frame
 from strata.protocol.codec import ApiKey, encode_response, make, parse_request, request_class, \
     response_class
-from strata.replication.replica_manager import PartitionState, ReplicaManager
+from strata.cluster.image import PartitionState
+from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import write_txn_markers
 from strata.server.purgatory import PartitionWatchers
