@@ -102,23 +102,20 @@ class _LoadTransactionState:
                                            {p: 0 for p in range(info.partitions)})
 
 
-def _transaction_coordinator(ctx, props, metadata, replica_manager, producer_ids, loop, *,
+def _transaction_coordinator(props, metadata, txn_log, producer_ids, markers, loop, *,
                              clustered: bool):
-    """The transaction coordinator over ``__transaction_state`` (``ctx.txn_log``); on one broker
-    it loads every partition of the topic, now if it exists, else once it is made."""
+    """The transaction coordinator over ``__transaction_state`` (``txn_log``), sending its
+    markers with ``markers``; on one broker it loads every partition of the topic, now if it
+    exists, else once it is made."""
     from strata.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig
     from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
-    from strata.server.txn_marker_sender import MarkerSender
     existing = metadata.topic(TRANSACTION_STATE_TOPIC)
     config = dataclasses.replace(
         TxnCoordinatorConfig.from_properties(props),
-        num_partitions=existing.partitions if existing else ctx.txn_log.configured_partitions)
+        num_partitions=existing.partitions if existing else txn_log.configured_partitions)
     coordinator = TransactionCoordinator(
-        ctx.txn_log, producer_ids.generate, MarkerSender(ctx), config,
+        txn_log, producer_ids.generate, markers, config,
         topic_exists=lambda topic: metadata.topic(topic) is not None)
-    if _flag(props, "transaction.partition.verification.enable"):
-        from strata.server.txn_verification import TxnVerifier
-        ctx.txn_verifier = TxnVerifier(ctx)
     if not clustered:
         if existing is not None:
             coordinator.load({p: 0 for p in range(existing.partitions)})
@@ -397,6 +394,9 @@ class Broker:
         from strata.log.log_cleaner import LogCleaner
         from strata.coordinator.offsets_records import OFFSETS_TOPIC
         from strata.server.log_cleaner_metrics import LogCleanerCollector
+        from strata.server.txn_marker_sender import MarkerSender
+        from strata.server.txn_markers import LocalMarkerTarget
+        from strata.server.txn_verification import TxnVerifier
 
         node_id = _int(props, "node.id", _int(props, "broker.id", 1))
         log_dirs = [Path(d) for d in props.get("log.dirs", props.get("log.dir", "/tmp/kafka-logs")).split(",")]
@@ -466,14 +466,16 @@ class Broker:
         client_quotas = ClientQuotaStore(log_dirs[0])
         quotas = ClientQuotaManager.from_properties(props)
         client_quotas.add_listener(quotas.on_quotas_changed)
-        offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props)
+        offsets_replicated = None   # one broker: coordinator writes are acks=1
         if zk is not None:
             from strata.server.purgatory import await_replication
 
-            async def offsets_replicated(tp, required: int, timeout_s: float):
+            async def replicated(tp, required: int, timeout_s: float):
                 errors = await await_replication(replica_manager, watchers, {0: (tp, required)}, timeout_s)
                 return errors[0]
-            offsets_log.await_replication = offsets_replicated
+            offsets_replicated = replicated
+        offsets_log = ReplicaOffsetsLog(replica_manager, metadata, props,
+                                        await_replication=offsets_replicated)
         if zk is None:
             offsets_partitions = offsets_log.ensure_topic()
         else:  # made at the first FindCoordinator, once enough brokers are up (as Kafka does)
@@ -483,7 +485,18 @@ class Broker:
                                            offsets_topic_num_partitions=offsets_partitions)
         group_coordinator = GroupCoordinator(
             offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
-        txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props)
+        txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props,
+                                                          await_replication=offsets_replicated)
+        txn_marker_timeout_s = _int(props, "request.timeout.ms") / 1000
+        markers = MarkerSender(node_id, metadata, LocalMarkerTarget(
+            replica_manager, watchers, group_coordinator, txn_marker_timeout_s),
+            security=inter_broker_security)
+        txn_coordinator = _transaction_coordinator(props, metadata, txn_log, producer_ids,
+                                                   markers, loop, clustered=zk is not None)
+        txn_verifier = None
+        if _flag(props, "transaction.partition.verification.enable"):   # KIP-890
+            txn_verifier = TxnVerifier(node_id, metadata, replica_manager, txn_coordinator,
+                                       security=inter_broker_security)
         ctx = BrokerContext(node_id=node_id, advertised_host="", advertised_port=0, metadata=metadata,
                             inter_broker_security=inter_broker_security,
                             replica_manager=replica_manager, fetch_watchers=watchers,
@@ -495,15 +508,12 @@ class Broker:
                             authorizer=authorizer, delegation_tokens=delegation_tokens,
                             client_quotas=client_quotas, quotas=quotas, offsets_log=offsets_log,
                             group_coordinator=group_coordinator, txn_log=txn_log,
-                            txn_marker_timeout_s=_int(props, "request.timeout.ms") / 1000,
+                            txn_coordinator=txn_coordinator, txn_verifier=txn_verifier,
+                            txn_marker_timeout_s=txn_marker_timeout_s,
                             remote_fetch_max_wait_ms=tiering[1].remote_fetch_max_wait_ms
                             if rlm is not None else BrokerContext.remote_fetch_max_wait_ms,
                             failed_authentication_delay_ms=_int(
                                 props, "connection.failed.authentication.delay.ms", 100))
-        ctx.txn_coordinator = _transaction_coordinator(ctx, props, metadata, replica_manager,
-                                                       producer_ids, loop, clustered=zk is not None)
-        if zk is not None:
-            ctx.txn_log.await_replication = offsets_replicated
         dir_failures = None
         if zk is None:
             # inside the loop (loaded members' session timers start once loaded), in the

@@ -86,7 +86,8 @@ class ReplicaOffsetsLog:
                  configured_partitions: int | None = None,
                  topic_configs: Mapping[str, str] | None = None,
                  commit_timeout_s: float | None = None,
-                 chunk_bytes: int = REPLAY_CHUNK_BYTES):
+                 chunk_bytes: int = REPLAY_CHUNK_BYTES,
+                 await_replication: Any = None):
         """``topic`` and the settings not given default to ``__consumer_offsets`` and its
         broker properties (``offsets.topic.num.partitions``, ``offsets.topic.segment.bytes``,
         ``offsets.commit.timeout.ms``); any other topic must name its partition count."""
@@ -115,13 +116,14 @@ class ReplicaOffsetsLog:
                                                    DEFAULT_REQUEST_TIMEOUT_MS))) / 1000
         self.commit_timeout_s = float(commit_timeout_s)
         # async (partition, offset the high watermark must reach, timeout s) -> ErrorCode;
-        # set by a clustered broker
-        self.await_replication: Any = None
+        # given by a clustered broker (None: the write is acks=1)
+        self.await_replication: Any = await_replication
 
     @classmethod
     def for_transaction_state(cls, replica_manager: Any, metadata: Any,
                               props: Mapping[str, Any] | None = None, *,
-                              chunk_bytes: int | None = None) -> "ReplicaOffsetsLog":
+                              chunk_bytes: int | None = None,
+                              await_replication: Any = None) -> "ReplicaOffsetsLog":
         """``__transaction_state`` with Kafka's settings: ``transaction.state.log.num.partitions``
         (50) partitions; topic configs as TransactionStateManager.transactionTopicConfigs sets
         them (compacted, uncompressed, no unclean election, ``min.insync.replicas`` from
@@ -148,7 +150,7 @@ class ReplicaOffsetsLog:
                    topic_configs=configs,
                    commit_timeout_s=int(props.get("request.timeout.ms",
                                                   DEFAULT_REQUEST_TIMEOUT_MS)) / 1000,
-                   chunk_bytes=chunk_bytes)
+                   chunk_bytes=chunk_bytes, await_replication=await_replication)
 
     def ensure_topic(self) -> int:
         """Create the topic if it does not exist; its partition count (an existing topic keeps

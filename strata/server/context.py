@@ -42,7 +42,7 @@ class BrokerContext:
     eligible_leader_replicas: bool = True     # eligible.leader.replicas.enable (ApiVersions)
     authorizer: Authorizer | None = None   # None: every request allowed (no authorizer.class.name)
     fetch_sessions: FetchSessionCache | None = None   # KIP-227; None: every Fetch sessionless
-    txn_marker_timeout_s: float | None = None   # request.timeout.ms; None: txn_markers' default
+    txn_marker_timeout_s: float = 30.0   # request.timeout.ms
     delegation_tokens: DelegationTokenManager | None = None   # KIP-48; None: tokens disabled
 
     def __post_init__(self) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from strata.common.errors import ErrorCode, error_code_of
 from strata.coordinator.txn_coordinator import TxnMarker
 from strata.protocol.codec import ApiKey, make, request_class, response_class
 from strata.server.broker_channel import BrokerChannel
-from strata.server.txn_markers import write_markers
+from strata.server.txn_markers import MarkerTarget, write_markers
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +23,21 @@ TopicPartition = tuple[str, int]
 
 
 class MarkerSender:
-    def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
-        self.ctx = ctx
-        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-marker-sender",
-                                                security=ctx.inter_broker_security)
+    """Markers for partitions this broker leads are written to ``local`` (``write_markers``);
+    ``metadata`` says who leads the others."""
+
+    def __init__(self, node_id: int, metadata, local: MarkerTarget, *, security=None,
+                 channel: BrokerChannel | None = None):
+        self.node_id = node_id
+        self.metadata = metadata
+        self.local = local
+        self.channel = channel or BrokerChannel(f"broker-{node_id}-txn-marker-sender",
+                                                security=security)
         self._request_cls = request_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
         self._response_cls = response_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
 
     async def send(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
-        metadata = self.ctx.metadata
+        metadata = self.metadata
         results: dict[TopicPartition, ErrorCode] = {}
         by_leader: dict[int, list[TopicPartition]] = {}
         live = {b.node_id: b for b in metadata.live_brokers()}
@@ -42,7 +47,7 @@ class MarkerSender:
                 continue
             st = metadata.partition_state(*tp)
             leader = -1 if st is None else st.leader
-            if leader not in live and leader != self.ctx.node_id:
+            if leader not in live and leader != self.node_id:
                 results[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 continue
             by_leader.setdefault(leader, []).append(tp)
@@ -50,7 +55,7 @@ class MarkerSender:
         for leader, parts in by_leader.items():
             part = TxnMarker(marker.producer_id, marker.producer_epoch, marker.commit,
                              marker.coordinator_epoch, tuple(parts), marker.transaction_version)
-            if leader == self.ctx.node_id:
+            if leader == self.node_id:
                 jobs.append(self._local(part))
             else:
                 b = live[leader]
@@ -60,7 +65,7 @@ class MarkerSender:
         return results
 
     async def _local(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
-        (answer,) = await write_markers(self.ctx, [marker])
+        (answer,) = await write_markers(self.local, [marker])
         return {tuple(tp): code for tp, code in answer.items()}
 
     def _remote(self, broker: int, host: str, port: int,

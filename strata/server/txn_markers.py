@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
@@ -44,9 +46,22 @@ DEFAULT_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default
 PartitionKey = tuple[str, int]
 
 
-def _timeout_s(ctx) -> float:
-    value = getattr(ctx, "txn_marker_timeout_s", None)
-    return DEFAULT_TIMEOUT_S if value is None else float(value)
+class MarkerTarget(Protocol):
+    """What ``write_markers`` uses: the broker's context has these, and so has
+    ``LocalMarkerTarget``, which the transaction coordinator's sender is built with before the
+    context exists."""
+    replica_manager: Any
+    fetch_watchers: Any
+    group_coordinator: Any                 # ``complete_transaction``, or None: no groups here
+    txn_marker_timeout_s: float
+
+
+@dataclass(frozen=True)
+class LocalMarkerTarget:
+    replica_manager: Any
+    fetch_watchers: Any
+    group_coordinator: Any
+    txn_marker_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 def _hosted_here(replica_manager, tp: TopicPartition) -> bool:
@@ -78,16 +93,16 @@ def _append_marker(replica_manager, tp: TopicPartition, marker: TxnMarker):
     return ErrorCode.NONE, result.last_offset + 1
 
 
-async def _complete_offsets_transaction(ctx, marker: TxnMarker,
+async def _complete_offsets_transaction(ctx: MarkerTarget, marker: TxnMarker,
                                         errors: dict[PartitionKey, ErrorCode]) -> None:
     """Hand the successful ``__consumer_offsets`` markers to the group coordinator."""
     partitions = [p for (topic, p), e in errors.items()
                   if topic == OFFSETS_TOPIC and e == ErrorCode.NONE]
     if not partitions:
         return
-    complete = getattr(ctx.group_coordinator, "complete_transaction", None)
-    if complete is None:
+    if ctx.group_coordinator is None:
         return
+    complete = ctx.group_coordinator.complete_transaction
     for partition in partitions:
         try:
             outcome = complete(partition, marker.producer_id, marker.commit)
@@ -99,13 +114,13 @@ async def _complete_offsets_transaction(ctx, marker: TxnMarker,
             errors[(OFFSETS_TOPIC, partition)] = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-async def write_markers(ctx, markers: list[TxnMarker], *,
+async def write_markers(ctx: MarkerTarget, markers: list[TxnMarker], *,
                         timeout_s: float | None = None) -> list[dict[PartitionKey, ErrorCode]]:
     """Write each marker to its partitions; per marker (in order) the error of each partition.
 
     Appends run one partition at a time, yielding to the event loop between them; the waits
     for replication (in a cluster) run together, bounded by ``timeout_s`` (default
-    ``ctx.txn_marker_timeout_s``, else 30 s). A partition named twice in a marker gets one
+    ``ctx.txn_marker_timeout_s``). A partition named twice in a marker gets one
     marker and one answer.
     """
     replica_manager = ctx.replica_manager
@@ -128,7 +143,7 @@ async def write_markers(ctx, markers: list[TxnMarker], *,
     if waits:
         replicated = await await_replication(
             replica_manager, ctx.fetch_watchers, waits,
-            _timeout_s(ctx) if timeout_s is None else timeout_s)
+            ctx.txn_marker_timeout_s if timeout_s is None else timeout_s)
         for (i, topic, partition), error in replicated.items():
             results[i][(topic, partition)] = ErrorCode(error)
     for marker, errors in zip(markers, results):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from strata.common.errors import ErrorCode, error_code_of
 from strata.common.types import TopicPartition
@@ -49,24 +48,31 @@ def transactional_producer(records: bytes | None) -> tuple[int, int] | None:
 
 
 class TxnVerifier:
-    def __init__(self, ctx: Any, channel: BrokerChannel | None = None):
-        self.ctx = ctx
-        self.channel = channel or BrokerChannel(f"broker-{ctx.node_id}-txn-verifier",
-                                                security=ctx.inter_broker_security)
+    """Asks ``coordinator`` (on this broker) or the leader of the transactional id's
+    ``__transaction_state`` partition whether a partition is in the producer's transaction."""
+
+    def __init__(self, node_id: int, metadata, replica_manager, coordinator, *, security=None,
+                 channel: BrokerChannel | None = None):
+        self.node_id = node_id
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.coordinator = coordinator
+        self.channel = channel or BrokerChannel(f"broker-{node_id}-txn-verifier",
+                                                security=security)
 
     def start(self, tp: TopicPartition, producer_id: int, epoch: int) -> object | None:
         """The partition's verification guard, or None when there is nothing to verify (the
         producer's transaction is already ongoing there, or the partition is not here: its
         append answers the error)."""
         try:
-            ulog = self.ctx.replica_manager.get_log(tp)
+            ulog = self.replica_manager.get_log(tp)
         except Exception:  # noqa: BLE001 - the append answers the partition's error
             return None
         return None if ulog is None else ulog.start_transaction_verification(producer_id, epoch)
 
     def abandon(self, tp: TopicPartition, producer_id: int, guard: object) -> None:
         """A refused verification's guard goes (no append will end it)."""
-        ulog = self.ctx.replica_manager.get_log(tp)
+        ulog = self.replica_manager.get_log(tp)
         if ulog is not None:
             ulog.end_transaction_verification(producer_id, guard)
 
@@ -93,15 +99,15 @@ class TxnVerifier:
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int,
                    partitions: list[TopicPartition]) -> dict[tuple[str, int], ErrorCode]:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        coordinator = self.ctx.txn_coordinator
-        metadata = self.ctx.metadata
+        coordinator = self.coordinator
+        metadata = self.metadata
         if coordinator is None or metadata.topic(TRANSACTION_STATE_TOPIC) is None:
             return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
         st = metadata.partition_state(TRANSACTION_STATE_TOPIC,
                                       coordinator.partition_for(transactional_id))
         if st is None or st.leader < 0:
             return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
-        if st.leader == self.ctx.node_id:
+        if st.leader == self.node_id:
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, keys)
         node = next((b for b in metadata.live_brokers() if b.node_id == st.leader), None)
         if node is None:
