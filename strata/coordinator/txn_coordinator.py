@@ -1,5 +1,6 @@
 """The transaction coordinator: transactional ids, their producer ids and epochs, and the
-two-phase end of each transaction, as Kafka's TransactionCoordinator (transactions V1).
+two-phase end of each transaction, as Kafka's TransactionCoordinator: transactions V1, and V2
+(KIP-890 part 2) for clients that end a transaction with EndTxn v5.
 
 Like the group coordinator it does no I/O of its own and runs on one asyncio event loop, so
 state needs no locks; it awaits only three things, through ports:
@@ -21,6 +22,13 @@ Life of a transaction::
     Ongoing --EndTxn(commit|abort)--> PrepareCommit|PrepareAbort   (client answered here)
     Prepare* --markers written to every partition--> CompleteCommit|CompleteAbort
     Ongoing --InitProducerId, or timeout--> (epoch bumped: PrepareEpochFence) --> PrepareAbort
+
+Transactions V2 (``client_transaction_version`` 2, recorded with each transition as Kafka's
+ClientTransactionVersion): every Prepare* bumps the producer epoch (epoch + 1, the last epoch
+kept), the markers carry the bumped epoch, and EndTxn answers the producer the new id/epoch; an
+exhausted epoch makes Complete* move to a new producer id at epoch 0. Partitions are added by
+the partition leaders (a Produce v12 or TxnOffsetCommit v5 of the transaction) instead of the
+client.
 
 Invariants: a producer id/epoch reaches a client only after its record is durable in
 ``__transaction_state``; markers are written only after Prepare* is durable, so a coordinator
@@ -57,6 +65,9 @@ MARKER_RETRY_BACKOFF_S = 0.1   # Kafka's marker channel retries after a metadata
 TopicPartition = tuple[str, int]
 
 S = TxnState
+
+TV_0 = 0
+TV_2 = 2   # the first client transaction version that bumps the epoch at each end
 
 # Kafka's TransactionState.validPreviousStates
 _VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
@@ -119,7 +130,8 @@ class TxnStateLog(Protocol):
 @dataclass(frozen=True)
 class TxnMarker:
     """A COMMIT or ABORT marker for ``partitions`` (the marker writer's unit of work).
-    ``transaction_version`` is WriteTxnMarkers v2's (KIP-890; this coordinator speaks V1)."""
+    ``transaction_version`` is WriteTxnMarkers v2's: the client transaction version of the
+    transaction (2: the marker's epoch is above the transaction's data, KIP-890)."""
     producer_id: int
     producer_epoch: int
     commit: bool
@@ -172,6 +184,8 @@ class _Transit:
     partitions: frozenset[TopicPartition]
     start_ms: int
     last_update_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = TV_0
 
     def log_value(self) -> TxnLogValue:
         by_topic: dict[str, list[int]] = {}
@@ -182,7 +196,9 @@ class _Transit:
             transaction_timeout_ms=self.timeout_ms, state=self.state,
             partitions=tuple((t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items())),
             last_update_ms=self.last_update_ms, start_ms=self.start_ms,
-            previous_producer_id=self.previous_producer_id)
+            previous_producer_id=self.previous_producer_id,
+            next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version)
 
 
 @dataclass
@@ -199,13 +215,17 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     pending: TxnState | None = None
     failed_epoch_fence: bool = False   # a fence's bumped epoch may not be durable: reuse it
+    next_producer_id: int = NO_PRODUCER_ID      # V2: the id Complete* moves to (epoch exhausted)
+    client_transaction_version: int = TV_0      # of the last completed transition
 
     # ---- prepared transitions (Kafka's TransactionMetadata.prepare*) ------------------------
 
     def _prepare(self, state: TxnState, *, producer_id: int | None = None,
                  epoch: int | None = None, last_epoch: int | None = None,
                  timeout_ms: int | None = None, partitions: Iterable[TopicPartition] | None = None,
-                 start_ms: int | None = None, now_ms: int) -> _Transit:
+                 start_ms: int | None = None, now_ms: int,
+                 next_producer_id: int = NO_PRODUCER_ID,
+                 client_transaction_version: int = TV_0) -> _Transit:
         if self.pending is not None:
             raise IllegalTxnTransition(f"{self.transactional_id}: preparing {state.name} while "
                                        f"{self.pending.name} is pending")
@@ -222,7 +242,8 @@ class TxnMetadata:
             state=state,
             partitions=frozenset(self.partitions if partitions is None else partitions),
             start_ms=self.start_ms if start_ms is None else start_ms,
-            last_update_ms=now_ms)
+            last_update_ms=now_ms, next_producer_id=next_producer_id,
+            client_transaction_version=client_transaction_version)
         self.pending = state
         return transit
 
@@ -253,17 +274,33 @@ class TxnMetadata:
                              last_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                              timeout_ms=timeout_ms, partitions=(), start_ms=-1, now_ms=now_ms)
 
-    def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: int) -> _Transit:
+    def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: int,
+                               client_transaction_version: int = TV_0) -> _Transit:
         start = now_ms if self.state in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT) else self.start_ms
         return self._prepare(S.ONGOING, partitions=self.partitions | set(added), start_ms=start,
-                             now_ms=now_ms)
+                             now_ms=now_ms, client_transaction_version=client_transaction_version)
 
-    def prepare_abort_or_commit(self, state: TxnState, now_ms: int) -> _Transit:
+    def prepare_abort_or_commit(self, state: TxnState, now_ms: int,
+                                client_transaction_version: int = TV_0,
+                                next_producer_id: int = NO_PRODUCER_ID) -> _Transit:
+        if client_transaction_version >= TV_2:
+            # V2: every end bumps the epoch (an exhausted one is at most Short.MaxValue here)
+            return self._prepare(state, epoch=self.producer_epoch + 1,
+                                 last_epoch=self.producer_epoch, now_ms=now_ms,
+                                 next_producer_id=next_producer_id,
+                                 client_transaction_version=client_transaction_version)
         return self._prepare(state, now_ms=now_ms)
 
     def prepare_complete(self, now_ms: int) -> _Transit:
         state = S.COMPLETE_COMMIT if self.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         self.failed_epoch_fence = False
+        tv = self.client_transaction_version
+        if tv >= TV_2:
+            rotate = self.next_producer_id != NO_PRODUCER_ID
+            return self._prepare(
+                state, producer_id=self.next_producer_id if rotate else None,
+                epoch=0 if rotate else None, last_epoch=self.producer_epoch, partitions=(),
+                now_ms=now_ms, client_transaction_version=tv)
         return self._prepare(state, partitions=(), now_ms=now_ms)
 
     def prepare_dead(self) -> _Transit:
@@ -283,6 +320,8 @@ class TxnMetadata:
         self.partitions = set(transit.partitions)
         self.start_ms = transit.start_ms
         self.last_update_ms = transit.last_update_ms
+        self.next_producer_id = transit.next_producer_id
+        self.client_transaction_version = transit.client_transaction_version
         self.pending = None
 
 
@@ -328,7 +367,8 @@ class TransactionCoordinator:
                  markers: MarkerSender | None = None,
                  config: TxnCoordinatorConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  topic_exists: Callable[[str], bool] = lambda topic: True,
-                 marker_retry_backoff_s: float = MARKER_RETRY_BACKOFF_S):
+                 marker_retry_backoff_s: float = MARKER_RETRY_BACKOFF_S,
+                 transaction_version: Callable[[], int] = lambda: TV_0):
         self.log = txn_log
         self.generate_producer_id = generate_producer_id
         self.markers = markers
@@ -336,6 +376,9 @@ class TransactionCoordinator:
         self.clock = clock
         self.topic_exists = topic_exists
         self.marker_retry_backoff_s = marker_retry_backoff_s
+        # the cluster's finalized transaction.version: the version of the coordinator's own
+        # aborts (timeouts, fences), as Kafka's transactionVersionLevel()
+        self.transaction_version = transaction_version
         self._partitions: dict[int, _TxnPartition] = {}
         self._tasks: set[asyncio.Task] = set()
         self._periodic: list[asyncio.Task] = []
@@ -383,7 +426,9 @@ class TransactionCoordinator:
                 entry.txns[tid] = TxnMetadata(
                     tid, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, S(v.state),
                     {(t, p) for t, ps in v.partitions for p in ps}, v.start_ms, v.last_update_ms,
-                    previous_producer_id=v.previous_producer_id)
+                    previous_producer_id=v.previous_producer_id,
+                    next_producer_id=v.next_producer_id,
+                    client_transaction_version=v.client_transaction_version)
             entry.loading = False
             pending = [m for m in entry.txns.values()
                        if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
@@ -548,8 +593,10 @@ class TransactionCoordinator:
         return entry, meta, ErrorCode.NONE
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> ErrorCode:
-        """AddPartitionsToTxn v0-3 (and AddOffsetsToTxn, with the group's offsets partition)."""
+                             partitions: Iterable[TopicPartition],
+                             client_transaction_version: int = TV_0) -> ErrorCode:
+        """AddPartitionsToTxn v0-3 (and AddOffsetsToTxn, with the group's offsets partition);
+        with ``client_transaction_version`` 2 a partition leader's implicit add (V2)."""
         wanted = set(partitions)
         entry, meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
@@ -558,7 +605,8 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state == S.ONGOING and wanted <= meta.partitions:
             return ErrorCode.NONE
-        transit = meta.prepare_add_partitions(wanted, self.clock.milliseconds())
+        transit = meta.prepare_add_partitions(wanted, self.clock.milliseconds(),
+                                              client_transaction_version)
         return await self._append(meta, entry.coordinator_epoch, transit)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -577,8 +625,10 @@ class TransactionCoordinator:
     # ---- EndTxn --------------------------------------------------------------------------------
 
     async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              commit: bool) -> InitProducerIdResult:
-        """EndTxn v0-4: the error, with the producer id and epoch (v5 reports them)."""
+                              commit: bool, client_transaction_version: int = TV_0
+                              ) -> InitProducerIdResult:
+        """EndTxn: the error, with the producer id and epoch the client goes on with (v5
+        reports them; ``client_transaction_version`` is 2 for v5, else 0)."""
         if not transactional_id:
             return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
         entry, error = self._entry(transactional_id)
@@ -588,31 +638,61 @@ class TransactionCoordinator:
         if meta is None:
             return InitProducerIdResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         return await self._end(meta, entry.coordinator_epoch, producer_id, producer_epoch, commit,
-                               from_client=True)
+                               from_client=True,
+                               client_transaction_version=client_transaction_version)
 
     async def _end(self, meta: TxnMetadata, coordinator_epoch: int, producer_id: int,
-                   producer_epoch: int, commit: bool, from_client: bool) -> InitProducerIdResult:
+                   producer_epoch: int, commit: bool, from_client: bool,
+                   client_transaction_version: int | None = None) -> InitProducerIdResult:
+        """Kafka's endTransaction; the coordinator's own aborts (``from_client`` False) use
+        the cluster's transaction version."""
         tid = meta.transactional_id
+        tv = self.transaction_version() if client_transaction_version is None \
+            else client_transaction_version
         fenced = meta.pending == S.PREPARE_EPOCH_FENCE
-        valid_epoch = ((not from_client or producer_epoch == meta.producer_epoch)
-                       and producer_epoch >= meta.producer_epoch)
-        if meta.producer_id != producer_id:
+        # the transaction's own version decides how its epoch is checked (Kafka's
+        # currentTxnMetadataIsAtLeastTransactionsV2); a fence is checked as V1
+        v2 = not fenced and meta.client_transaction_version >= TV_2
+        # V2: the retry of an end that bumped the epoch, or that moved to a new producer id
+        retry_on_bump = v2 and meta.producer_epoch == producer_epoch + 1
+        retry_on_overflow = (v2 and meta.previous_producer_id == producer_id
+                             and producer_epoch == SHORT_MAX - 1 and meta.producer_epoch == 0)
+        state = meta.state
+        if v2:
+            if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                valid_epoch = retry_on_bump
+            elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                valid_epoch = retry_on_bump or retry_on_overflow
+            else:
+                valid_epoch = producer_epoch == meta.producer_epoch
+        else:
+            valid_epoch = ((not from_client or producer_epoch == meta.producer_epoch)
+                           and producer_epoch >= meta.producer_epoch)
+        if meta.producer_id != producer_id and not retry_on_overflow:
             return InitProducerIdResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if not valid_epoch and not (fenced and not from_client):
             return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         if meta.pending is not None and not fenced:
             return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
-        state = meta.state
         if state == S.ONGOING:
             target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-            if fenced:
-                if target != S.PREPARE_ABORT:
+            if fenced and target != S.PREPARE_ABORT:
+                return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            next_pid = NO_PRODUCER_ID
+            if tv >= TV_2 and not fenced and is_epoch_exhausted(meta.producer_epoch):
+                try:   # V2 bumps past the last usable epoch: Complete* moves to a new id
+                    next_pid = await self._new_producer_id()
+                except KafkaError as exc:
+                    return InitProducerIdResult(ErrorCode(exc.code))
+                if self._current(tid, coordinator_epoch) is not meta or meta.pending is not None \
+                        or meta.state != S.ONGOING:
                     return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if fenced:
                 # the fence's bumped epoch goes into the PrepareAbort record itself
                 meta.pending = None
                 meta.producer_epoch = producer_epoch
                 meta.last_producer_epoch = NO_PRODUCER_EPOCH
-            transit = meta.prepare_abort_or_commit(target, self.clock.milliseconds())
+            transit = meta.prepare_abort_or_commit(target, self.clock.milliseconds(), tv, next_pid)
         elif state == S.COMPLETE_COMMIT and commit or state == S.COMPLETE_ABORT and not commit:
             return InitProducerIdResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
         elif state == S.PREPARE_COMMIT and commit or state == S.PREPARE_ABORT and not commit:
@@ -627,6 +707,9 @@ class TransactionCoordinator:
             return InitProducerIdResult(error)
         # PrepareCommit/PrepareAbort is durable: answer now, write the markers behind
         self._spawn(self._complete_transaction(meta, coordinator_epoch))
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            # V2 past the last epoch: the producer goes on with the id Complete* moves to
+            return InitProducerIdResult(ErrorCode.NONE, meta.next_producer_id, 0)
         return InitProducerIdResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
 
     async def _complete_transaction(self, meta: TxnMetadata, coordinator_epoch: int) -> None:
@@ -647,7 +730,7 @@ class TransactionCoordinator:
             if not remaining:
                 break
             marker = TxnMarker(meta.producer_id, meta.producer_epoch, commit, coordinator_epoch,
-                               tuple(sorted(remaining)))
+                               tuple(sorted(remaining)), meta.client_transaction_version)
             try:
                 results = await self.markers.send(marker)
             except Exception:  # noqa: BLE001 - retried

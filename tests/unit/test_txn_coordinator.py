@@ -241,7 +241,8 @@ class FakePids:
 # =========================================================================== harness
 
 class Harness:
-    def __init__(self, *, loaded=None, topic_exists=None, load_now: bool = True, **config):
+    def __init__(self, *, loaded=None, topic_exists=None, load_now: bool = True,
+                 transaction_version: int = 0, **config):
         self.clock = MockClock()
         self.log = FakeTxnStateLog()
         self.markers = FakeMarkerSender()
@@ -251,6 +252,7 @@ class Harness:
         config.setdefault("transactional_id_expiration_ms", EXPIRATION)
         self.config = TxnCoordinatorConfig(**config)
         kw = {} if topic_exists is None else {"topic_exists": topic_exists}
+        kw["transaction_version"] = lambda: transaction_version
         self.coord = TransactionCoordinator(self.log, self.pids, self.markers, self.config,
                                             clock=self.clock, marker_retry_backoff_s=0.001, **kw)
         self.loaded = {p: COORD_EPOCH for p in range(NUM_PARTITIONS)} if loaded is None else loaded
@@ -1494,4 +1496,152 @@ def test_init_rotation_racing_add_partitions_fences_instead_of_failing():
         assert r.error == E.CONCURRENT_TRANSACTIONS
         await h.completed(TID, "COMPLETE_ABORT")
         assert _log_agrees_with_cache(h, TID)
+    run(main())
+
+
+# =========================================================================== transactions V2
+
+def seed_v2(h: Harness, tid: str, state: TxnState, *, epoch: int, partitions=(),
+            pid: int = OLD_PID) -> None:
+    """A record of a V2 transaction (ClientTransactionVersion 2), as a previous coordinator
+    wrote it."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for t, p in partitions:
+        by_topic[t].append(p)
+    h.log.partitions[partition_for(tid, NUM_PARTITIONS)].append((encode_key(tid), encode_value(
+        TxnLogValue(producer_id=pid, producer_epoch=epoch, transaction_timeout_ms=TIMEOUT,
+                    state=state, partitions=tuple((t, tuple(ps)) for t, ps in by_topic.items()),
+                    last_update_ms=h.now, start_ms=h.now, client_transaction_version=2))))
+
+
+async def v2_ongoing(h: Harness, *tps, tid: str = TID):
+    """A fresh id whose partitions were added by their leaders (a V2 client): (pid, epoch)."""
+    r = await h.init(tid)
+    assert await h.coord.add_partitions(tid, r.producer_id, r.producer_epoch, tps or (T0, T1),
+                                        client_transaction_version=2) == E.NONE
+    return r.producer_id, r.producer_epoch
+
+
+async def v2_end(h: Harness, pid: int, epoch: int, commit: bool = True, tid: str = TID):
+    return await h.coord.end_transaction(tid, pid, epoch, commit, client_transaction_version=2)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_v2_end_bumps_the_epoch_answers_it_and_writes_markers_with_it(commit):
+    """shouldAppendPrepare{Commit,Abort}ToLogOnEndTxnWhenStatusIsOngoingAndResultIs{Commit,Abort}
+    with TV_2: the epoch is bumped in Prepare*, answered, carried by the markers (transaction
+    version 2) and kept by Complete*; every record carries ClientTransactionVersion 2."""
+    async def main():
+        h = Harness()
+        pid, epoch = await v2_ongoing(h, T0, U0)
+        assert h.log.last(TID).client_transaction_version == 2
+        r = await v2_end(h, pid, epoch, commit)
+        assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 1)
+        prepare = h.log.last(TID)
+        assert prepare.state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+        assert (prepare.producer_epoch, prepare.client_transaction_version) == (epoch + 1, 2)
+        await h.completed(TID, "COMPLETE_COMMIT" if commit else "COMPLETE_ABORT")
+        assert h.markers.sent == [TxnMarker(pid, epoch + 1, commit, COORD_EPOCH, (T0, U0), 2)]
+        complete = h.log.last(TID)
+        assert (complete.producer_id, complete.producer_epoch,
+                complete.client_transaction_version) == (pid, epoch + 1, 2)
+        # the next transaction runs at the bumped epoch; the old one is fenced
+        assert await h.coord.add_partitions(TID, pid, epoch, [T1], 2) == E.PRODUCER_FENCED
+        assert await h.coord.add_partitions(TID, pid, epoch + 1, [T1], 2) == E.NONE
+        r = await v2_end(h, pid, epoch + 1, commit)
+        assert (r.error, r.producer_epoch) == (E.NONE, epoch + 2)
+    run(main())
+
+
+def test_v2_end_retries_are_answered_from_the_bumped_epoch():
+    """TV_2 retries (endTxnEpochBumped): an EndTxn at epoch - 1 of the stored epoch is the retry
+    of one that completed (NONE with the current id/epoch; the opposite result
+    INVALID_TXN_STATE) or is still writing markers (CONCURRENT_TRANSACTIONS); the stored epoch
+    itself and older epochs are PRODUCER_FENCED, as Kafka answers them."""
+    async def main():
+        h = Harness()
+        pid, epoch = await v2_ongoing(h)
+        h.markers.gate = asyncio.Event()
+        assert (await v2_end(h, pid, epoch, True)).error == E.NONE
+        assert (await v2_end(h, pid, epoch, True)).error == E.CONCURRENT_TRANSACTIONS
+        assert (await v2_end(h, pid, epoch + 1, True)).error == E.PRODUCER_FENCED
+        h.markers.gate.set()
+        await h.completed(TID, "COMPLETE_COMMIT")
+        before = h.log.count()
+        retry = await v2_end(h, pid, epoch, True)
+        assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, pid, epoch + 1)
+        assert (await v2_end(h, pid, epoch, False)).error == E.INVALID_TXN_STATE
+        assert (await v2_end(h, pid, epoch + 1, True)).error == E.PRODUCER_FENCED
+        assert (await v2_end(h, pid, epoch - 1, True)).error == E.PRODUCER_FENCED
+        assert (await v2_end(h, pid + 1, epoch, True)).error == E.INVALID_PRODUCER_ID_MAPPING
+        assert h.log.count() == before
+    run(main())
+
+
+def test_v2_end_of_an_exhausted_epoch_moves_to_a_new_producer_id():
+    """TV_2 epoch overflow: Prepare* at Short.MaxValue with the next producer id, the markers at
+    Short.MaxValue, Complete* with the new id at epoch 0 (the old one its previous id); the
+    client is answered the new id at epoch 0, and the retry of the end too."""
+    async def main():
+        h = Harness(load_now=False)
+        seed_v2(h, TID, S.ONGOING, epoch=SHORT_MAX - 1, partitions=[T0])
+        h.coord.load(h.loaded)
+        r = await v2_end(h, OLD_PID, SHORT_MAX - 1, True)
+        assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, FIRST_PID, 0)
+        prepare = h.log.last(TID)
+        assert (prepare.producer_id, prepare.producer_epoch, prepare.next_producer_id) == \
+            (OLD_PID, SHORT_MAX, FIRST_PID)
+        await h.completed(TID, "COMPLETE_COMMIT")
+        assert h.markers.sent == [TxnMarker(OLD_PID, SHORT_MAX, True, COORD_EPOCH, (T0,), 2)]
+        complete = h.log.last(TID)
+        assert (complete.producer_id, complete.producer_epoch, complete.previous_producer_id,
+                complete.next_producer_id) == (FIRST_PID, 0, OLD_PID, -1)
+        retry = await v2_end(h, OLD_PID, SHORT_MAX - 1, True)
+        assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, FIRST_PID, 0)
+        assert await h.coord.add_partitions(TID, FIRST_PID, 0, [T1], 2) == E.NONE
+    run(main())
+
+
+def test_a_loaded_v2_prepare_is_completed_with_v2_markers():
+    """A coordinator that takes over a V2 PrepareCommit writes its markers with transaction
+    version 2 at the stored (bumped) epoch."""
+    async def main():
+        h = Harness(load_now=False)
+        seed_v2(h, TID, S.PREPARE_COMMIT, epoch=4, partitions=[T0, T1])
+        h.coord.load(h.loaded)
+        await h.completed(TID, "COMPLETE_COMMIT")
+        assert h.markers.sent == [TxnMarker(OLD_PID, 4, True, COORD_EPOCH, (T0, T1), 2)]
+        assert h.log.last(TID).client_transaction_version == 2
+        retry = await v2_end(h, OLD_PID, 3, True)
+        assert (retry.error, retry.producer_epoch) == (E.NONE, 4)
+    run(main())
+
+
+def test_v1_end_on_a_v2_cluster_keeps_the_epoch():
+    """An EndTxn before v5 (client transaction version 0) keeps V1's rules on a cluster at
+    transaction.version 2: no bump, markers at the producer's epoch with version 0."""
+    async def main():
+        h = Harness(transaction_version=2)
+        pid, epoch = await h.ongoing(T0)
+        r = await h.end(pid, epoch, True)
+        assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch)
+        await h.completed(TID, "COMPLETE_COMMIT")
+        assert h.markers.sent == [TxnMarker(pid, epoch, True, COORD_EPOCH, (T0,), 0)]
+        assert h.log.last(TID).client_transaction_version == 0
+        assert (await h.end(pid, epoch, True)).error == E.NONE    # V1 retry
+    run(main())
+
+
+def test_a_timeout_abort_on_a_v2_cluster_fences_then_bumps_again():
+    """abortTimedOutTransactions uses the cluster's transaction version: on a TV_2 cluster the
+    fence's epoch (+1) is bumped again by PrepareAbort (+2), which the markers carry; the
+    producer's next end at its old epoch is PRODUCER_FENCED."""
+    async def main():
+        h = Harness(transaction_version=2)
+        pid, epoch = await v2_ongoing(h, T0)
+        h.clock.advance_ms(TIMEOUT + 1)
+        assert await h.coord.abort_timed_out_transactions() == 1
+        await h.completed(TID, "COMPLETE_ABORT")
+        assert h.markers.sent == [TxnMarker(pid, epoch + 2, False, COORD_EPOCH, (T0,), 2)]
+        assert (await v2_end(h, pid, epoch, False)).error == E.PRODUCER_FENCED
     run(main())

@@ -1,6 +1,7 @@
 """AddPartitionsToTxn v0-5: a producer adds partitions to its ongoing transaction (v0-3), or a
 partition leader verifies that a transactional produce belongs to one (v4+ ``verify_only``,
-KIP-890). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others of the
+KIP-890), or adds them for a transactions V2 client's Produce v12 / TxnOffsetCommit v5 (v5
+without ``verify_only``: the transaction is V2). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others of the
 request OPERATION_NOT_ATTEMPTED, as Kafka answers."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from strata.server.authorization import (
     NOTHING_DENIED, authorize, authorize_cluster, denied_topics)
 
 FIRST_BATCHED_VERSION = 4
+FIRST_V2_ADD_VERSION = 5   # a broker's add (not verify_only) at v5+ is a V2 client's
 
 
 def _topic_results(rc, field: str, codes: dict[tuple[str, int], ErrorCode]):
@@ -50,8 +52,8 @@ def _client_denied(ctx, transactional_id: str, partitions) -> ErrorCode | frozen
 
 
 async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
-              partitions: list[tuple[str, int]],
-              denied=NOTHING_DENIED) -> dict[tuple[str, int], ErrorCode]:
+              partitions: list[tuple[str, int]], denied=NOTHING_DENIED,
+              client_transaction_version: int = 0) -> dict[tuple[str, int], ErrorCode]:
     """One transaction's partitions added: a code per partition. When one is of a ``denied``
     topic or unknown, none is added (the others OPERATION_NOT_ATTEMPTED)."""
     unknown = _unknown(ctx, partitions)
@@ -61,7 +63,8 @@ async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
     coordinator = getattr(ctx, "txn_coordinator", None)
     error = ErrorCode.COORDINATOR_NOT_AVAILABLE if coordinator is None else \
-        await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                         client_transaction_version)
     return {tp: error for tp in partitions}
 
 
@@ -100,7 +103,8 @@ async def handle(ctx, request):
                                                   txn.producer_epoch, partitions)
         else:
             codes = await add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                              partitions)
+                              partitions, client_transaction_version=(
+                                  2 if request.api_version >= FIRST_V2_ADD_VERSION else 0))
         results.append(make(rc, "results_by_transaction", transactional_id=txn.transactional_id,
                             topic_results=_topic_results(
                                 rc, "results_by_transaction.topic_results", codes)))
