@@ -66,10 +66,11 @@ from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: 
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.log.log_dir_failure import LogDirFailureChannel
 from strata.tiered.config import (
-    INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
+    INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_COPY_LAG_BYTES_PROP, LOG_REMOTE_COPY_LAG_MS_PROP,
+    LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
-    inherited_local_retention_caps, validate_broker_remote_storage,
+    inherited_local_retention_caps, remote_copy_lag_errors, validate_broker_remote_storage,
     validate_stored_topic_remote_storage, validate_topic_remote_storage)
 from strata.replication.quota import DYNAMIC_REPLICATION_QUOTA_CONFIGS, REPLICATION_QUOTA_CONFIG_DEF
 from strata.cluster.image import PartitionState
@@ -128,10 +129,13 @@ def default_max_broker_partitions(open_file_limit: int) -> int:
 
 # Broker configs that AlterConfigs / IncrementalAlterConfigs may change at runtime, for this
 # node or as the cluster-wide default (Kafka's DynamicRemoteLogConfig keys Strata applies live:
-# the KIP-956 quotas). Every other broker config is static.
+# the KIP-956 quotas; and of its DynamicLogConfig keys, KIP-1241's copy lags, the defaults of
+# the topic configs remote.copy.lag.*). Every other broker config is static.
 DYNAMIC_BROKER_CONFIGS = frozenset({
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP,
+    LOG_REMOTE_COPY_LAG_MS_PROP,
+    LOG_REMOTE_COPY_LAG_BYTES_PROP,
 }) | DYNAMIC_REPLICATION_QUOTA_CONFIGS
 DEFAULT_BROKER_RESOURCE = ""   # the BROKER resource name of the cluster-wide defaults
 # Kafka's dynamic security configs (SslConfigs.RECONFIGURABLE_CONFIGS and the DN/SAN switches):
@@ -665,6 +669,7 @@ class ClusterMetadata:
         self._user_configs: dict[str, dict[str, str]] = self._load_user_configs()
         if self._dynamic_broker:
             self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
+            self._refresh_topic_defaults(announce=False)
         for name, config in self._image.configs.items():
             validate_stored_topic_remote_storage(name, config,
                                                  system_enabled=self.remote_storage_system_enabled)
@@ -1427,13 +1432,14 @@ class ClusterMetadata:
                                               f"key: {key}")
             for key, value in configs.items():
                 self._check_dynamic_broker_config(key, value)
+            updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
+            if configs:
+                updated[resource_name] = configs
+            self._check_dynamic_broker_combination(self.effective_broker_props(updated))
             per_broker = sorted(k for k, _, _ in ops if is_listener_ssl_config(k))
             if resource_name == DEFAULT_BROKER_RESOURCE and per_broker:
                 raise InvalidRequestError("Cannot update these configs at default cluster level, "
                                           f"broker id must be specified: {', '.join(per_broker)}")
-            updated = {n: c for n, c in self._dynamic_broker.items() if n != resource_name}
-            if configs:
-                updated[resource_name] = configs
             if self.broker_config_validator is not None and (configs != old or per_broker):
                 self.broker_config_validator(self.effective_broker_props(),
                                              self.effective_broker_props(updated))
@@ -1454,12 +1460,41 @@ class ClusterMetadata:
         log.info("broker resource %r: dynamic configs now %s", resource_name,
                  loggable_broker_configs(configs))
 
-    def _apply_dynamic_broker_configs(self, dynamic: dict[str, dict[str, str]]) -> None:
+    def _apply_dynamic_broker_configs(self, dynamic: dict[str, dict[str, str]]) -> bool:
         """Make ``dynamic`` the dynamic broker configs; listeners hear the new effective
-        RemoteLogManagerConfig (``on_broker_configs_changed``)."""
+        RemoteLogManagerConfig (``on_broker_configs_changed``), and the new effective config
+        of each topic a changed topic default reaches (``on_topic_config_changed``). Whether
+        the topic defaults changed."""
         self._dynamic_broker = dynamic
         self.remote_log_manager_config = RemoteLogManagerConfig(self.effective_broker_props())
+        changed = self._refresh_topic_defaults(announce=True)
         self._notify("on_broker_configs_changed", self.remote_log_manager_config)
+        return changed
+
+    def _check_dynamic_broker_combination(self, props: Mapping[str, str]) -> None:
+        """Kafka's DynamicLogConfig.validateReconfiguration rules across keys, on the
+        effective broker props a change would give (INVALID_REQUEST, as for one key)."""
+        errors = remote_copy_lag_errors(LogConfig(topic_defaults_from_broker(props)), "log.")
+        if errors:
+            raise InvalidRequestError(errors[0])
+
+    def _refresh_topic_defaults(self, announce: bool) -> bool:
+        """Topic defaults from the effective broker props (a dynamic ``log.remote.copy.lag.*``
+        is one); when they changed, every topic's effective config is rebuilt and, with
+        ``announce``, listeners hear of those that changed. Whether they changed."""
+        defaults = topic_defaults_from_broker(self.effective_broker_props())
+        if defaults == self._topic_defaults:
+            return False
+        self._topic_defaults = defaults
+        self._default_config = LogConfig(defaults)
+        image = self._image
+        configs = {n: self._make_config(t.configs, n) for n, t in image.topics.items()}
+        self._image = _build_image(image.topics.values(), configs)
+        if announce:
+            for name, info in image.topics.items():
+                if configs[name].values != image.configs[name].values:
+                    self._notify("on_topic_config_changed", info, configs[name])
+        return True
 
     # ---- SCRAM credentials: the users' entity configs ------------------------------------------
 
@@ -1560,6 +1595,12 @@ class ClusterMetadata:
         if key == "remote.storage.enable" and self._broker_tiering_skipped(name, overrides, config):
             # log.remote.storage.enable does not reach compacted or internal topics
             broker_keys = [b for b in broker_keys if b != LOG_REMOTE_STORAGE_ENABLE_PROP]
+        for scope, scope_source in (
+                (self._dynamic_broker.get(str(self.node_id), {}), ConfigSource.DYNAMIC_BROKER_CONFIG),
+                (self._dynamic_broker.get(DEFAULT_BROKER_RESOURCE, {}),
+                 ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)):
+            synonyms.extend(ConfigSynonym(b, None if sensitive else scope[b], scope_source)
+                            for b in broker_keys if b in scope)
         for b in broker_keys:
             if self.broker_props.get(b, "") != "":
                 synonyms.append(ConfigSynonym(b, None if sensitive else self.broker_props[b],

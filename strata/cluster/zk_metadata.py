@@ -538,11 +538,12 @@ class ZkClusterMetadata(ClusterMetadata):
             topics[name] = TopicInfo(name, t.topic_id, len(t.assignment), dict(t.configs)) \
                 if prev is None or prev.topic_id != t.topic_id or prev.partitions != len(t.assignment) \
                 or prev.configs != dict(t.configs) else prev
-        configs = {n: (self._image.configs[n] if held.get(n) is topics[n] else
-                       self._make_config(topics[n].configs, n)) for n in topics}
+        defaults_changed = False
         if old.broker_configs != new.broker_configs:
             # not under self._lock: writers hold it while they wait for this thread
-            self._apply_dynamic_broker_configs(self._dynamic_from(new))
+            defaults_changed = self._apply_dynamic_broker_configs(self._dynamic_from(new))
+        configs = {n: (self._image.configs[n] if held.get(n) is topics[n] and not defaults_changed
+                       else self._make_config(topics[n].configs, n)) for n in topics}
         states = self._hosted_states(old, new)
         deletions = replica_deletions(self.node_id, old, new)
         if deletions.replicas:  # while the topics are still known: their logs go too

@@ -69,9 +69,12 @@ LOG_CONFIG_DEF = (
     .define("min.compaction.lag.ms", T.LONG, 0, at_least(0))
     .define("min.insync.replicas", T.INT, 1, at_least(1))
     .define("preallocate", T.BOOLEAN, False)
+    .define("remote.copy.lag.bytes", T.LONG, -1, at_least(-1))
+    .define("remote.copy.lag.ms", T.LONG, 0, at_least(-1))
     .define("remote.log.copy.disable", T.BOOLEAN, False)
     .define("remote.log.delete.on.disable", T.BOOLEAN, False)
     .define("remote.storage.enable", T.BOOLEAN, False)
+    .define("strata.remote.recovery", T.BOOLEAN, False)   # Strata's (issue 52)
     .define("retention.bytes", T.LONG, -1)
     .define("retention.ms", T.LONG, 604_800_000, at_least(-1))
     .define("segment.bytes", T.INT, 1024 * MIB, at_least(MIB))
@@ -120,6 +123,20 @@ class LogConfig(AbstractConfig):
         return effective_local_retention(self.values["local.retention.bytes"],
                                          self.values["retention.bytes"])
 
+    @property
+    def remote_copy_lag_ms(self) -> int:
+        """KIP-1241's effective ``remote.copy.lag.ms``: −1 means the effective local
+        retention time (which may itself be −1: no time check)."""
+        lag = self.values["remote.copy.lag.ms"]
+        return self.local_retention_ms if lag == -1 else lag
+
+    @property
+    def remote_copy_lag_bytes(self) -> int:
+        """KIP-1241's effective ``remote.copy.lag.bytes``: −1 means the effective local
+        retention size (which may itself be −1: no size check)."""
+        lag = self.values["remote.copy.lag.bytes"]
+        return self.local_retention_bytes if lag == -1 else lag
+
 
 def effective_local_retention(local: int, total: int) -> int:
     """A local retention (−2: the same as ``total``, −1: unbounded) capped at the total
@@ -159,6 +176,8 @@ BROKER_SYNONYMS: dict[str, list[tuple[str, int]]] = {
     "local.retention.ms": [("log.local.retention.ms", 1)],
     "local.retention.bytes": [("log.local.retention.bytes", 1)],
     "remote.storage.enable": [("log.remote.storage.enable", 1)],
+    "remote.copy.lag.ms": [("log.remote.copy.lag.ms", 1)],
+    "remote.copy.lag.bytes": [("log.remote.copy.lag.bytes", 1)],
 }
 
 

@@ -1,5 +1,5 @@
 """Tiered-storage configuration: Kafka's ``RemoteLogManagerConfig`` and the remote-storage
-rules of ``LogConfig`` (Apache Kafka 4.3).
+rules of ``LogConfig`` (Apache Kafka 4.3, with 4.4's KIP-1241 copy lag).
 
 Three things live here:
 
@@ -60,6 +60,8 @@ REMOTE_LOG_READER_THREADS_PROP = "remote.log.reader.threads"
 REMOTE_LOG_READER_MAX_PENDING_TASKS_PROP = "remote.log.reader.max.pending.tasks"
 LOG_LOCAL_RETENTION_MS_PROP = "log.local.retention.ms"
 LOG_LOCAL_RETENTION_BYTES_PROP = "log.local.retention.bytes"
+LOG_REMOTE_COPY_LAG_MS_PROP = "log.remote.copy.lag.ms"          # KIP-1241 (Kafka 4.4)
+LOG_REMOTE_COPY_LAG_BYTES_PROP = "log.remote.copy.lag.bytes"
 REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP = "remote.log.manager.copy.max.bytes.per.second"
 REMOTE_LOG_MANAGER_COPY_QUOTA_WINDOW_NUM_PROP = "remote.log.manager.copy.quota.window.num"
 REMOTE_LOG_MANAGER_COPY_QUOTA_WINDOW_SIZE_SECONDS_PROP = "remote.log.manager.copy.quota.window.size.seconds"
@@ -218,6 +220,28 @@ REMOTE_LOG_MANAGER_CONFIG_DEF = (
             "gets eligible for deletion. Default value is -2, it represents "
             "<code>log.retention.bytes</code> value to be used. The effective value should "
             "always be less than or equal to <code>log.retention.bytes</code> value.")
+    .define(LOG_REMOTE_COPY_LAG_MS_PROP, T.LONG, 0, at_least(-1),
+            "Controls one of the two upload eligibility checks (time and size) for copying "
+            "segments to remote storage. A non-active segment is upload-eligible when either "
+            "this time-based check or <code>log.remote.copy.lag.bytes</code> is satisfied. When "
+            "set to 0, uploads are immediately eligible regardless of lag checks. When set to a "
+            "positive value (ms), the segment is time-eligible once elapsed time since its "
+            "latest record reaches this value. When set to -1, this value is derived from "
+            "effective local retention time (<code>log.local.retention.ms</code>). If that "
+            "effective local retention time is unlimited (-1), this time-based check is not "
+            "applied. A positive value should not exceed effective local retention time unless "
+            "local retention is unlimited (-1).")
+    .define(LOG_REMOTE_COPY_LAG_BYTES_PROP, T.LONG, -1, at_least(-1),
+            "Controls one of the two upload eligibility checks (time and size) for copying "
+            "segments to remote storage. A non-active segment is upload-eligible when either "
+            "this size-based check or <code>log.remote.copy.lag.ms</code> is satisfied. When set "
+            "to 0, uploads are immediately eligible regardless of lag checks. When set to a "
+            "positive value (bytes), the segment is size-eligible once bytes of newer local log "
+            "data after that segment reaches this value. When set to -1, this value is derived "
+            "from effective local retention size (<code>log.local.retention.bytes</code>). If "
+            "that effective local retention size is unlimited (-1), this size-based check is "
+            "not applied. A positive value should not exceed effective local retention size "
+            "unless local retention is unlimited (-1).")
     .define(REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP, T.LONG, LONG_MAX, at_least(1),
             "The maximum number of bytes that can be copied from local storage to remote storage "
             "per second. This is a global limit for all the partitions that are being copied "
@@ -649,6 +673,24 @@ def remote_retention_time_error(config: Any) -> str | None:
     return None
 
 
+def remote_copy_lag_errors(config: Any, prefix: str = "") -> list[str]:
+    """KIP-1241's rule (Kafka 4.4's ``LogConfig.validateRemoteCopyLagSize`` then ``...Time``):
+    a positive copy lag must not exceed the effective local retention (``local.retention.*``,
+    −2 meaning ``retention.*``) unless that is unlimited. ``config`` holds topic-level values;
+    ``prefix="log."`` words the messages with the broker keys. Messages of the breaches."""
+    out = []
+    for unit, total_key in (("bytes", "retention.bytes"), ("ms", "retention.ms")):
+        local = config.get(f"local.retention.{unit}")
+        effective = config.get(total_key) if local == -2 else local
+        lag = config.get(f"remote.copy.lag.{unit}")
+        if lag > 0 and effective >= 0 and lag > effective:
+            out.append(str(_config_error(
+                f"{prefix}remote.copy.lag.{unit}", lag,
+                f"Value must not exceed {prefix}local.retention.{unit} (effective value: "
+                f"{effective})")))
+    return out
+
+
 def inherited_local_retention_caps(config: Any, overrides: Mapping[str, Any]) -> dict[str, int]:
     """Strata's rule for a local retention the topic inherits from the broker
     (``log.local.retention.*``): capped at the topic's own retention, so the effective value
@@ -694,6 +736,8 @@ def validate_topic_remote_storage(config: Any, old: Any | None, *, system_enable
       3. (Strata) the topic must not be internal;
       4. ``local.retention.bytes`` ≠ −2 with ``retention.bytes`` ≥ 0: not −1 and ≤ it;
       5. ``local.retention.ms`` ≠ −2 with ``retention.ms`` ≠ −1: not −1 and ≤ it;
+      5a. (Kafka 4.4, KIP-1241) a positive ``remote.copy.lag.bytes`` / ``.ms`` not above the
+         effective local retention when that is limited (``remote_copy_lag_errors``);
       6. with ``remote.log.copy.disable=true``: each local retention −2 or equal to the total
          (bytes checked before ms).
     With ``remote.storage.enable=false`` on a topic that had it true:
@@ -714,6 +758,8 @@ def validate_topic_remote_storage(config: Any, old: Any | None, *, system_enable
             message = check(config)
             if message is not None:
                 raise InvalidConfigError(message)
+        for message in remote_copy_lag_errors(config):
+            raise InvalidConfigError(message)
         if config.get("remote.log.copy.disable"):
             local_bytes = config.get("local.retention.bytes")
             if local_bytes != -2 and local_bytes != config.get("retention.bytes"):

@@ -92,6 +92,8 @@ KAFKA_KEYS = {
     "remote.log.reader.max.pending.tasks": (ConfigType.INT, 100),
     "log.local.retention.ms": (ConfigType.LONG, -2),
     "log.local.retention.bytes": (ConfigType.LONG, -2),
+    "log.remote.copy.lag.ms": (ConfigType.LONG, 0),       # Kafka 4.4 (KIP-1241)
+    "log.remote.copy.lag.bytes": (ConfigType.LONG, -1),
     "remote.log.manager.copy.max.bytes.per.second": (ConfigType.LONG, LONG_MAX),
     "remote.log.manager.copy.quota.window.num": (ConfigType.INT, 11),
     "remote.log.manager.copy.quota.window.size.seconds": (ConfigType.INT, 1),
@@ -118,6 +120,8 @@ AT_LEAST = {
     "remote.log.reader.max.pending.tasks": 1,
     "log.local.retention.ms": -2,
     "log.local.retention.bytes": -2,
+    "log.remote.copy.lag.ms": -1,
+    "log.remote.copy.lag.bytes": -1,
     "remote.log.manager.copy.max.bytes.per.second": 1,
     "remote.log.manager.copy.quota.window.num": 1,
     "remote.log.manager.copy.quota.window.size.seconds": 1,

@@ -1,7 +1,8 @@
 """The copier task: a leader's inactive local segments to remote storage, oldest first.
 
-A segment is a candidate when it is not the active segment and the next segment's base offset
-is at or below the last stable offset (so no open transaction or uncommitted data is copied).
+A segment is a candidate when it is not the active segment, the next segment's base offset
+is at or below the last stable offset (so no open transaction or uncommitted data is copied),
+and its copy lag (KIP-1241's ``remote.copy.lag.ms`` / ``.bytes``) is reached.
 Candidates are taken in offset order from ``highest offset in remote storage + 1`` with no gaps.
 Each segment first passes the copy quota (``quota.RemoteLogQuotas.acquire_copy``).
 Per segment: COPY_SEGMENT_STARTED → copy the segment, its offset/time/transaction indexes, the
@@ -92,21 +93,49 @@ def _copied_in_lineage(ctx: TieringContext, part: PartitionTiering, log_end: int
     return covered
 
 
-def candidate_segments(part: PartitionTiering) -> list[tuple[LogSegment, int]]:
-    """(segment, next segment's base offset) pairs eligible for copying, oldest first."""
+def candidate_segments(part: PartitionTiering, now_ms: int | None = None
+                       ) -> list[tuple[LogSegment, int]]:
+    """(segment, next segment's base offset) pairs eligible for copying, oldest first.
+
+    With ``now_ms``, KIP-1241's copy lag applies too (Kafka 4.4's
+    ``RLMCopyTask.candidateLogSegments``): the candidates end at the first segment not yet
+    eligible by ``remote.copy.lag.ms`` or ``remote.copy.lag.bytes`` (``upload_eligible``)."""
     ulog = part.log
     with ulog.lock:
         from_offset = max(ulog.highest_offset_in_remote_storage + 1, ulog.log_start_offset)
         lso = ulog.last_stable_offset
         segments = list(ulog.local_log.segments)
+        config = ulog.config
+    pending = [(seg, nxt) for seg, nxt in zip(segments, segments[1:])
+               if nxt.base_offset > from_offset]   # the others are copied or below the start
+    # the bytes from the first uncopied segment to the log end, the active segment included
+    total = sum(seg.size for seg, _ in pending) + segments[-1].size if segments else 0
+    cumulative = 0
     out = []
-    for seg, nxt in zip(segments, segments[1:]):
-        if nxt.base_offset <= from_offset:
-            continue  # wholly copied (or below the log start offset)
+    for seg, nxt in pending:
         if nxt.base_offset > lso:
+            break
+        cumulative += seg.size
+        if now_ms is not None and not upload_eligible(config, seg, now_ms, total - cumulative):
             break
         out.append((seg, nxt.base_offset))
     return out
+
+
+def upload_eligible(config, seg: LogSegment, now_ms: int, newer_bytes: int) -> bool:
+    """KIP-1241: may ``seg`` be copied yet? Either lag 0: at once. Otherwise once the time
+    since its latest record reaches a positive ``remote.copy.lag.ms`` (a timestamp in the
+    future counts as reached), or the local bytes after it (``newer_bytes``) reach a positive
+    ``remote.copy.lag.bytes``. Both lags negative (−1 with unlimited local retention): never,
+    as in Kafka 4.4."""
+    lag_ms, lag_bytes = config.remote_copy_lag_ms, config.remote_copy_lag_bytes
+    if lag_ms == 0 or lag_bytes == 0:
+        return True
+    if lag_ms > 0:
+        age = now_ms - seg.largest_timestamp
+        if age < 0 or age >= lag_ms:
+            return True
+    return lag_bytes > 0 and newer_bytes >= lag_bytes
 
 
 def copy_log_segments(ctx: TieringContext, part: PartitionTiering) -> int:
@@ -122,7 +151,7 @@ def copy_log_segments(ctx: TieringContext, part: PartitionTiering) -> int:
     def stop() -> bool:   # copy_enabled is False once the leadership is superseded
         return ctx.stopping or not part.copy_enabled
 
-    for seg, next_base in candidate_segments(part):
+    for seg, next_base in candidate_segments(part, ctx.clock.milliseconds()):
         if stop():
             break
         if ctx.quotas is not None and not ctx.quotas.acquire_copy(seg.size, stop):
