@@ -427,6 +427,7 @@ class Broker:
                              scheduler=scheduler, dir_failures=metadata.dir_failures,
                              replicated=zk is not None)
         manager.startup()
+        manager.update_cordoned_log_dirs(metadata.cordoned_log_dirs())   # KIP-1066
         cleaner = LogCleaner.from_properties(props, manager.logs_with_dirs)
         if cleaner is not None:
             cleaner.startup()

@@ -107,8 +107,10 @@ class TopicLogsPublisher:
         self.remote_tier.wake()
 
     def on_broker_configs_changed(self, rlm_config) -> None:
-        """Dynamic broker configs changed: the remote copy/fetch quotas apply at once."""
+        """Dynamic broker configs changed: the remote copy/fetch quotas and the cordoned log
+        dirs apply at once."""
         self.remote_tier.reconfigure(rlm_config)
+        self.manager.update_cordoned_log_dirs(self.metadata.cordoned_log_dirs())
 
 
 class LeadershipPublisher:

@@ -65,9 +65,11 @@ from strata.common.types import TopicPartition
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
 from strata.log.log_dir_failure import LogDirFailureChannel
+from strata.log.log_manager import (
+    CORDONED_LOG_DIRS_PROP, cordoned_log_dirs, cordoned_log_dirs_error)
 from strata.tiered.config import (
     INTERNAL_REMOTE_LOG_MANAGER_KEYS, LOG_REMOTE_COPY_LAG_BYTES_PROP, LOG_REMOTE_COPY_LAG_MS_PROP,
-    LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF,
+    LOG_REMOTE_STORAGE_ENABLE_PROP, REMOTE_LOG_MANAGER_CONFIG_DEF, broker_log_dirs,
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP, RemoteLogManagerConfig,
     inherited_local_retention_caps, remote_copy_lag_errors, validate_broker_remote_storage,
@@ -130,8 +132,10 @@ def default_max_broker_partitions(open_file_limit: int) -> int:
 # Broker configs that AlterConfigs / IncrementalAlterConfigs may change at runtime, for this
 # node or as the cluster-wide default (Kafka's DynamicRemoteLogConfig keys Strata applies live:
 # the KIP-956 quotas; and of its DynamicLogConfig keys, KIP-1241's copy lags, the defaults of
-# the topic configs remote.copy.lag.*). Every other broker config is static.
+# the topic configs remote.copy.lag.*, and KIP-1066's cordoned.log.dirs). Every other broker
+# config is static.
 DYNAMIC_BROKER_CONFIGS = frozenset({
+    CORDONED_LOG_DIRS_PROP,
     REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND_PROP,
     REMOTE_LOG_MANAGER_FETCH_MAX_BYTES_PER_SECOND_PROP,
     LOG_REMOTE_COPY_LAG_MS_PROP,
@@ -468,6 +472,10 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                                       "timestamp lag behind the broker time."),
     "log.message.timestamp.after.max.ms": _BrokerKey(_T.LONG, "3600000", "Allowed timestamp "
                                                      "lead over the broker time."),
+    CORDONED_LOG_DIRS_PROP: _BrokerKey(_T.LIST, "", "A comma-separated list of the directories "
+                                       "that are cordoned. Entries in this list must be entries "
+                                       "in log.dirs or log.dir configuration. This can also be "
+                                       "set to * to cordon all log directories."),
     "strata.metrics.listener": _BrokerKey(_T.STRING, None, "Strata: http://host:port of the "
                                           "Prometheus endpoint (/metrics, /tiered/<topic>); "
                                           "absent: no endpoint."),
@@ -654,6 +662,10 @@ class ClusterMetadata:
         # written (a bad value raises InvalidConfigError, a bad combination ValueError).
         self.remote_log_manager_config = RemoteLogManagerConfig(self.broker_props)
         validate_broker_remote_storage(self.remote_log_manager_config, self._default_config)
+        cordon_error = cordoned_log_dirs_error(self.broker_props.get(CORDONED_LOG_DIRS_PROP),
+                                               broker_log_dirs(self.broker_props))
+        if cordon_error is not None:
+            raise ValueError(cordon_error)
         self._num_partitions = self._int_prop("num.partitions", 1)
         self._default_replication_factor = self._int_prop("default.replication.factor", 1)
         self._delete_enabled = self.broker_props.get("delete.topic.enable", "true").strip().lower() != "false"
@@ -1044,7 +1056,22 @@ class ClusterMetadata:
                              f"The target replication factor of {replication_factor} cannot be "
                              "reached because only 1 broker(s) are registered.",
                              code=ErrorCode.INVALID_REPLICATION_FACTOR)
+        if manual is None and self.all_log_dirs_cordoned():
+            raise KafkaError(f"Unable to replicate the partition {replication_factor} time(s): "
+                             "All brokers are currently fenced, or have all their log "
+                             "directories cordoned.", code=ErrorCode.INVALID_REPLICATION_FACTOR)
         return manual or [[self.node_id]] * partitions
+
+    def cordoned_log_dirs(self) -> list[str]:
+        """KIP-1066: this broker's cordoned log dirs (``cordoned.log.dirs``, dynamic)."""
+        props = self.effective_broker_props()
+        return cordoned_log_dirs(props.get(CORDONED_LOG_DIRS_PROP), broker_log_dirs(props))
+
+    def all_log_dirs_cordoned(self) -> bool:
+        """Kafka's controller places no new partition on a broker whose every log dir is
+        cordoned."""
+        cordoned = set(self.cordoned_log_dirs())
+        return all(d in cordoned for d in broker_log_dirs(self.broker_props))
 
     def _registered_broker_ids(self) -> set[int]:
         """The brokers a manual placement may name: this one alone."""
@@ -1380,6 +1407,8 @@ class ClusterMetadata:
         (Kafka answers a ConfigException of a broker config that way, KAFKA-13609)."""
         if is_listener_ssl_config(key):
             return   # checked whole, as a keystore or truststore, by broker_config_validator
+        if key == CORDONED_LOG_DIRS_PROP:
+            return   # a list of log dirs: _check_dynamic_broker_combination
         if key in LISTENER_SSL_CONFIGS:
             raise InvalidRequestError("These security configs can be dynamically updated only "
                                       f"per-listener using the listener prefix: {key}")
@@ -1475,6 +1504,10 @@ class ClusterMetadata:
         """Kafka's DynamicLogConfig.validateReconfiguration rules across keys, on the
         effective broker props a change would give (INVALID_REQUEST, as for one key)."""
         errors = remote_copy_lag_errors(LogConfig(topic_defaults_from_broker(props)), "log.")
+        cordon_error = cordoned_log_dirs_error(props.get(CORDONED_LOG_DIRS_PROP),
+                                               broker_log_dirs(props), dynamic=True)
+        if cordon_error is not None:
+            errors.append(cordon_error)
         if errors:
             raise InvalidRequestError(errors[0])
 

@@ -35,6 +35,33 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
+CORDONED_LOG_DIRS_PROP = "cordoned.log.dirs"   # KIP-1066 (Kafka 4.4), dynamic
+
+
+def cordoned_log_dirs(value: str | None, log_dirs: Iterable[str | Path]) -> list[str]:
+    """The entries of a ``cordoned.log.dirs`` value (comma-separated; ``*``: every log dir)."""
+    entries = [e.strip() for e in str(value or "").split(",") if e.strip()]
+    return [str(d) for d in log_dirs] if entries == ["*"] else entries
+
+
+def cordoned_log_dirs_error(value: str | None, log_dirs: Iterable[str | Path],
+                            dynamic: bool = False) -> str | None:
+    """Kafka 4.4's refusal of a ``cordoned.log.dirs`` value, or None: ``*`` alone, else
+    entries of ``log.dirs`` (KafkaConfig's wording at startup, DynamicLogConfig's for a
+    dynamic change)."""
+    entries = [e.strip() for e in str(value or "").split(",") if e.strip()]
+    if "*" in entries and entries != ["*"]:
+        return "When cordoned.log.dirs is set to *, it must not contain other values"
+    known = {str(d) for d in log_dirs}
+    missing = [e for e in cordoned_log_dirs(value, log_dirs) if e not in known]
+    if not missing:
+        return None
+    if dynamic:
+        return (f"Invalid value {value} for configuration {CORDONED_LOG_DIRS_PROP}: Invalid "
+                f"entry in cordoned.log.dirs: {missing[0]}. All cordoned log dirs must be "
+                "entries of log.dirs or log.dir.")
+    return ("All entries in cordoned.log.dirs must be present in log.dirs or log.dir. Missing "
+            f"entries : [{', '.join(missing)}]")
 
 
 class LogManager:
@@ -71,6 +98,8 @@ class LogManager:
         self._high_watermark_checkpoints = {d: OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT)
                                             for d in self.log_dirs}
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # KIP-1066: log dirs that take no new partition (their logs stay); absolute paths
+        self.cordoned: frozenset[Path] = frozenset()
 
     # ---- startup ----------------------------------------------------------------------------
 
@@ -147,11 +176,27 @@ class LogManager:
             self._log_dir_of[tp] = log_dir
             return ulog
 
+    def update_cordoned_log_dirs(self, dirs: Iterable[str | Path]) -> None:
+        """The log dirs ``cordoned.log.dirs`` names now (entries of ``log_dirs``)."""
+        self.cordoned = frozenset(Path(d).absolute() for d in dirs)
+
+    def is_cordoned(self, log_dir: str | Path) -> bool:
+        return Path(log_dir).absolute() in self.cordoned
+
     def _next_log_dir(self) -> Path:
+        """The log dir with the fewest logs among those not cordoned; as Kafka 4.4's
+        ``LogManager.nextLogDirs``, with every dir cordoned the first one (the controller
+        keeps new partitions off such a broker: ``all_log_dirs_cordoned``)."""
         counts = {d: 0 for d in self.log_dirs}
         for d in self._log_dir_of.values():
             counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        open_dirs = [d for d in self.log_dirs if not self.is_cordoned(d)]
+        if not open_dirs:
+            return self.log_dirs[0]
+        return min(open_dirs, key=lambda d: counts[d])
+
+    def all_log_dirs_cordoned(self) -> bool:
+        return all(self.is_cordoned(d) for d in self.log_dirs)
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Close the log and rename its directory ``-delete``; the files go in the background.

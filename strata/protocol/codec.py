@@ -261,7 +261,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),       # v5: IsCordoned (KIP-1066)
     ApiKey.ALTER_PARTITION: (2, 3),  # broker to controller; errors are top-level only
     ApiKey.CREATE_DELEGATION_TOKEN: (1, 3),     # Kafka 4 dropped v0 of the four (KIP-896)
     ApiKey.RENEW_DELEGATION_TOKEN: (1, 2),

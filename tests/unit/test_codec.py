@@ -187,7 +187,7 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 6)
     assert API_VERSIONS[ApiKey.DESCRIBE_GROUPS] == (0, 6)
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
-    assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
+    assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)
     assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
     assert API_VERSIONS[ApiKey.END_TXN] == (0, 4)   # v5 is transactions V2
     assert API_VERSIONS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)

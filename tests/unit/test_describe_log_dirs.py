@@ -1,5 +1,6 @@
 """DescribeLogDirs over a real ClusterMetadata, LogManager (two log dirs) and ReplicaManager,
-through the Dispatcher as bytes both ways, in every advertised version."""
+through the Dispatcher as bytes both ways, in every advertised version; and KIP-1066's
+cordoned log dirs (``cordoned.log.dirs``), which v5 reports and new partitions avoid."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from strata.broker.metadata_publisher import TopicLogsPublisher
-from strata.cluster.metadata import ClusterMetadata
-from strata.common.errors import ErrorCode
+from strata.cluster.metadata import OP_DELETE, OP_SET, ClusterMetadata
+from strata.common.errors import ErrorCode, KafkaError
 from strata.common.scheduler import KafkaScheduler
 from strata.common.types import TopicPartition
 from strata.log.log_manager import LogManager
@@ -74,8 +75,8 @@ def sizes(result) -> dict[tuple[str, int], tuple[str, int, int, bool]]:
             for r in result.results for t in r.topics for p in t.partitions}
 
 
-def test_describe_log_dirs_is_advertised_as_versions_1_to_4():
-    assert advertised_versions()[API] == (1, 4)
+def test_describe_log_dirs_is_advertised_as_versions_1_to_5():
+    assert advertised_versions()[API] == (1, 5)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -132,3 +133,54 @@ def test_an_unreadable_log_dir_answers_kafka_storage_error_and_the_others_still_
     gone = by_dir[str((dirs[0].parent / "gone").absolute())]
     assert gone.error_code == ErrorCode.KAFKA_STORAGE_ERROR and gone.topics == ()
     assert by_dir[str(dirs[0].absolute())].error_code == ErrorCode.NONE
+
+
+def cordon(ctx, value: str | None) -> None:
+    op = OP_DELETE if value is None else OP_SET
+    ctx.metadata.alter_broker_configs("1", [("cordoned.log.dirs", op, value)], True)
+
+
+def test_version_5_says_which_log_dirs_are_cordoned_and_new_partitions_avoid_them(broker):
+    ctx, manager, dirs = broker
+    cordon(ctx, str(dirs[0]))
+    r = describe(ctx, 5, None)
+    assert [(res.log_dir, res.is_cordoned) for res in r.results] == [
+        (str(dirs[0].absolute()), True), (str(dirs[1].absolute()), False)]
+    assert not hasattr(describe(ctx, 4, None).results[0], "is_cordoned")
+    before = {tp: on_disk(manager, tp)[0] for tp in manager.partitions()}
+    ctx.metadata.create_topic("fresh", 4)
+    placed = {on_disk(manager, TopicPartition("fresh", p))[0] for p in range(4)}
+    assert placed == {str(dirs[1].absolute())}
+    assert {tp: on_disk(manager, tp)[0] for tp in before} == before   # the old logs stay
+
+    cordon(ctx, "*")                  # every dir: no new partition on this broker
+    assert all(res.is_cordoned for res in describe(ctx, 5, None).results)
+    with pytest.raises(KafkaError) as info:
+        ctx.metadata.create_topic("refused", 1)
+    assert info.value.code is ErrorCode.INVALID_REPLICATION_FACTOR
+    assert str(info.value) == ("Unable to replicate the partition 1 time(s): All brokers are "
+                               "currently fenced, or have all their log directories cordoned.")
+    cordon(ctx, None)
+    assert not any(res.is_cordoned for res in describe(ctx, 5, None).results)
+    ctx.metadata.create_topic("again", 2)
+    assert {on_disk(manager, TopicPartition("again", p))[0] for p in range(2)} == {
+        str(dirs[0].absolute())}      # back to the emptier dir
+
+
+def test_cordoned_log_dirs_must_name_log_dirs_as_kafka_checks_them(broker, tmp_path):
+    ctx, _, dirs = broker
+    for value, message in (
+            ("/elsewhere", "Invalid value /elsewhere for configuration cordoned.log.dirs: Invalid "
+                           "entry in cordoned.log.dirs: /elsewhere. All cordoned log dirs must be "
+                           "entries of log.dirs or log.dir."),
+            (f"*,{dirs[0]}", "When cordoned.log.dirs is set to *, it must not contain other "
+                             "values")):
+        with pytest.raises(KafkaError) as info:
+            cordon(ctx, value)
+        assert info.value.code is ErrorCode.INVALID_REQUEST and str(info.value) == message
+    (entry,) = ctx.metadata.describe_broker_configs(["cordoned.log.dirs"])
+    assert (entry.value, entry.read_only) == ("", False)
+    # at startup a bad value stops the broker, with KafkaConfig's message
+    props = {"log.dirs": str(dirs[0]), "cordoned.log.dirs": f"{dirs[0]},/x"}
+    with pytest.raises(ValueError, match=r"Missing entries : \[/x\]"):
+        ClusterMetadata(tmp_path / "other", 2, props)

@@ -54,6 +54,9 @@ class FakeLogs:
         self.deleted.append(tp)
         self.logs.pop(tp, None)
 
+    def update_cordoned_log_dirs(self, dirs) -> None:
+        self.cordoned = list(dirs)
+
 
 class FakeMetadata:
     def __init__(self, *topics: Topic):
@@ -67,6 +70,9 @@ class FakeMetadata:
 
     def log_config(self, name):
         return f"config of {name}"
+
+    def cordoned_log_dirs(self):
+        return ["/d2"]
 
 
 class FakeRemoteTier:
@@ -159,10 +165,10 @@ def test_a_topic_config_change_reaches_the_hosted_logs_and_wakes_the_remote_tier
     assert logs.logs[tp("t", 1)].configs == ["new config"] and remote.wakes == 1
 
 
-def test_changed_broker_configs_reconfigure_the_remote_tier():
-    remote = FakeRemoteTier()
-    TopicLogsPublisher(FakeLogs(), FakeMetadata(), remote).on_broker_configs_changed("quotas")
-    assert remote.configs == ["quotas"]
+def test_changed_broker_configs_reconfigure_the_remote_tier_and_the_cordoned_log_dirs():
+    remote, logs = FakeRemoteTier(), FakeLogs()
+    TopicLogsPublisher(logs, FakeMetadata(), remote).on_broker_configs_changed("quotas")
+    assert remote.configs == ["quotas"] and logs.cordoned == ["/d2"]
 
 
 # ---- partition states: replicas, logs, remote tier, coordinators ----------------------------

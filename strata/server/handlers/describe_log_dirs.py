@@ -1,11 +1,14 @@
-"""DescribeLogDirs v1-4: per log dir of this broker, the size of each partition's local log.
+"""DescribeLogDirs v1-5: per log dir of this broker, the size of each partition's local log.
 
 As Kafka's ``ReplicaManager.describeLogDirs``: one result per configured log dir (absolute
 path), holding the requested partitions whose log lives there (all of them when the request's
 topics are null), grouped by topic; a partition's size is its local log's bytes (the remote
 tier is not counted), its offset lag ``max(high watermark - log end offset, 0)`` and it is
 never a future log (Strata has no AlterReplicaLogDirs). v4 adds the volume's total and usable
-bytes (``statvfs``; Kafka's ``Long.MAX_VALUE`` when the numbers overflow). A log dir that
+bytes (``statvfs``; Kafka's ``Long.MAX_VALUE`` when the numbers overflow); v5 whether the dir
+is cordoned (KIP-1066, ``cordoned.log.dirs``). The remote tier's size is not in the response:
+Kafka 4.4's schema has no field for it (its ``PartitionSize`` is the local log's, as here);
+it is the ``RemoteLogSizeBytes`` metric. A log dir that
 cannot be read answers KAFKA_STORAGE_ERROR with no topics. Requested partitions this broker
 has no log for are left out, as Kafka does.
 """
@@ -42,6 +45,7 @@ class LogDirDescription:
     topics: dict[str, list[PartitionDir]]
     total_bytes: int = -1
     usable_bytes: int = -1
+    is_cordoned: bool = False
 
 
 def _volume(path: Path) -> tuple[int, int]:
@@ -59,8 +63,10 @@ def _partition_dir(ulog: UnifiedLog) -> PartitionDir:
 
 
 def describe_log_dirs(log_dirs: Iterable[Path], logs: Iterable[UnifiedLog],
-                      wanted: set[TopicPartition] | None) -> list[LogDirDescription]:
-    """What the response says of each log dir; ``wanted`` None means every partition."""
+                      wanted: set[TopicPartition] | None,
+                      cordoned: frozenset[Path] = frozenset()) -> list[LogDirDescription]:
+    """What the response says of each log dir; ``wanted`` None means every partition;
+    ``cordoned`` the cordoned dirs (absolute)."""
     by_dir: dict[str, list[UnifiedLog]] = {}
     for ulog in logs:
         if wanted is None or ulog.topic_partition in wanted:
@@ -71,13 +77,15 @@ def describe_log_dirs(log_dirs: Iterable[Path], logs: Iterable[UnifiedLog],
         try:
             total, usable = _volume(Path(path))
         except OSError:
-            out.append(LogDirDescription(path, ErrorCode.KAFKA_STORAGE_ERROR, {}))
+            out.append(LogDirDescription(path, ErrorCode.KAFKA_STORAGE_ERROR, {},
+                                         is_cordoned=Path(path) in cordoned))
             continue
         topics: dict[str, list[PartitionDir]] = {}
         for ulog in sorted(by_dir.get(path, ()), key=lambda u: (u.topic_partition.topic,
                                                                  u.topic_partition.partition)):
             topics.setdefault(ulog.topic_partition.topic, []).append(_partition_dir(ulog))
-        out.append(LogDirDescription(path, ErrorCode.NONE, topics, total, usable))
+        out.append(LogDirDescription(path, ErrorCode.NONE, topics, total, usable,
+                                     Path(path) in cordoned))
     return out
 
 
@@ -91,10 +99,11 @@ async def handle(ctx, request):
     wanted = None if body.topics is None else {
         TopicPartition(t.topic, p) for t in body.topics for p in t.partitions}
     # statvfs and the logs' locks: off the event loop
-    dirs = await asyncio.to_thread(describe_log_dirs, manager.log_dirs, manager.all_logs(), wanted)
+    dirs = await asyncio.to_thread(describe_log_dirs, manager.log_dirs, manager.all_logs(), wanted,
+                                   manager.cordoned)
     results = tuple(
         make(rc, "results", error_code=kio_error_code(d.error), log_dir=d.log_dir,
-             total_bytes=d.total_bytes, usable_bytes=d.usable_bytes,
+             total_bytes=d.total_bytes, usable_bytes=d.usable_bytes, is_cordoned=d.is_cordoned,
              topics=tuple(make(rc, "results.topics", name=topic, partitions=tuple(
                  make(rc, "results.topics.partitions", partition_index=p.partition,
                       partition_size=p.size, offset_lag=p.offset_lag, is_future_key=False)
