@@ -41,36 +41,14 @@ from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartitio
 from strata.log.log_manager import LogManager
 from strata.log.producer_state import AppendOrigin
 from strata.log.unified_log import LATEST_TIMESTAMP, FetchIsolation, UnifiedLog
+from strata.replication.partition import (
+    AddFetcher, AdvanceHighWatermark, Decision, Leadership, OpenLog, Partition, RemoveFetcher,
+    StampEpoch)
 
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH = 0  # the one-broker setup's leader epoch, forever
 ISR_EXPANSION_RETRY_MS = 100  # after the controller refused a follower as INELIGIBLE_REPLICA
-
-
-class _Follower:
-    """What a leader knows of one follower (Kafka's Replica state)."""
-
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo",
-                 "broker_epoch")
-
-    def __init__(self, now_ms: int, in_isr: bool):
-        self.log_end_offset = -1
-        self.last_caught_up_ms = now_ms if in_isr else 0
-        self.last_fetch_ms = 0
-        self.last_fetch_leader_leo = -1
-        self.broker_epoch = -1   # the follower's registration when it last fetched; -1 unknown
-
-
-class _Leadership:
-    """A partition this broker leads: its followers and the ISR change in flight."""
-
-    __slots__ = ("followers", "pending_isr", "pending_partition_epoch")
-
-    def __init__(self, state: PartitionState, broker_id: int, now_ms: int):
-        self.followers = {r: _Follower(now_ms, r in state.isr) for r in state.replicas if r != broker_id}
-        self.pending_isr: tuple[int, ...] | None = None
-        self.pending_partition_epoch = -1   # the partition epoch the pending change was based on
 
 
 class StateChange(NamedTuple):
@@ -127,13 +105,13 @@ class ReplicaManager:
         # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
         self.remote_log_manager = None
         self.broker_id = broker_id
-        # In a cluster, the state of each partition hosted here; None: one broker leads all.
-        self._states: dict[TopicPartition, PartitionState] | None = {} if clustered else None
+        # In a cluster, each partition hosted here; without one, one broker leads all.
+        self._clustered = clustered
+        self._hosted_partitions: dict[TopicPartition, Partition] = {}
         self._states_lock = threading.Lock()
         # runs fn after a delay (from any thread); a broker sets its event loop's, so that
         # delayed proposals are serialized with the fetches that propose; a timer thread else
         self.call_later: Callable[[float, Callable[[], None]], None] = self._call_later
-        self._leaderships: dict[TopicPartition, _Leadership] = {}
         self.clock = SYSTEM_CLOCK
         self.replica_lag_time_max_ms = 30_000
         self.min_insync_replicas: Callable[[str], int] = lambda topic: 1
@@ -156,139 +134,110 @@ class ReplicaManager:
 
     @property
     def clustered(self) -> bool:
-        return self._states is not None
+        return self._clustered
+
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        """The partition hosted here, None if not (one broker's are made on demand)."""
+        if not self._clustered:
+            return Partition(tp, self.broker_id, self.state(tp))
+        return self._hosted_partitions.get(tp)
 
     def state(self, tp: TopicPartition) -> PartitionState | None:
         """The partition's state here; the one-broker setup leads every partition."""
-        if self._states is None:
+        if not self._clustered:
             return PartitionState(self.broker_id, LEADER_EPOCH, (self.broker_id,), (self.broker_id,))
-        return self._states.get(tp)
+        found = self._hosted_partitions.get(tp)
+        return found.state if found is not None else None
 
     def is_leader(self, tp: TopicPartition) -> bool:
         st = self.state(tp)
         return st is not None and st.leader == self.broker_id
 
+    def _leadership(self, tp: TopicPartition) -> Leadership | None:
+        found = self._hosted_partitions.get(tp)
+        return found.leadership if found is not None else None
+
     def apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
         """Kafka's becomeLeaderOrFollower/stopReplicas for the partitions given (None: this
-        broker no longer hosts it). A state older than the one held (lower leader epoch, or the
-        same leader epoch at a lower partition epoch) is ignored, so no stale controller or
-        late read moves a partition back. A new leader stamps its epoch into the leader epoch
-        cache at its log end offset (Kafka's makeLeader)."""
-        if self._states is None:
+        broker no longer hosts it): each partition decides (``Partition.decide``, the
+        transitions table of strata.replication.partition) and the actions run here. A state
+        older than the one held (lower leader epoch, or the same leader epoch at a lower
+        partition epoch) is ignored, so no stale controller or late read moves a partition
+        back. A new leader stamps its epoch into the leader epoch cache at its log end offset
+        (Kafka's makeLeader)."""
+        if not self._clustered:
             raise RuntimeError("apply_states needs a clustered ReplicaManager")
         with self._states_lock:
             return self._apply_states(states)
 
     def _apply_states(self, states: Mapping[TopicPartition, PartitionState | None]) -> StateChange:
-        gained, lost = [], []
-        follow: dict[TopicPartition, tuple[int, int]] = {}
-        unfollow: list[TopicPartition] = []
         now = self.clock.milliseconds()
-        if self.fetchers is not None:
-            # Kafka's makeLeader order: no fetcher may append to a log once this broker leads
-            # it (a batch of the old leader's epoch after the new epoch's start would corrupt
-            # the leader epoch cache), so the fetchers let go first
-            leading = [tp for tp, st in states.items()
-                       if (st is None or st.leader == self.broker_id
-                           or self.broker_id not in st.replicas) and not self._stale(tp, st)]
-            if leading:
-                self.fetchers.remove_partitions(leading)
+        decided: list[tuple[Partition, Decision]] = []
         for tp, st in states.items():
-            old = self._states.get(tp)
-            if st is None:
-                if old is not None:
-                    del self._states[tp]
-                    self._leaderships.pop(tp, None)
-                    unfollow.append(tp)
-                    if old.leader == self.broker_id:
-                        lost.append(tp)
+            partition = self._hosted_partitions.get(tp) or Partition(tp, self.broker_id)
+            decision = partition.decide(st, now)
+            if decision.rule == "ignore":
+                if st is not None:
+                    held = partition.state
+                    log.info("ignoring stale state of %s: epoch %d/%d, holding %d/%d", tp,
+                             st.leader_epoch, st.partition_epoch, held.leader_epoch,
+                             held.partition_epoch)
                 continue
-            if self._stale(tp, st):
-                log.info("ignoring stale state of %s: epoch %d/%d, holding %d/%d", tp,
-                         st.leader_epoch, st.partition_epoch, old.leader_epoch, old.partition_epoch)
-                continue
-            was_leader = old is not None and old.leader == self.broker_id
-            now_leader = st.leader == self.broker_id
-            new_epoch = old is None or old.leader_epoch != st.leader_epoch
+            decided.append((partition, decision))
+        actions = [a for _, d in decided for a in d.actions]
+        # Kafka's makeLeader order: no fetcher may append to a log once this broker leads
+        # it (a batch of the old leader's epoch after the new epoch's start would corrupt
+        # the leader epoch cache), so the fetchers let go first
+        removed = [a.tp for a in actions if isinstance(a, RemoveFetcher)]
+        if removed and self.fetchers is not None:
+            self.fetchers.remove_partitions(removed)
+        gained, lost = [], []
+        for partition, decision in decided:
+            tp = partition.tp
             ulog = None
-            if now_leader or self.broker_id in st.replicas:
+            if any(isinstance(a, OpenLog) for a in decision.actions):
                 try:
                     ulog = self.get_log(tp, create=True)
                 except KafkaError as exc:
                     log.error("cannot host %s: %s", tp, exc)
-            self._states[tp] = st
-            if now_leader:
-                leadership = self._leaderships.get(tp)
-                if leadership is None or new_epoch:
-                    # Kafka's makeLeader: the epoch starts at the log end offset; followers'
-                    # positions are unknown until they fetch
-                    if ulog is not None:
-                        with ulog.lock:   # serialized with appends (which check the epoch)
-                            ulog.leader_epoch_cache.assign(st.leader_epoch, ulog.log_end_offset)
-                    self._leaderships[tp] = _Leadership(st, self.broker_id, now)
-                else:  # an ISR or replica change at the same epoch
-                    if st.partition_epoch > leadership.pending_partition_epoch:
-                        # the controller moved past what the pending change was based on
-                        # (a notice of an earlier, already answered change keeps it)
-                        leadership.pending_isr = None
-                    for r in st.replicas:
-                        if r != self.broker_id and r not in leadership.followers:
-                            leadership.followers[r] = _Follower(now, r in st.isr)
-                unfollow.append(tp)
-                if ulog is not None:
-                    self._maybe_advance_high_watermark(tp, ulog)
+            partition.commit(decision)
+            if decision.state is None:
+                del self._hosted_partitions[tp]
             else:
-                self._leaderships.pop(tp, None)
-                if st.leader >= 0 and self.broker_id in st.replicas:
-                    follow[tp] = (st.leader, st.leader_epoch)
-                else:
-                    unfollow.append(tp)
-            if now_leader and not was_leader:
+                self._hosted_partitions[tp] = partition
+            for action in decision.actions:
+                if isinstance(action, StampEpoch) and ulog is not None:
+                    with ulog.lock:   # serialized with appends (which check the epoch)
+                        ulog.leader_epoch_cache.assign(action.leader_epoch, ulog.log_end_offset)
+                elif isinstance(action, AdvanceHighWatermark) and ulog is not None:
+                    self._maybe_advance_high_watermark(tp, ulog)
+            if decision.became_leader:
                 gained.append(tp)
-            elif was_leader and not now_leader:
+            elif decision.stopped_leading:
                 lost.append(tp)
-            if new_epoch:   # Kafka's state-change log
+            if decision.new_epoch:   # Kafka's state-change log
+                st = decision.state
                 log.info("%s: %s at leader epoch %d (leader %d, ISR %s)", tp,
-                         "leading" if now_leader else "following", st.leader_epoch, st.leader,
-                         list(st.isr))
-        if self.fetchers is not None:
-            if unfollow:
-                self.fetchers.remove_partitions(unfollow)
-            if follow:
-                self.fetchers.add_partitions(follow)
+                         "leading" if partition.is_leader else "following", st.leader_epoch,
+                         st.leader, list(st.isr))
+        follow = {a.tp: (a.leader, a.leader_epoch) for a in actions if isinstance(a, AddFetcher)}
+        if follow and self.fetchers is not None:
+            self.fetchers.add_partitions(follow)
         return StateChange(tuple(gained), tuple(lost))
 
-    def _stale(self, tp: TopicPartition, st: PartitionState | None) -> bool:
-        """Older (leader epoch, partition epoch) than the state held: never applied."""
-        old = self._states.get(tp)
-        return (st is not None and old is not None
-                and (st.leader_epoch, st.partition_epoch) < (old.leader_epoch, old.partition_epoch))
-
     # ---- leader: followers, ISR, high watermark ---------------------------------------------
-
-    def _maximal_isr(self, tp: TopicPartition, st: PartitionState) -> set[int]:
-        leadership = self._leaderships.get(tp)
-        pending = leadership.pending_isr if leadership is not None else None
-        return set(st.isr) | set(pending or ())
 
     def _maybe_advance_high_watermark(self, tp: TopicPartition, ulog: UnifiedLog) -> bool:
         """HW = the least log end offset over the maximal ISR (the leader's own included);
         it only grows, and not while the ISR is under the effective min.insync.replicas
         (KIP-966: so a replica that left the ISR then, an eligible leader replica, holds all
         below it). Wakes waiters (acks=all produces, fetches) when it moved."""
-        st = self.state(tp)
-        if st is None or st.leader != self.broker_id:
+        partition = self._hosted_partitions.get(tp)
+        if partition is None or not partition.is_leader:
             return False
-        if len(st.isr) < min(self.min_insync_replicas(tp.topic), len(st.replicas)):
-            return False
-        leadership = self._leaderships.get(tp)
-        target = ulog.log_end_offset
-        for r in self._maximal_isr(tp, st):
-            if r == self.broker_id:
-                continue
-            follower = leadership.followers.get(r) if leadership is not None else None
-            target = min(target, follower.log_end_offset if follower is not None else -1)
-        if self.lease.in_doubt():
+        target = partition.high_watermark_target(ulog.log_end_offset,
+                                                 self.min_insync_replicas(tp.topic))
+        if target is None or self.lease.in_doubt():
             return False
         with ulog.lock:   # callers run on several threads: never set an older value
             if target <= ulog.high_watermark:
@@ -302,7 +251,8 @@ class ReplicaManager:
         the high watermarks, and acks=all waiters already below them are woken."""
         if self.lease.in_doubt():
             return
-        for tp in list(self._leaderships):
+        for tp in [tp for tp, p in list(self._hosted_partitions.items())
+                   if p.leadership is not None]:
             ulog = self.log_manager.get_log(tp)
             if ulog is not None and not self._maybe_advance_high_watermark(tp, ulog):
                 self._on_append(tp)
@@ -321,8 +271,8 @@ class ReplicaManager:
         if ulog is None:
             return ReadResult(error)
         st = self.state(tp)
-        leadership = self._leaderships.get(tp)
-        if st is not None and self._states is not None and (
+        leadership = self._leadership(tp)
+        if st is not None and self._clustered and (
                 leadership is None or replica_id not in leadership.followers):
             return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, ulog.high_watermark,
                               ulog.last_stable_offset, ulog.log_start_offset)
@@ -353,32 +303,21 @@ class ReplicaManager:
         return result
 
     def _record_follower_fetch(self, tp: TopicPartition, st: PartitionState, ulog: UnifiedLog,
-                               leadership: _Leadership, replica_id: int, fetch_offset: int) -> None:
-        now = self.clock.milliseconds()
-        f = leadership.followers[replica_id]
-        leader_leo = ulog.log_end_offset
-        # Kafka's Replica.updateFetchStateOrThrow: caught up when it asked for the leader's end,
-        # or for at least the end the leader had at its previous fetch
-        if fetch_offset >= leader_leo:
-            f.last_caught_up_ms = now
-        elif fetch_offset >= f.last_fetch_leader_leo >= 0:
-            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
-        f.log_end_offset = fetch_offset
-        f.last_fetch_leader_leo = leader_leo
-        f.last_fetch_ms = now
-        f.broker_epoch = self.broker_epoch_of(replica_id)
+                               leadership: Leadership, replica_id: int, fetch_offset: int) -> None:
+        Partition.record_fetch(leadership.followers[replica_id], fetch_offset,
+                               ulog.log_end_offset, self.clock.milliseconds(),
+                               self.broker_epoch_of(replica_id))
         if replica_id not in st.isr and leadership.pending_isr is None \
-                and self._may_join_isr(st, ulog, fetch_offset):
+                and Partition.may_join_isr(fetch_offset, ulog.high_watermark,
+                                           self._epoch_start(st, ulog)):
             self._propose_isr(tp, st, leadership, tuple(sorted(set(st.isr) | {replica_id})))
         self._maybe_advance_high_watermark(tp, ulog)
 
     @staticmethod
-    def _may_join_isr(st: PartitionState, ulog: UnifiedLog, fetch_offset: int) -> bool:
-        """Kafka's isFollowerInSync for expansion: the follower has the high watermark and
-        everything of the leader's current epoch before it."""
-        epoch_start = ulog.leader_epoch_cache.end_offset_for(
+    def _epoch_start(st: PartitionState, ulog: UnifiedLog) -> int:
+        """Where the leader's current epoch starts in its log (0 at leader epoch 0)."""
+        return ulog.leader_epoch_cache.end_offset_for(
             st.leader_epoch - 1, ulog.log_end_offset).offset if st.leader_epoch > 0 else 0
-        return fetch_offset >= ulog.high_watermark and fetch_offset >= max(epoch_start, 0)
 
     def shrink_isrs(self) -> None:
         """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): followers that have
@@ -386,73 +325,67 @@ class ReplicaManager:
         if self.lease.in_doubt():
             return
         now = self.clock.milliseconds()
-        for tp, leadership in list(self._leaderships.items()):
-            st = self.state(tp)
-            if st is None or st.leader != self.broker_id or leadership.pending_isr is not None:
+        for tp, partition in list(self._hosted_partitions.items()):
+            leadership = partition.leadership
+            if leadership is None or not partition.is_leader or leadership.pending_isr is not None:
                 continue
-            lagging = {r for r in st.isr if r != self.broker_id
-                       and (f := leadership.followers.get(r)) is not None
-                       and now - f.last_caught_up_ms > self.replica_lag_time_max_ms}
+            st = partition.state
+            lagging = partition.lagging(now, self.replica_lag_time_max_ms)
             if lagging:
                 log.info("%s: shrinking the ISR %s: %s out of sync for more than %d ms", tp,
                          list(st.isr), sorted(lagging), self.replica_lag_time_max_ms)
                 self._propose_isr(tp, st, leadership, tuple(r for r in st.isr if r not in lagging))
 
-    def _propose_isr(self, tp: TopicPartition, st: PartitionState, leadership: _Leadership,
+    def _propose_isr(self, tp: TopicPartition, st: PartitionState, leadership: Leadership,
                      new_isr: tuple[int, ...], retries: int = 0) -> None:
+        """Ask the controller for ``new_isr`` in ``leadership`` (at state ``st``); its answer
+        is dropped if the partition's leadership has changed by then."""
         sender = self.alter_partition
-        if sender is None or self.lease.in_doubt():
+        partition = self._hosted_partitions.get(tp)
+        if sender is None or partition is None or self.lease.in_doubt():
             return   # a follower's next fetch or the next expiration run proposes it again
-        leadership.pending_isr = new_isr
-        leadership.pending_partition_epoch = st.partition_epoch
-        # KIP-903: a member joins at the epoch of the incarnation whose fetches it was judged by
-        epochs = {r: f.broker_epoch for r in set(new_isr) - set(st.isr)
-                  if (f := leadership.followers.get(r)) is not None and f.broker_epoch != -1}
+        epochs = leadership.begin_isr_change(st, new_isr)
         future = sender.submit(tp, st.leader_epoch, st.partition_epoch, new_isr,
                                broker_epochs=epochs)
 
         def done(f) -> None:
             exc = f.exception()
             with self._states_lock:
-                current = self._leaderships.get(tp)
-                if current is not leadership:
-                    return  # leadership changed meanwhile
                 if exc is not None:
+                    if not partition.isr_change_answered(leadership, None):
+                        return  # leadership changed meanwhile
                     log.info("%s: ISR change to %s not accepted: %s", tp, list(new_isr), exc)
-                    leadership.pending_isr = None
                     if getattr(exc, "code", None) == ErrorCode.INELIGIBLE_REPLICA \
                             and len(new_isr) > len(st.isr):
-                        self._retry_expansion_later(tp, leadership, retries)
+                        self._retry_expansion_later(partition, leadership, retries)
                     return
-                got = f.result()
-                held = self._states.get(tp)
-                if held is not None and got.leader_epoch == held.leader_epoch \
-                        and got.partition_epoch > held.partition_epoch:
-                    self._states[tp] = held._replace(isr=tuple(got.isr), partition_epoch=got.partition_epoch)
-                leadership.pending_isr = None
+                if not partition.isr_change_answered(leadership, f.result()):
+                    return
             ulog = self.get_log(tp)
             if ulog is not None:
                 self._maybe_advance_high_watermark(tp, ulog)
         future.add_done_callback(done)
 
-    def _retry_expansion_later(self, tp: TopicPartition, leadership: _Leadership,
+    def _retry_expansion_later(self, partition: Partition, leadership: Leadership,
                                retries: int) -> None:
         """An expansion the controller refused as INELIGIBLE_REPLICA (the follower had just
         registered, and the controller had not seen it yet): asked again after
         ``ISR_EXPANSION_RETRY_MS``, doubling up to 2 s, instead of at the follower's next
         fetch, which a caught-up follower's long poll can hold for replica.fetch.wait.max.ms."""
+        tp = partition.tp
+
         def retry() -> None:
             with self._states_lock:
-                st = self._states.get(tp)
-                if self._leaderships.get(tp) is not leadership or st is None \
+                st = partition.state
+                if self._hosted_partitions.get(tp) is not partition \
+                        or partition.leadership is not leadership \
                         or leadership.pending_isr is not None:
                     return
             ulog = self.get_log(tp)
             if ulog is None:
                 return
             with ulog.lock:
-                joining = {r for r, f in list(leadership.followers.items())
-                           if r not in st.isr and self._may_join_isr(st, ulog, f.log_end_offset)}
+                joining = partition.joining(ulog.high_watermark, self._epoch_start(st, ulog))
             if joining:   # outside the lock: a refusal calls back at once
                 self._propose_isr(tp, st, leadership, tuple(sorted({*st.isr, *joining})),
                                   retries + 1)
@@ -473,7 +406,7 @@ class ReplicaManager:
         if racks.get(self.broker_id) == client_rack:
             return -1
         st = self.state(tp)
-        leadership = self._leaderships.get(tp)
+        leadership = self._leadership(tp)
         if st is None or leadership is None:
             return -1
         candidates = [(f.log_end_offset, f.last_caught_up_ms, r)
@@ -528,7 +461,7 @@ class ReplicaManager:
         if count is None or not 0 <= tp.partition < count:
             return None
         found = self.log_manager.get_log(tp)
-        if found is not None or not (self._states is None if create is None else create):
+        if found is not None or not (not self._clustered if create is None else create):
             return found
         return self.log_manager.get_or_create_log(tp)
 
@@ -552,8 +485,8 @@ class ReplicaManager:
             return AppendResult(error)
         if not records:
             return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
-        if required_acks == -1 and self._states is not None:
-            isr = self._states[tp].isr
+        if required_acks == -1 and self._clustered:
+            isr = self.state(tp).isr
             min_isr = self.min_insync_replicas(tp.topic)
             if len(isr) < min_isr:
                 return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS, log_start_offset=ulog.log_start_offset,
@@ -565,7 +498,7 @@ class ReplicaManager:
                                          produce_version=produce_version,
                                          verification_guard=verification_guard)
             if not info.duplicate:
-                if self._states is None:
+                if not self._clustered:
                     ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
                 else:
                     self._maybe_advance_high_watermark(tp, ulog)

@@ -325,7 +325,7 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         if self.controller is None:
             return
         held = self.rm.state(TP)
-        pending = self.rm._leaderships[TP].pending_isr  # private: the change the leader counts
+        pending = self.rm.partition(TP).leadership.pending_isr  # the change the leader counts
         maximal = set(held.isr) | set(pending or ())
         for name, isr in self.isr_bounds().items():
             assert set(isr) <= maximal, \
