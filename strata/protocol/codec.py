@@ -212,7 +212,7 @@ class ApiKey(IntEnum):
 # not decodable (kio, like Kafka 4, starts at v3): Kafka 4 does the same so that librdkafka keeps
 # compression enabled (KAFKA-18659); parse_request raises UnsupportedVersion for them.
 API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),
+    ApiKey.PRODUCE: (0, 12),                # v12: transactions V2 (KIP-890 part 2)
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 12),
@@ -234,8 +234,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),   # v4+: broker-to-coordinator verification (KIP-890)
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),                 # v5 is transactions V2 (KIP-890 part 2): not spoken
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.END_TXN: (0, 5),                 # v5: transactions V2 (KIP-890 part 2)
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),       # v2: the marker's transaction version
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),

@@ -1,6 +1,6 @@
 """The transaction coordinator's marker channel (Kafka's TransactionMarkerChannelManager):
 a marker goes to each of its partitions' leaders, by ``write_markers`` for those this broker
-leads and by a WriteTxnMarkers v1 request (``BrokerChannel``) for the others. A partition with no live leader answers
+leads and by a WriteTxnMarkers request (v1, v2 for a V2 transaction's markers) (``BrokerChannel``) for the others. A partition with no live leader answers
 NOT_LEADER_OR_FOLLOWER and one whose topic is gone UNKNOWN_TOPIC_OR_PARTITION: the coordinator
 retries the first and drops the second."""
 
@@ -18,6 +18,7 @@ from strata.server.txn_markers import MarkerTarget, write_markers
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
+V2_MARKERS_VERSION = 2    # carries the marker's transaction version (a V2 transaction's)
 
 TopicPartition = tuple[str, int]
 
@@ -33,8 +34,9 @@ class MarkerSender:
         self.local = local
         self.channel = channel or BrokerChannel(f"broker-{node_id}-txn-marker-sender",
                                                 security=security)
-        self._request_cls = request_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
-        self._response_cls = response_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+        self._classes = {v: (request_class(ApiKey.WRITE_TXN_MARKERS, v),
+                             response_class(ApiKey.WRITE_TXN_MARKERS, v))
+                         for v in (WRITE_TXN_MARKERS_VERSION, V2_MARKERS_VERSION)}
 
     async def send(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
         metadata = self.metadata
@@ -73,16 +75,18 @@ class MarkerSender:
         by_topic: dict[str, list[int]] = {}
         for topic, p in marker.partitions:
             by_topic.setdefault(topic, []).append(p)
-        rq = self._request_cls
+        rq, rs = self._classes[V2_MARKERS_VERSION if marker.transaction_version >= 2
+                               else WRITE_TXN_MARKERS_VERSION]
         body = rq(markers=(make(rq, "markers", producer_id=marker.producer_id,
                                 producer_epoch=marker.producer_epoch,
                                 transaction_result=marker.commit,
                                 coordinator_epoch=marker.coordinator_epoch,
+                                transaction_version=marker.transaction_version,
                                 topics=tuple(make(rq, "markers.topics", name=t,
                                                   partition_indexes=tuple(ps))
                                              for t, ps in by_topic.items())),))
         try:
-            response = self.channel.request(host, port, body, self._response_cls)
+            response = self.channel.request(host, port, body, rs)
         except Exception as exc:  # noqa: BLE001 - the coordinator retries
             log.info("WriteTxnMarkers to broker %d failed: %s", broker, exc)
             return {tp: ErrorCode.NETWORK_EXCEPTION for tp in marker.partitions}

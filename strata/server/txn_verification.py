@@ -9,6 +9,11 @@ Errors are translated as Kafka's ReplicaManager does for the produce response: r
 coordinator errors become NOT_ENOUGH_REPLICAS (old clients retry it), PRODUCER_FENCED
 INVALID_PRODUCER_EPOCH, and TRANSACTION_ABORTABLE INVALID_TXN_STATE for Produce before v11.
 
+From Produce v12 (a transactions V2 client, KIP-890 part 2) the leader does not verify but
+adds the partition to the transaction itself (AddPartitionsToTxn v5 without ``verify_only``, or
+a direct call to the local coordinator): such a client sends no AddPartitionsToTxn of its own.
+TxnOffsetCommit v5 adds the group's ``__consumer_offsets`` partition the same way.
+
 A verification guard (``UnifiedLog.start_transaction_verification``) refuses the append with
 INVALID_TXN_STATE when a marker for the producer lands between the verification and the append.
 """
@@ -28,7 +33,10 @@ from strata.server.broker_channel import BrokerChannel
 log = logging.getLogger(__name__)
 
 VERIFY_VERSION = 4
+ADD_VERSION = 5                      # AddPartitionsToTxn of a V2 transaction's partitions
 FIRST_TXN_ABORTABLE_PRODUCE_VERSION = 11
+FIRST_ADD_PRODUCE_VERSION = 12       # Kafka's produceRequestVersionToTransactionSupportedOperation
+TV_2 = 2
 _RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
                         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                         ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
@@ -52,13 +60,19 @@ class TxnVerifier:
     ``__transaction_state`` partition whether a partition is in the producer's transaction."""
 
     def __init__(self, node_id: int, metadata, replica_manager, coordinator, *, security=None,
-                 channel: BrokerChannel | None = None):
+                 channel: BrokerChannel | None = None, verification_enabled: bool = True):
         self.node_id = node_id
+        # transaction.partition.verification.enable; the V2 add (Produce v12) is always done
+        self.verification_enabled = verification_enabled
         self.metadata = metadata
         self.replica_manager = replica_manager
         self.coordinator = coordinator
         self.channel = channel or BrokerChannel(f"broker-{node_id}-txn-verifier",
                                                 security=security)
+
+    def applies_to(self, produce_version: int) -> bool:
+        """Whether a transactional Produce of ``produce_version`` is verified or added here."""
+        return self.verification_enabled or produce_version >= FIRST_ADD_PRODUCE_VERSION
 
     def start(self, tp: TopicPartition, producer_id: int, epoch: int) -> object | None:
         """The partition's verification guard, or None when there is nothing to verify (the
@@ -79,8 +93,10 @@ class TxnVerifier:
     async def verify(self, transactional_id: str, producer_id: int, epoch: int,
                      partitions: list[TopicPartition], produce_version: int
                      ) -> dict[TopicPartition, ErrorCode]:
-        """A produce error per partition that may not be appended (none: all verified)."""
-        raw = await self._ask(transactional_id, producer_id, epoch, partitions)
+        """A produce error per partition that may not be appended (none: all verified, or
+        added from Produce v12)."""
+        raw = await self._ask(transactional_id, producer_id, epoch, partitions,
+                              add=produce_version >= FIRST_ADD_PRODUCE_VERSION)
         out = {}
         for tp in partitions:
             error = raw.get((tp.topic, tp.partition), ErrorCode.NETWORK_EXCEPTION)
@@ -96,8 +112,17 @@ class TxnVerifier:
             out[tp] = error
         return out
 
+    async def add(self, transactional_id: str, producer_id: int, epoch: int,
+                  partition: tuple[str, int]) -> ErrorCode:
+        """The coordinator's answer to adding ``partition`` to the V2 transaction (TxnOffsetCommit
+        v5's ``__consumer_offsets`` partition), untranslated."""
+        raw = await self._ask(transactional_id, producer_id, epoch,
+                              [TopicPartition(*partition)], add=True)
+        return raw.get(tuple(partition), ErrorCode.NETWORK_EXCEPTION)
+
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int,
-                   partitions: list[TopicPartition]) -> dict[tuple[str, int], ErrorCode]:
+                   partitions: list[TopicPartition], add: bool = False
+                   ) -> dict[tuple[str, int], ErrorCode]:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         coordinator = self.coordinator
         metadata = self.metadata
@@ -108,27 +133,33 @@ class TxnVerifier:
         if st is None or st.leader < 0:
             return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
         if st.leader == self.node_id:
+            if add:
+                error = await coordinator.add_partitions(transactional_id, producer_id, epoch,
+                                                         keys, TV_2)
+                return {k: error for k in keys}
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, keys)
         node = next((b for b in metadata.live_brokers() if b.node_id == st.leader), None)
         if node is None:
             return {k: ErrorCode.COORDINATOR_NOT_AVAILABLE for k in keys}
         return await asyncio.to_thread(self._remote, node.host, node.port, transactional_id,
-                                       producer_id, epoch, keys)
+                                       producer_id, epoch, keys, add)
 
     def _remote(self, host: str, port: int, transactional_id: str, producer_id: int, epoch: int,
-                keys: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        rq = request_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+                keys: list[tuple[str, int]], add: bool = False
+                ) -> dict[tuple[str, int], ErrorCode]:
+        version = ADD_VERSION if add else VERIFY_VERSION
+        rq = request_class(ApiKey.ADD_PARTITIONS_TO_TXN, version)
         by_topic: dict[str, list[int]] = {}
         for topic, p in keys:
             by_topic.setdefault(topic, []).append(p)
         body = rq(transactions=(make(
             rq, "transactions", transactional_id=transactional_id, producer_id=producer_id,
-            producer_epoch=epoch, verify_only=True,
+            producer_epoch=epoch, verify_only=not add,
             topics=tuple(make(rq, "transactions.topics", name=t, partitions=tuple(ps))
                          for t, ps in by_topic.items())),))
         try:
             response = self.channel.request(
-                host, port, body, response_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION))
+                host, port, body, response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version))
         except Exception as exc:  # noqa: BLE001 - the producer retries
             log.info("transaction verification with %s:%d failed: %s", host, port, exc)
             return {k: ErrorCode.NETWORK_EXCEPTION for k in keys}

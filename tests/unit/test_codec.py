@@ -181,7 +181,7 @@ def test_api_key_enum_matches_kafka_numbering():
 
 
 def test_advertised_ranges_are_the_agreed_ones():
-    assert API_VERSIONS[ApiKey.PRODUCE] == (0, 11)
+    assert API_VERSIONS[ApiKey.PRODUCE] == (0, 12)    # v12: transactions V2
     assert API_VERSIONS[ApiKey.FETCH] == (4, 12)
     assert API_VERSIONS[ApiKey.API_VERSIONS] == (0, 4)
     assert API_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 6)
@@ -189,7 +189,7 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.LIST_GROUPS] == (0, 5)
     assert API_VERSIONS[ApiKey.DESCRIBE_LOG_DIRS] == (1, 5)
     assert API_VERSIONS[ApiKey.ALTER_PARTITION] == (2, 3)
-    assert API_VERSIONS[ApiKey.END_TXN] == (0, 4)   # v5 is transactions V2
+    assert API_VERSIONS[ApiKey.END_TXN] == (0, 5)   # v5 is transactions V2
     assert API_VERSIONS[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
     assert API_VERSIONS[ApiKey.SASL_HANDSHAKE] == (0, 1)
     assert API_VERSIONS[ApiKey.SASL_AUTHENTICATE] == (0, 2)

@@ -32,10 +32,11 @@ def _record_errors(rc, errors, version: int) -> tuple:
 
 
 async def _verify_transaction(ctx, body, version: int, denied):
-    """KIP-890 verification of the request's transactional batches (``TxnVerifier``): the
-    partitions that must not be appended, with their errors, and the guards of the others."""
+    """KIP-890 verification of the request's transactional batches (``TxnVerifier``; from v12
+    the partitions are added to the transaction instead): the partitions that must not be
+    appended, with their errors, and the guards of the others."""
     verifier = getattr(ctx, "txn_verifier", None)
-    if verifier is None:
+    if verifier is None or not verifier.applies_to(version):
         return {}, {}
     producer = None
     guards = {}

@@ -9,18 +9,46 @@ id exist from v3 (KIP-447); earlier versions commit without them. v0-1 answer
 COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS, which producers before 2.0 do not
 handle (KAFKA-7296).
 
-That the producer added the group to its transaction first (AddOffsetsToTxn) is checked by the
-client and the transaction coordinator, not here.
+Before v5 the producer added the group to its transaction first (AddOffsetsToTxn), which the
+client and the transaction coordinator check, not this handler. From v5 (transactions V2,
+KIP-890 part 2: Kafka's ``txnOffsetCommitRequestVersionToTransactionSupportedOperation``) the
+client sends no AddOffsetsToTxn: the group's ``__consumer_offsets`` partition is added to the
+transaction here, through the transaction coordinator, before the offsets are stored; an error
+of that add is every partition's, normalized as Kafka's group coordinator does.
 """
 
 from __future__ import annotations
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group import NO_GENERATION, UNKNOWN_MEMBER_ID
+from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.protocol.codec import error_response, response_class
 from strata.security.authorizer import AclOperation, ResourceType
 from strata.server.authorization import authorize, denied_topics
 from strata.server.handlers.group_common import commit_response, offsets_to_commit
+
+FIRST_ADD_VERSION = 5
+# Kafka's AddPartitionsToTxnManager and the group coordinator's error normalization
+_ADD_ERRORS = {
+    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+
+async def _add_offsets_partition(ctx, body) -> ErrorCode:
+    """TxnOffsetCommit v5: the group's offsets partition added to the V2 transaction."""
+    partition = ctx.group_coordinator.partition_for(body.group_id)
+    if partition not in ctx.group_coordinator.owned_partitions:
+        return ErrorCode.NONE   # not the group's coordinator: the commit answers that
+    if ctx.txn_verifier is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    error = await ctx.txn_verifier.add(body.transactional_id, body.producer_id,
+                                       body.producer_epoch, (OFFSETS_TOPIC, partition))
+    return _ADD_ERRORS.get(error, error)
 
 
 async def handle(ctx, request):
@@ -35,9 +63,12 @@ async def handle(ctx, request):
         ctx, body, denied_topics(ctx, AclOperation.READ, (t.name for t in body.topics)))
     if valid:
         gc = ctx.group_coordinator
-        if gc is None:
-            errors.update({(o.topic, o.partition): ErrorCode.COORDINATOR_NOT_AVAILABLE
-                           for o in valid})
+        added = ErrorCode.NONE
+        if gc is not None and request.api_version >= FIRST_ADD_VERSION:
+            added = await _add_offsets_partition(ctx, body)
+        if gc is None or added != ErrorCode.NONE:
+            errors.update({(o.topic, o.partition): (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE if gc is None else added) for o in valid})
         else:
             errors.update(await gc.commit_transactional_offsets(
                 body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
