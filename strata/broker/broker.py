@@ -324,8 +324,33 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
         settings=settings, index_cache=index_cache,
         leader_epoch_of=leader_epoch_of if replica_manager.clustered else None,
-        leads_metadata_partition=leads_metadata_partition if replica_manager.clustered else None)
+        leads_metadata_partition=leads_metadata_partition if replica_manager.clustered else None,
+        manifests=_manifest_writer(props, metadata, rsm, rlmm))
     return rlm, cfg
+
+
+def _manifest_writer(props: dict[str, str], metadata, rsm, rlmm):
+    """The bucket's manifests and cluster marker (issue 52), over the object store of an
+    ObjectStoreRemoteStorageManager; None with another RSM or
+    ``strata.remote.manifests.enable=false``."""
+    from strata.tiered.bucket.catalog import DEFAULT_LEASE_MS, BucketCatalog
+    from strata.tiered.bucket.writer import (
+        CLUSTER_LEASE_MS_CONFIG, DEFAULT_MANIFEST_INTERVAL_MS, MANIFEST_INTERVAL_MS_CONFIG,
+        MANIFESTS_ENABLE_CONFIG, ManifestWriter)
+    from strata.tiered.storage.remote_storage_manager import ObjectStoreRemoteStorageManager
+    if not isinstance(rsm, ObjectStoreRemoteStorageManager) or \
+            str(props.get(MANIFESTS_ENABLE_CONFIG, "true")).strip().lower() != "true":
+        return None
+    catalog = BucketCatalog(rsm.store, rsm.key_prefix, metadata.cluster_id,
+                            lease_ms=_int(props, CLUSTER_LEASE_MS_CONFIG, DEFAULT_LEASE_MS))
+
+    def topic_info(topic: str):
+        info = metadata.topic(topic)
+        return None if info is None else (info.topic_id, info.partitions, dict(info.configs))
+    return ManifestWriter(catalog, rlmm, now_ms=lambda: int(time.time() * 1000),
+                          interval_ms=_int(props, MANIFEST_INTERVAL_MS_CONFIG,
+                                           DEFAULT_MANIFEST_INTERVAL_MS),
+                          topic_info=topic_info)
 
 
 def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, metadata):
@@ -450,6 +475,13 @@ class Broker:
         remote_tier = rlm if rlm is not None else NO_REMOTE_TIER
         metadata.add_listener(TopicLogsPublisher(manager, metadata, remote_tier,
                                                  create_logs=zk is None))
+        if rlm is not None and rlm.manifests is not None and zk is None:
+            # issue 52: strata.remote.recovery=true (after the logs are made)
+            from strata.tiered.bucket.recovery import TopicRecovery
+            metadata.remote_recovery = TopicRecovery(
+                rlm.manifests.catalog, rlm.ctx.rlmm, rlm.ctx.rsm, broker_id=node_id,
+                now_ms=rlm.ctx.clock.milliseconds, get_log=manager.get_log, writer=rlm.manifests)
+            metadata.add_listener(metadata.remote_recovery)
         producer_ids = ProducerIdManager(log_dirs[0]) if zk is None else ProducerIdManager(
             log_dirs[0], allocate_block=lambda: (
                 (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))

@@ -648,6 +648,9 @@ class ClusterMetadata:
         # Hook for the tiered-storage layer: (topic, new config, old config or None); may raise
         # InvalidConfigError to refuse a topic config.
         self.config_validator: ConfigValidator | None = None
+        # Hook of topic recovery (issue 52): plan(topic) -> a plan with the bucket's topic
+        # manifest (partition count, configs); raises InvalidConfigError.
+        self.remote_recovery: Any = None
         # Hook of the listeners' TLS: (effective broker props now, after a dynamic change); may
         # raise InvalidRequestError to refuse the change (a keystore Kafka would refuse).
         self.broker_config_validator: Callable[[dict, dict], None] | None = None
@@ -990,6 +993,21 @@ class ClusterMetadata:
                 raise InvalidConfigError("Null value not supported for topic configs: " +
                                          ",".join(nulls))
             overrides: dict[str, str] = {k: v for k, v in configs.items() if v is not None}
+            recovering = str(overrides.get("strata.remote.recovery", "")).strip().lower() == "true"
+            if recovering:
+                # the topic's partition count and configs come from the bucket
+                if self.remote_recovery is None:
+                    raise InvalidConfigError("strata.remote.recovery=true needs the remote "
+                                             "tier (an ObjectStoreRemoteStorageManager)")
+                plan = self.remote_recovery.plan(name)
+                overrides = {**plan.manifest.configs, **overrides}
+                if num_partitions == -1 and not assignments:
+                    num_partitions = plan.manifest.partitions
+                elif (len(assignments) if assignments else num_partitions) != plan.manifest.partitions:
+                    raise KafkaError(
+                        f"Topic '{name}' has {plan.manifest.partitions} partitions in the "
+                        "bucket; a recovery must ask for that many (or -1).",
+                        code=ErrorCode.INVALID_PARTITIONS)
             config = self._validate_configs(name, overrides, None)
             if assignments:
                 if replication_factor != -1:

@@ -285,13 +285,17 @@ class RemoteLogManager:
                  topic_id: Callable[[str], Any], settings: TieringSettings | None = None,
                  index_cache: Any = None, clock: Clock = SYSTEM_CLOCK,
                  leader_epoch_of: Callable[[TopicPartition], int | None] | None = None,
-                 leads_metadata_partition: Callable[[int], bool] | None = None):
+                 leads_metadata_partition: Callable[[int], bool] | None = None,
+                 manifests: Any = None):
         """``leader_epoch_of``: in a cluster, this broker's leader epoch for a partition it
         leads, None for one it follows (only leaders copy and expire, as in Kafka); without
         it (one broker) every log is led. ``leads_metadata_partition``: whether this broker
         leads a ``__remote_log_metadata`` partition, whose leader removes the remote data of
         the deleted partitions it holds (KIP-405's RemotePartitionRemover); without it this
-        broker removes them all."""
+        broker removes them all. ``manifests``: the bucket's ``ManifestWriter`` (issue 52),
+        which checks this cluster owns the key prefix before tasks write and keeps each
+        partition's manifest current after them."""
+        self.manifests = manifests
         self.settings = settings or TieringSettings()
         s = self.settings
         quotas = RemoteLogQuotas(
@@ -394,6 +398,12 @@ class RemoteLogManager:
             self._close(closing.pop())
         for pool in (self._copiers, self._expirers, self._readers):
             pool.shutdown(wait=True)
+        if self.manifests is not None and self._leader_epoch_of is None:
+            # one broker is the whole cluster: its prefix is free once it stops
+            try:
+                self.manifests.catalog.release()
+            except Exception as exc:  # noqa: BLE001 - the lease then runs out by itself
+                log.warning("could not release the remote storage prefix: %s", exc)
         for closeable in closing:
             self._close(closeable)
 
@@ -590,11 +600,33 @@ class RemoteLogManager:
 
     def _copy(self, part: PartitionTiering) -> None:
         self._ensure_initialized(part)
-        copier.copy_log_segments(self.ctx, part)
+        if self.manifests is not None:
+            self.manifests.check_owner()
+        try:
+            if copier.copy_log_segments(self.ctx, part) and self.manifests is not None:
+                self.manifests.changed(part.tip)
+        finally:
+            self._write_manifest(part)
 
     def _expire(self, part: PartitionTiering) -> None:
         self._ensure_initialized(part)
-        expirer.expire_remote_segments(self.ctx, part)
+        if self.manifests is not None:
+            self.manifests.check_owner()
+        if expirer.expire_remote_segments(self.ctx, part) and self.manifests is not None:
+            self.manifests.changed(part.tip)
+        self._write_manifest(part)
+
+    def _write_manifest(self, part: PartitionTiering) -> None:
+        """The partition's manifest, if it changed and is due (coalesced by the writer)."""
+        if self.manifests is None or self.ctx.stopping:
+            return
+        try:
+            self.manifests.maybe_write(part.tip, self.ctx.leading_epoch(part),
+                                       part.log.log_start_offset)
+        except LeadershipLost:
+            pass
+        except Exception as exc:  # noqa: BLE001 - retried after the next task
+            log.warning("%s: manifest not written: %s", part.tip.topic_partition, exc)
 
     def _follow(self, part: PartitionTiering) -> None:
         """Kafka's RLMFollowerTask: a follower learns from the metadata the highest offset
@@ -725,6 +757,8 @@ class RemoteLogManager:
 
     def _delete_remote_log(self, target: tuple[TopicIdPartition, UnifiedLog]) -> None:
         tip, ulog = target
+        if self.manifests is not None:
+            self.manifests.partition_deleted(tip)   # before the segments it lists go
         n = expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
         if self.ctx.stopping:
             return
@@ -816,6 +850,8 @@ class RemoteLogManager:
                     RemotePartitionDeleteMetadata(tip, state, now(), self.ctx.broker_id)).result()
             except ValueError:
                 pass  # already past this state (a resumed removal)
+        if self.manifests is not None:
+            self.manifests.partition_deleted(tip)   # before the segments it lists go
         expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
         if self.ctx.stopping:
             return

@@ -227,6 +227,22 @@ def _metadata_json(meta: RemoteLogSegmentMetadata) -> dict[str, Any]:
     }
 
 
+# A recovered segment's objects stay under the key of the topic id they were copied with: its
+# custom metadata is ORIGIN_MARK + that id's 16 bytes (docs/remote-manifests.md).
+ORIGIN_MARK = b"strata-origin-topic-id:"
+
+
+def origin_custom_metadata(topic_id: uuid.UUID) -> bytes:
+    return ORIGIN_MARK + topic_id.bytes
+
+
+def origin_topic_id(custom: bytes | None) -> uuid.UUID | None:
+    """The topic id in the keys of a segment recovered from another topic id, else None."""
+    if custom is None or len(custom) != len(ORIGIN_MARK) + 16 or not custom.startswith(ORIGIN_MARK):
+        return None
+    return uuid.UUID(bytes=bytes(custom[len(ORIGIN_MARK):]))
+
+
 # --------------------------------------------------------------------------- streams
 
 
@@ -563,8 +579,13 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return f"{self._key_prefix}{tip.topic}-{kafka_uuid_str(tip.topic_id)}/{tip.partition}/"
 
     def object_key(self, meta: RemoteLogSegmentMetadata, suffix: str) -> str:
-        """The key of one of the segment's objects (suffix ``log``, ``indexes`` or ``rsm-manifest``)."""
-        return (f"{self.partition_prefix(meta.topic_id_partition)}{meta.start_offset:020d}-"
+        """The key of one of the segment's objects (suffix ``log``, ``indexes`` or
+        ``rsm-manifest``); a recovered segment's are under its origin topic id."""
+        tip = meta.topic_id_partition
+        origin = origin_topic_id(meta.custom_metadata)
+        if origin is not None:
+            tip = TopicIdPartition(origin, tip.topic_partition)
+        return (f"{self.partition_prefix(tip)}{meta.start_offset:020d}-"
                 f"{kafka_uuid_str(meta.remote_log_segment_id.id)}.{suffix}")
 
     def segment_keys(self, meta: RemoteLogSegmentMetadata) -> list[str]:
