@@ -93,7 +93,6 @@ class Dispatcher:
 
     def __init__(self, ctx):
         self.ctx = ctx
-        ctx.api_versions = advertised_versions()
 
     async def __call__(self, request: DecodedRequest, conn):
         handler = HANDLERS.get(request.api_key)
@@ -107,7 +106,7 @@ class Dispatcher:
         token = CURRENT_CONNECTION.set(conn)
         api_token = CURRENT_REQUEST.set(request.api_key)
         try:
-            quotas = getattr(self.ctx, "quotas", None)  # server.quotas.ClientQuotaManager
+            quotas = self.ctx.quotas
             if quotas is not None and quotas.any_enabled:
                 return await quotas.enforce(request, conn, lambda r: self._handle(handler, r))
             return await self._handle(handler, request)

@@ -457,3 +457,6 @@ class FetchSessionCache:
                       "removed %d partition(s)", session.id, session.epoch, len(added),
                       len(updated), len(removed))
             return IncrementalFetchContext(self, session, metadata.epoch)
+
+
+NO_SESSIONS = FetchSessionCache(max_entries=0)   # fetch sessions off: every Fetch sessionless

@@ -3,7 +3,7 @@ functions included): ``protocol`` imports no asyncio, sockets or Strata package 
 ``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
 ``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
 and ``broker`` imports ``server``, so ``spark`` never does; nothing but ``cli`` imports ``broker``; ``protocol``'s modules import each other without a
-cycle; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
+cycle; the server never asks ``getattr(ctx, ...)``; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
 package (``coordinator.group``) is imported by its name only, never by its modules."""
 
 from __future__ import annotations
@@ -172,3 +172,31 @@ def test_a_coordinator_package_is_imported_by_its_name_only(package):
     assert sorted(f"{module} imports {name}" for module, names in IMPORTS.items()
                   if not (module == package or module.startswith(package + "."))
                   for name in names if name.startswith(package + ".")) == []
+
+
+
+def _context_probes(source: str) -> list[int]:
+    """The lines of ``getattr``/``hasattr`` calls on the broker context (``ctx``, ``self.ctx``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and node.args):
+            target = node.args[0]
+            if (isinstance(target, ast.Name) and target.id == "ctx") or (
+                    isinstance(target, ast.Attribute) and target.attr == "ctx"):
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_probe_finder_sees_getattr_and_hasattr_on_the_context():
+    assert _context_probes("getattr(ctx, 'x', None)\nhasattr(self.ctx, 'y')\n"
+                           "getattr(body, 'z', -1)\nctx.quotas\n") == [1, 2]
+
+
+def test_the_server_never_probes_the_context_with_getattr():
+    """Every part of the broker context is a declared field (``server.context``, its ports in
+    ``server.ports``); an optional one is a null object or ``None`` by declaration. A handler
+    that asks ``getattr(ctx, ...)`` depends on something no type declares."""
+    assert [f"{path.relative_to(ROOT.parent)}:{line}"
+            for path in sorted((ROOT / "server").rglob("*.py"))
+            for line in _context_probes(path.read_text())] == []

@@ -19,7 +19,7 @@ from strata.protocol.client import client_frame, decode_response, framed
 from strata.security.sasl import PlainServer
 from strata.security.scram import SCRAM_SHA_256, ScramFormatter, ScramServer
 from strata.security.session import AuthenticationStats
-from strata.server.dispatch import Dispatcher
+from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import KafkaServer
 
 CREDENTIAL = ScramFormatter(SCRAM_SHA_256).generate_credential("bob-secret", 4096)
@@ -33,6 +33,7 @@ def _factories():
 
 async def _serve():
     ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
+                          api_versions=advertised_versions(),
                           failed_authentication_delay_ms=0)
     server = KafkaServer(Dispatcher(ctx), "127.0.0.1", 0, listener="SASL_PLAINTEXT",
                          security_protocol="SASL_PLAINTEXT", sasl_factories=_factories())

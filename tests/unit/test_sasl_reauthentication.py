@@ -24,7 +24,7 @@ from strata.protocol.codec import ApiKey
 from strata.security.sasl import KafkaPrincipal, ListenerMechanisms, PlainServer, \
     SaslAuthenticationFailed, server_factories
 from strata.security.session import AuthenticationStats, SaslSession, session_lifetime_ms
-from strata.server.dispatch import Dispatcher
+from strata.server.dispatch import Dispatcher, advertised_versions
 from strata.server.network import KafkaServer
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -143,6 +143,7 @@ VERSIONS = ApiVersionsRequest()
 def test_over_the_listener_a_client_re_authenticates_and_one_that_does_not_is_closed():
     async def main():
         ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
+                              api_versions=advertised_versions(),
                               failed_authentication_delay_ms=0, eligible_leader_replicas=True)
         factories = ListenerMechanisms(PLAIN=lambda: PlainServer(USERS))
         factories.connections_max_reauth_ms = {"PLAIN": 1500}
@@ -209,6 +210,7 @@ def test_re_authentications_and_expired_connections_are_exported_as_kafka_names_
 def test_during_a_re_authentication_frames_are_bounded_by_sasl_server_max_receive_size():
     async def main():
         ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
+                              api_versions=advertised_versions(),
                               failed_authentication_delay_ms=0)
         factories = ListenerMechanisms(PLAIN=lambda: PlainServer(USERS))
         factories.connections_max_reauth_ms = {"PLAIN": 60_000}

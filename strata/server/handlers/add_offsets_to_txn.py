@@ -15,7 +15,7 @@ from strata.server.authorization import authorize
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     # Kafka: WRITE on the transactional id, READ on the group
     if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
         error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

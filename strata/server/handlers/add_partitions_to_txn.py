@@ -61,7 +61,7 @@ async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
         return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied
                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     error = ErrorCode.COORDINATOR_NOT_AVAILABLE if coordinator is None else \
         await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                          client_transaction_version)
@@ -71,7 +71,7 @@ async def add(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     if request.api_version < FIRST_BATCHED_VERSION:
         partitions = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
         denied = _client_denied(ctx, body.v3_and_below_transactional_id, partitions)

@@ -70,7 +70,7 @@ async def handle_create(ctx, request):
         return answer(ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED)
     if any(r.type != USER_TYPE for r in renewers):
         return answer(ErrorCode.INVALID_PRINCIPAL_TYPE)
-    manager = getattr(ctx, "delegation_tokens", None)
+    manager = ctx.delegation_tokens
     if manager is None:
         return answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
     result = await asyncio.to_thread(manager.create, owner, requester, renewers,
@@ -87,7 +87,7 @@ async def _renew_or_expire(ctx, request, period: datetime.timedelta, action: str
 
     if not allow_token_requests():
         return answer(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, -1)
-    manager = getattr(ctx, "delegation_tokens", None)
+    manager = ctx.delegation_tokens
     if manager is None:
         return answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, -1)
     principal, _host = caller()
@@ -113,7 +113,7 @@ async def handle_describe(ctx, request):
 
     if not allow_token_requests():
         return answer(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
-    manager = getattr(ctx, "delegation_tokens", None)
+    manager = ctx.delegation_tokens
     if manager is None:
         return answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
     requested = request.body.owners

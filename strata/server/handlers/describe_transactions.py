@@ -13,7 +13,7 @@ from strata.server.authorization import NOTHING_DENIED, denied_names, denied_top
 
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     tids = request.body.transactional_ids
     # Kafka: DESCRIBE on each transactional id, and only the topics the caller may DESCRIBE
     denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tids)

@@ -19,7 +19,7 @@ FIRST_V2_VERSION = 5
 async def handle(ctx, request):
     rc = response_class(request.api_key, request.api_version)
     body = request.body
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     pid, epoch = -1, -1
     if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
         error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

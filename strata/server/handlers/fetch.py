@@ -34,7 +34,7 @@ from strata.replication.replica_manager import ReadResult
 from strata.security.authorizer import AclOperation
 from strata.server.authorization import NOTHING_DENIED, authorize_cluster, denied_topics
 from strata.server.fetch_session import (
-    FIRST_VERSION_WITH_SESSIONS, SESSIONLESS, FetchContext, FetchMetadata, FetchSessionCache,
+    FIRST_VERSION_WITH_SESSIONS, SESSIONLESS, FetchContext, FetchMetadata,
     PartitionData)
 
 READ_COMMITTED = 1
@@ -54,15 +54,10 @@ class _RemoteRead(NamedTuple):
     min_one: bool
 
 
-NO_SESSIONS = FetchSessionCache(max_entries=0)   # a context without a cache: no sessions
-
-
 def _new_context(ctx, request) -> FetchContext:
     """Kafka's ``FetchManager.newContext`` for this request."""
     body = request.body
-    cache = getattr(ctx, "fetch_sessions", None)
-    if cache is None:
-        cache = NO_SESSIONS
+    cache = ctx.fetch_sessions
     metadata = SESSIONLESS
     if request.api_version >= FIRST_VERSION_WITH_SESSIONS:
         metadata = FetchMetadata(body.session_id, body.session_epoch)

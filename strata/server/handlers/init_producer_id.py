@@ -31,7 +31,7 @@ async def handle(ctx, request):
             return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if body.transactional_id is None:
         return answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     if coordinator is None:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     expected = None

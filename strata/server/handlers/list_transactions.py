@@ -30,7 +30,7 @@ async def handle(ctx, request):
     if pattern is False:
         return make(rc, error_code=kio_error_code(ErrorCode.INVALID_REGULAR_EXPRESSION),
                     unknown_state_filters=(), transaction_states=())
-    coordinator = getattr(ctx, "txn_coordinator", None)
+    coordinator = ctx.txn_coordinator
     if coordinator is None:
         return make(rc, error_code=kio_error_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     unknown_state_filters=(), transaction_states=())

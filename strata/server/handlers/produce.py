@@ -35,7 +35,7 @@ async def _verify_transaction(ctx, body, version: int, denied):
     """KIP-890 verification of the request's transactional batches (``TxnVerifier``; from v12
     the partitions are added to the transaction instead): the partitions that must not be
     appended, with their errors, and the guards of the others."""
-    verifier = getattr(ctx, "txn_verifier", None)
+    verifier = ctx.txn_verifier
     if verifier is None or not verifier.applies_to(version):
         return {}, {}
     producer = None
