@@ -53,6 +53,17 @@ Families (``{topic}``: per topic and an all-topics series without the label):
   ``kafka_server_ReplicaManager_PartitionCount``: the local logs, with or without tiering.
 - ``kafka_log_LogManager_OfflineLogDirectoryCount``: log dirs whose last write failed (a full
   disk, an I/O error); back to 0 once a write there succeeds.
+- ``kafka_log_LogManager_CordonedLogDirectoryCount``: log dirs ``cordoned.log.dirs`` names
+  (KIP-1066).
+- KIP-1257 (Kafka 4.4), partition size in percent of retention, integer percent as Kafka's
+  gauges: ``kafka_log_Log_RetentionSizeInPercent{topic,partition}`` (the local log against
+  ``retention.bytes``; 0 on a tiered topic that copies) and, per tiered partition,
+  ``kafka_log_remote_RemoteLogManager_RetentionSizeInPercent{topic,partition}`` (uncopied local
+  segments plus the remote tier against ``retention.bytes``: the whole partition) and
+  ``kafka_log_remote_RemoteLogManager_LocalRetentionSizeInPercent{topic,partition}`` (the local
+  log against the effective ``local.retention.bytes``). Kafka 4.4 has no remote-only
+  percentage; the remote tier's bytes are ``RemoteLogSizeBytes``. 0 when the limit is
+  unlimited.
 - KIP-956 quotas, Kafka's ``kafka.server:type=RemoteLogManager`` metrics (a Kafka ``Metrics``
   sensor: the attribute name, dashes as underscores):
   ``kafka_server_RemoteLogManager_remote_copy_throttle_time_{avg,max}`` and
@@ -143,7 +154,21 @@ LOG_GAUGES = (
     ("NumLogSegments", "Local segments of the partition."),
     ("LogStartOffset", "The partition's log start offset (remote tier included)."),
     ("LogEndOffset", "The partition's log end offset."),
+    ("RetentionSizeInPercent", "KIP-1257: the local log's size in percent of retention.bytes "
+     "(0 when unlimited, and on a tiered topic that copies: see RemoteLogManager's)."),
 )
+# KIP-1257 (Kafka 4.4's RemoteStorageMetrics), per tiered partition: (name, help)
+RLM_PARTITION_GAUGES = (
+    ("RetentionSizeInPercent", "KIP-1257: local segments not yet copied plus the remote tier's "
+     "copied segments, in percent of retention.bytes (0 when unlimited)."),
+    ("LocalRetentionSizeInPercent", "KIP-1257: the local log's size in percent of the "
+     "effective local.retention.bytes (0 when unlimited)."),
+)
+
+
+def size_in_percent(size: int, limit: int) -> int:
+    """Kafka's ``size * 100 / limit`` (integer division), 0 for an unlimited ``limit``."""
+    return size * 100 // limit if limit > 0 else 0
 
 
 def parse_metrics_listener(value: str) -> tuple[str, int]:
@@ -209,10 +234,12 @@ class BrokerMetricsCollector(Collector):
     """Reads every metric at scrape time (see the module docstring for the names)."""
 
     def __init__(self, logs: Callable[[], list[Any]], rlm: Any = None,
-                 offline_log_dirs: Callable[[], int] = lambda: 0) -> None:
+                 offline_log_dirs: Callable[[], int] = lambda: 0,
+                 cordoned_log_dirs: Callable[[], int] = lambda: 0) -> None:
         self._logs = logs
         self._rlm = rlm
         self._offline_log_dirs = offline_log_dirs
+        self._cordoned_log_dirs = cordoned_log_dirs
         self._idle_lock = threading.Lock()
         stats = getattr(rlm, "reader_stats", None)
         # (monotonic ns, reader busy ns) at the previous scrape
@@ -268,6 +295,12 @@ class BrokerMetricsCollector(Collector):
         f["OfflineLogDirectoryCount"] = GaugeMetricFamily(
             f"{LOG_MANAGER_METRICS}_OfflineLogDirectoryCount",
             "Log dirs whose last write failed (full disk, I/O error).")
+        f["CordonedLogDirectoryCount"] = GaugeMetricFamily(
+            f"{LOG_MANAGER_METRICS}_CordonedLogDirectoryCount",
+            "Log dirs cordoned.log.dirs names (KIP-1066): no new partition goes there.")
+        for name, doc in RLM_PARTITION_GAUGES:
+            f[f"RLM{name}"] = GaugeMetricFamily(f"{RLM_METRICS}_{name}", doc,
+                                                labels=["topic", "partition"])
         f["PartitionCount"] = GaugeMetricFamily(f"{REPLICA_MANAGER_METRICS}_PartitionCount",
                                                 "Partitions hosted by this broker.")
         for kind, what in (("copy", "remote copies were throttled by the copy quota"),
@@ -301,14 +334,19 @@ class BrokerMetricsCollector(Collector):
     def _fill_log_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
         f["PartitionCount"].add_metric([], len(logs))
         f["OfflineLogDirectoryCount"].add_metric([], self._offline_log_dirs())
+        f["CordonedLogDirectoryCount"].add_metric([], self._cordoned_log_dirs())
         for ulog in sorted(logs, key=lambda ul: ul.topic_partition):
             tp = ulog.topic_partition
             labels = [tp.topic, str(tp.partition)]
             with ulog.lock:
                 segments = list(ulog.local_log.segments)
-                values = {"Size": sum(s.size for s in segments), "NumLogSegments": len(segments),
+                size = sum(s.size for s in segments)
+                values = {"Size": size, "NumLogSegments": len(segments),
                           "LogStartOffset": ulog.log_start_offset,
-                          "LogEndOffset": ulog.log_end_offset}
+                          "LogEndOffset": ulog.log_end_offset,
+                          # Kafka's UnifiedLog gauge: 0 while the remote tier takes copies
+                          "RetentionSizeInPercent": 0 if ulog.remote_copy_enabled else
+                          size_in_percent(size, ulog.config.get("retention.bytes"))}
             for name, value in values.items():
                 f[f"Log{name}"].add_metric(labels, value)
 
@@ -342,13 +380,32 @@ class BrokerMetricsCollector(Collector):
                 log.debug("no remote metrics for %s: %s", ulog.topic_partition, exc)
                 continue
             t["RemoteLogMetadataCount"] += len(segments)
-            t["RemoteLogSizeBytes"] += sum(
-                m.segment_size_in_bytes for m in segments
-                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+            remote_bytes = sum(m.segment_size_in_bytes for m in segments
+                               if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+            t["RemoteLogSizeBytes"] += remote_bytes
+            if ulog.remote_log_enabled:
+                self._fill_retention_percent(f, ulog, remote_bytes)
         for name, _ in TOPIC_GAUGES:
             for topic in sorted(totals):
                 f[name].add_metric([topic], totals[topic][name])
             f[name].add_metric([], sum(t[name] for t in totals.values()))
+
+    @staticmethod
+    def _fill_retention_percent(f: dict[str, Metric], ulog: Any, remote_bytes: int) -> None:
+        """KIP-1257's RemoteLogManager gauges of one tiered partition, as Kafka 4.4's
+        expiration task computes them: (local segments not yet copied + copied remote
+        segments) / retention.bytes, and the local log / the effective local retention."""
+        with ulog.lock:
+            highest = ulog.highest_offset_in_remote_storage
+            segments = list(ulog.local_log.segments)
+            config = ulog.config
+        local = sum(s.size for s in segments)
+        only_local = sum(s.size for s in segments if s.base_offset > highest)
+        labels = [ulog.topic_partition.topic, str(ulog.topic_partition.partition)]
+        f["RLMRetentionSizeInPercent"].add_metric(labels, size_in_percent(
+            only_local + remote_bytes, config.get("retention.bytes")))
+        f["RLMLocalRetentionSizeInPercent"].add_metric(labels, size_in_percent(
+            local, config.local_retention_bytes))
 
     def _fill_pool_metrics(self, f: dict[str, Metric], logs: list[Any]) -> None:
         f["RemoteLogManagerTasksAvgIdlePercent"].add_metric([], self._rlm.copier_idle_fraction())
@@ -561,10 +618,11 @@ class MetricsServer:
 
     def __init__(self, listener: str, *, logs: Callable[[], list[Any]], rlm: Any = None,
                  topic_id: Callable[[str], Any] | None = None,
-                 offline_log_dirs: Callable[[], int] = lambda: 0) -> None:
+                 offline_log_dirs: Callable[[], int] = lambda: 0,
+                 cordoned_log_dirs: Callable[[], int] = lambda: 0) -> None:
         self.host, self.port = parse_metrics_listener(listener)
         self.registry = CollectorRegistry()
-        self.collector = BrokerMetricsCollector(logs, rlm, offline_log_dirs)
+        self.collector = BrokerMetricsCollector(logs, rlm, offline_log_dirs, cordoned_log_dirs)
         self.registry.register(self.collector)
         try:
             ProcessCollector(registry=self.registry)
