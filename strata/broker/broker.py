@@ -361,7 +361,8 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
         return None
     server = MetricsServer(listener, logs=log_manager.all_logs, rlm=rlm,
                            topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
-                           offline_log_dirs=log_manager.dir_failures.offline_log_directory_count)
+                           offline_log_dirs=log_manager.dir_failures.offline_log_directory_count,
+                           cordoned_log_dirs=lambda: len(log_manager.cordoned))
     cache = getattr(rlm.ctx.rsm, "chunk_cache", None) if rlm is not None else None
     if cache is not None:
         server.add_stats("strata_remote_chunk_cache", cache.stats, gauges=cache.LEVEL_STATS,
