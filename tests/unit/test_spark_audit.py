@@ -112,6 +112,14 @@ def test_delete_orphans_deletes_only_orphans_and_never_foreign_keys(env):
                                              deletable=False)]
 
 
+def test_the_buckets_manifests_are_neither_orphans_nor_foreign_keys(env):
+    for key in ("_strata/cluster", f"_strata/partitions/orders-{kafka_str(TOPIC_ID)}/0/pointer"):
+        env.store.put(key, b"x")
+    report = run(env, delete_orphans=True)
+    assert report.orphans == [] and report.deleted_orphans == []
+    assert env.store.get("_strata/cluster") == b"x"
+
+
 def test_a_size_mismatch_between_manifest_and_objects_is_reported_and_skips_the_crc_check(env):
     seg = segments(env)[0]
     key = env.rsm.object_key(seg, "indexes")

@@ -373,7 +373,10 @@ def audit_store(rsm: ObjectStoreRemoteStorageManager, listing: Iterable[tuple[st
     known = {m.remote_log_segment_id.id for m in segments}
     sizes: dict[str, int] = {}
     orphans: list[OrphanObject] = []
+    catalog = f"{rsm.key_prefix}_strata/"    # the bucket's manifests (docs/remote-manifests.md)
     for key, size in listing:
+        if key.startswith(catalog):
+            continue
         owner = owners.get(key)
         if owner is not None:
             meta, _ = owner
