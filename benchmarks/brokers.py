@@ -3,8 +3,8 @@ mode from the Maven Central jars of ``scripts/kafka-dist.sh``, each a subprocess
 with its data in a directory of its own.
 
 Both get the same broker settings (``COMMON_BROKER``) and a filesystem remote tier: Strata its
-own (``file://<log dir>/remote-storage``), Kafka its test jar's ``LocalTieredStorage`` under
-``<data dir>/remote-storage``.
+own (``file://<log dir>/remote-storage``), Kafka the ``LocalTieredStorage`` of its storage test
+jars under ``<data dir>/remote-storage``.
 
     python -m benchmarks.brokers kafka --dir /var/tmp/kafka-ref   # run Kafka in the foreground
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from strata.common.types import uuid_to_kafka_str
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_KAFKA_VERSION = "4.3.1"
+DEFAULT_KAFKA_VERSION = "4.4.0"
 
 # Settings both systems get. The intervals are shortened so that tiering and local retention act
 # within a benchmark's seconds rather than Kafka's minutes; everything else is Kafka's default.

@@ -8,7 +8,7 @@ The cluster is failover.py's three nodes (Kafka: three KRaft nodes in combined m
 intervals that make tiering and local retention act within seconds
 (``remote.log.manager.task.interval.ms`` 500, ``log.retention.check.interval.ms`` 500,
 ``log.segment.delete.delay.ms`` 1000) and the remote tier, one directory all nodes share
-(Strata: ``rsm.config.storage.url=file://<dir>/remote``; Kafka: the storage test jar's
+(Strata: ``rsm.config.storage.url=file://<dir>/remote``; Kafka: the storage test fixtures'
 ``LocalTieredStorage`` with ``rsm.config.dir=<dir>/remote``). ``__remote_log_metadata`` has
 replication factor 3. Kafka's nodes keep their KRaft metadata log in ``metadata.log.dir``
 apart from ``log.dirs``, so that a replaced data disk leaves the node a quorum voter (Strata's

@@ -13,7 +13,7 @@ The jars are installed by ``scripts/kafka-dist.sh`` into ``.cache/kafka/<version
     text = dump_log_segments(seg_dir / "00000000000000000000.log")
     batches = parse_dump_batches(text)
 
-Output formats (Kafka 4.3.1, ``org.apache.kafka.tools.DumpLogSegments``)::
+Output formats (Kafka 4.4.0, ``org.apache.kafka.tools.DumpLogSegments``)::
 
     Dumping /tmp/x/00000000000000000000.log
     Log starting offset: 0
@@ -52,7 +52,7 @@ DUMP_LOG_SEGMENTS_CLASSES = ("org.apache.kafka.tools.DumpLogSegments", "kafka.to
 
 # Main classes of the 4.x CLI tools (bin/*.sh wrappers in the real distribution).
 KAFKA_TOPICS = "org.apache.kafka.tools.TopicCommand"
-KAFKA_CONFIGS = "kafka.admin.ConfigCommand"
+KAFKA_CONFIGS = "org.apache.kafka.tools.ConfigCommand"    # kafka.admin.ConfigCommand up to 4.3
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"

@@ -3,7 +3,7 @@
 Byte layouts are checked three ways: golden bytes built here by hand from Kafka's message
 JSON (storage/src/main/resources/message/Remote*.json), the same records as Kafka 4.3.1's
 RemoteLogMetadataSerde wrote them (hex captured from the jar), and -- when Java and the
-Kafka jars are installed -- a live round trip through Kafka's own serde.
+Kafka jars (4.4.0) are installed -- a live round trip through Kafka's own serde.
 """
 
 from __future__ import annotations

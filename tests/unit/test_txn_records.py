@@ -347,20 +347,21 @@ def test_kafka_dump_log_segments_decodes_our_records(tmp_path):
     segment.write_bytes(build_batch([SimpleRecord(v, k, timestamp=1_700_000_000_000)
                                      for k, v in records]))
     out = dump_log_segments(segment, print_data=True, extra_args=["--transaction-log-decoder"])
+    # Kafka 4.4's decoder names the state (4.3 printed its id: Ongoing 1, Empty 0, ...)
     assert ('key: {"type":"0","data":{"transactionalId":"tx-a"}} payload: {"version":"1","data":'
             '{"producerId":1000,"previousProducerId":999,"producerEpoch":5,'
-            '"transactionTimeoutMs":60000,"transactionStatus":1,"transactionPartitions":'
+            '"transactionTimeoutMs":60000,"transactionStatus":"Ongoing","transactionPartitions":'
             '[{"topic":"orders","partitionIds":[0,2]}],"transactionLastUpdateTimestampMs":'
             '1700000000123,"transactionStartTimestampMs":1700000000000,'
             '"clientTransactionVersion":2}}') in out
     assert ('key: {"type":"0","data":{"transactionalId":"tx-b"}} payload: {"version":"1","data":'
-            '{"producerId":7,"producerEpoch":0,"transactionTimeoutMs":60000,"transactionStatus":0,'
+            '{"producerId":7,"producerEpoch":0,"transactionTimeoutMs":60000,"transactionStatus":"Empty",'
             '"transactionPartitions":null,"transactionLastUpdateTimestampMs":5,'
             '"transactionStartTimestampMs":-1}}') in out
-    assert ('"transactionStatus":4,"transactionPartitions":[],'
+    assert ('"transactionStatus":"CompleteCommit","transactionPartitions":[],'
             '"transactionLastUpdateTimestampMs":6,"transactionStartTimestampMs":2}}') in out
     assert ('key: {"type":"0","data":{"transactionalId":"tx-d"}} payload: {"version":"0","data":'
-            '{"producerId":8,"producerEpoch":1,"transactionTimeoutMs":1000,"transactionStatus":3,'
+            '{"producerId":8,"producerEpoch":1,"transactionTimeoutMs":1000,"transactionStatus":"PrepareAbort",'
             '"transactionPartitions":[{"topic":"t","partitionIds":[1]}],'
             '"transactionLastUpdateTimestampMs":6,"transactionStartTimestampMs":2}}') in out
     assert 'key: {"type":"0","data":{"transactionalId":"tx-b"}} payload: <DELETE>' in out

@@ -42,8 +42,8 @@ deposed leader's records by it (``cache.RemotePartitionMetadataStore``); Kafka's
 it as they skip any unknown tagged field, so Kafka reads every record Strata writes.
 
 Unknown tagged fields are skipped, as Kafka's transforms drop them. Kafka's trunk after 4.3.1
-adds version 1 of record 0 (tagged BrokerLeaderEpoch, tag 1); like 4.3.1 this module
-rejects it. Kafka's topic-based manager never writes the snapshot record (3); it is here for completeness.
+adds version 1 of record 0 (tagged BrokerLeaderEpoch, tag 1); like 4.3.1 and 4.4.0 (whose
+record 0 is still version 0 only) this module rejects it. Kafka's topic-based manager never writes the snapshot record (3); it is here for completeness.
 
 The partitioner (Kafka's ``RemoteLogMetadataTopicPartitioner``) maps a user partition to a
 partition of the metadata topic; every broker must agree on it.
