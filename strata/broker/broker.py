@@ -87,26 +87,12 @@ def _inter_broker_security(props: dict[str, str]):
     return ClientSecurity(client_context(props, name) if listener.tls else None, **sasl)
 
 
-class _LoadTransactionState:
-    """One broker: the transaction coordinator serves every ``__transaction_state`` partition
-    once the topic exists (made at the first FindCoordinator for a transactional id)."""
-
-    def __init__(self, loop, coordinator):
-        self.loop = loop
-        self.coordinator = coordinator
-
-    def on_topic_created(self, info) -> None:
-        from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
-        if info.name == TRANSACTION_STATE_TOPIC:
-            self.loop.call_soon_threadsafe(self.coordinator.load,
-                                           {p: 0 for p in range(info.partitions)})
-
-
 def _transaction_coordinator(props, metadata, txn_log, producer_ids, markers, loop, *,
                              clustered: bool):
     """The transaction coordinator over ``__transaction_state`` (``txn_log``), sending its
     markers with ``markers``; on one broker it loads every partition of the topic, now if it
     exists, else once it is made."""
+    from strata.broker.metadata_publisher import TransactionStateLoader
     from strata.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig
     from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
     existing = metadata.topic(TRANSACTION_STATE_TOPIC)
@@ -121,7 +107,7 @@ def _transaction_coordinator(props, metadata, txn_log, producer_ids, markers, lo
     if not clustered:
         if existing is not None:
             coordinator.load({p: 0 for p in range(existing.partitions)})
-        metadata.add_listener(_LoadTransactionState(loop, coordinator))
+        metadata.add_listener(TransactionStateLoader(loop, coordinator))
     coordinator.start()
     return coordinator
 
@@ -185,23 +171,10 @@ def _rack_aware_selector(props: dict[str, str]) -> bool:
     return name == RACK_AWARE_SELECTOR
 
 
-class _ThrottlesFollowConfigs:
-    """Dynamic leader/follower.replication.throttled.rate changes reach the quotas at once."""
-
-    def __init__(self, metadata, leader_quota, follower_quota):
-        self.metadata, self.leader, self.follower = metadata, leader_quota, follower_quota
-
-    def on_broker_configs_changed(self, _rlm_config) -> None:
-        from strata.replication.quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
-        from strata.common.config import LONG_MAX
-        props = self.metadata.effective_broker_props()
-        self.leader.update_quota(int(props.get(LEADER_THROTTLED_RATE) or LONG_MAX))
-        self.follower.update_quota(int(props.get(FOLLOWER_THROTTLED_RATE) or LONG_MAX))
-
-
 def _replication_quotas(node_id: int, metadata):
     """(leader, follower) replication throttles (KIP-73): the dynamic rates, applied to the
     partitions each topic's *.replication.throttled.replicas names for this broker."""
+    from strata.broker.metadata_publisher import ReplicationThrottlesPublisher
     from strata.log.log_config import (
         FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS, throttled_partitions)
     from strata.replication.quota import replication_quotas
@@ -214,7 +187,7 @@ def _replication_quotas(node_id: int, metadata):
     leader, follower = replication_quotas(metadata.effective_broker_props(),
                                           throttled(LEADER_THROTTLED_REPLICAS),
                                           throttled(FOLLOWER_THROTTLED_REPLICAS))
-    metadata.add_listener(_ThrottlesFollowConfigs(metadata, leader, follower))
+    metadata.add_listener(ReplicationThrottlesPublisher(metadata, leader, follower))
     return leader, follower
 
 
@@ -647,7 +620,6 @@ class Broker:
         endpoints = [Endpoint(a.name, a.host or socket.getfqdn(), a.port or bound[a.name],
                               a.security_protocol) for a in advertised]
         metadata.advertised_endpoints = {e.listener: (e.host, e.port) for e in endpoints}
-        self.ctx.advertised_host, self.ctx.advertised_port = endpoints[0].host, endpoints[0].port
         if zk is not None:
             from strata.cluster.controller import ControllerService, LoggingNoticeSink
             await asyncio.to_thread(_register, zk, metadata, node_id, tuple(endpoints),

@@ -3,16 +3,20 @@
 ``TopicLogsPublisher`` hears topic changes (create, delete, add partitions, configs) and keeps
 the logs and the remote tier in step; ``LeadershipPublisher`` hears a cluster broker's partition
 states and applies them to the replica manager, deletes replicas moved off this broker and
-loads or unloads the group and transaction coordinators' partitions. Both are listeners of the
+loads or unloads the group and transaction coordinators' partitions. On one broker
+``TransactionStateLoader`` loads every ``__transaction_state`` partition once the topic is made;
+``ReplicationThrottlesPublisher`` applies changed replication throttles. All are listeners of the
 cluster metadata; every collaborator comes in the constructor, optional ones as null objects."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from strata.common.config import LONG_MAX
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from strata.replication.quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
 
 if TYPE_CHECKING:
     from strata.log.log_manager import LogManager
@@ -153,3 +157,34 @@ class LeadershipPublisher:
             self.loop.call_soon_threadsafe(self.txn_coordinator.unload, lost)
         if gained:  # the leader epoch is the coordinator epoch written into markers
             self.loop.call_soon_threadsafe(self.txn_coordinator.load, gained)
+
+
+class TransactionStateLoader:
+    """One broker: the transaction coordinator serves every ``__transaction_state`` partition
+    (coordinator epoch 0) once the topic exists, made at the first FindCoordinator for a
+    transactional id; loaded on the event loop (topics are made on a request's thread)."""
+
+    def __init__(self, loop, coordinator):
+        self.loop = loop
+        self.coordinator = coordinator
+
+    def on_topic_created(self, info) -> None:
+        if info.name == TRANSACTION_STATE_TOPIC:
+            self.loop.call_soon_threadsafe(self.coordinator.load,
+                                           {p: 0 for p in range(info.partitions)})
+
+
+class ReplicationThrottlesPublisher:
+    """Dynamic ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate``
+    changes reach the replication quotas at once; an unset rate is unbounded (Kafka's
+    Long.MAX_VALUE)."""
+
+    def __init__(self, metadata, leader_quota, follower_quota):
+        self.metadata = metadata
+        self.leader = leader_quota
+        self.follower = follower_quota
+
+    def on_broker_configs_changed(self, _rlm_config) -> None:
+        props = self.metadata.effective_broker_props()
+        self.leader.update_quota(int(props.get(LEADER_THROTTLED_RATE) or LONG_MAX))
+        self.follower.update_quota(int(props.get(FOLLOWER_THROTTLED_RATE) or LONG_MAX))

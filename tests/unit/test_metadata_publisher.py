@@ -1,13 +1,17 @@
 """The broker's metadata publishers decide against fakes: which deleted partitions have remote
 data to delete, which logs a topic change makes or updates, and what a partition-state change
-does to the replica manager, the logs, the remote tier and the two coordinators."""
+does to the replica manager, the logs, the remote tier and the two coordinators; when one broker
+loads ``__transaction_state``; what changed replication throttles do to the quotas."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
 
-from strata.broker.metadata_publisher import LeadershipPublisher, TopicLogsPublisher
+from strata.broker.metadata_publisher import (
+    LeadershipPublisher, ReplicationThrottlesPublisher, TopicLogsPublisher,
+    TransactionStateLoader)
+from strata.common.config import LONG_MAX
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.coordinator.offsets_records import OFFSETS_TOPIC
 from strata.coordinator.txn_records import TRANSACTION_STATE_TOPIC
@@ -284,3 +288,44 @@ def test_a_broker_no_longer_a_replica_deletes_its_log_unless_the_topic_is_gone()
     b = Leadership(StateChange(stopped_leading=(tp("t", 0),)), None, Topic("t", T_ID, 2))
     b.apply({tp("t", 0): None, tp("t", 1): leader(2), tp("gone", 0): None})
     assert b.logs.deleted == [tp("t", 0)]
+
+
+def test_one_broker_loads_every_transaction_state_partition_on_the_loop_once_the_topic_is_made():
+    loop, txns = FakeLoop(), FakeCoordinator()
+    loader = TransactionStateLoader(loop, txns)
+    loader.on_topic_created(Topic("orders", T_ID, 3))
+    loader.on_topic_created(Topic(OFFSETS_TOPIC, T_ID, 2))
+    assert loop.pending == []
+    loader.on_topic_created(Topic(TRANSACTION_STATE_TOPIC, T_ID, 3))
+    assert txns.calls == []   # not on the metadata's thread
+    loop.run()
+    assert txns.calls == [("load", {0: 0, 1: 0, 2: 0})]
+
+
+class FakeQuota:
+    def __init__(self):
+        self.rates: list[int] = []
+
+    def update_quota(self, bytes_per_second: int) -> None:
+        self.rates.append(bytes_per_second)
+
+
+class BrokerProps:
+    def __init__(self, **props: str):
+        self.props = {k.replace("_", "."): v for k, v in props.items()}
+
+    def effective_broker_props(self):
+        return self.props
+
+
+def test_changed_replication_throttles_reach_the_leader_and_follower_quotas():
+    metadata, leader, follower = BrokerProps(), FakeQuota(), FakeQuota()
+    publisher = ReplicationThrottlesPublisher(metadata, leader, follower)
+    metadata.props.update({"leader.replication.throttled.rate": "1000",
+                           "follower.replication.throttled.rate": "2000"})
+    publisher.on_broker_configs_changed(None)
+    assert (leader.rates, follower.rates) == ([1000], [2000])
+    del metadata.props["leader.replication.throttled.rate"]   # removed: unbounded again
+    metadata.props["follower.replication.throttled.rate"] = ""
+    publisher.on_broker_configs_changed(None)
+    assert (leader.rates, follower.rates) == ([1000, LONG_MAX], [2000, LONG_MAX])
