@@ -164,6 +164,15 @@ def broker_config(bootstrap: str, broker: int, key: str):
     return found.value, found.source
 
 
+def topic_config(bootstrap: str, topic: str, key: str) -> tuple[str, int]:
+    """(value, source) of one config of ``topic`` as ``bootstrap`` describes it."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    resource = ConfigResource("topic", topic)
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    found = client.describe_configs([resource], request_timeout=10)[resource].result(15)[key]
+    return found.value, found.source
+
+
 def alter_broker(bootstrap: str, name: str, **configs: str | None) -> None:
     """IncrementalAlterConfigs (as kafka-configs sends it) of BROKER resource ``name`` (""
     is ``--entity-default``): SET, or DELETE for None."""
@@ -203,6 +212,15 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(cluster
         zk.stop()
         zk.close()
     assert stored == {"<default>": {key: "1048576"}, "2": {key: "2097152"}}
+    # a dynamic default of a topic config's broker synonym (KIP-1241's log.remote.copy.lag.ms)
+    # reaches the topics of every broker
+    create(cluster, "lag-default", 1, 3)
+    alter_broker(cluster.broker(1).bootstrap, "", **{"log.remote.copy.lag.ms": "60000"})
+    for b in cluster.brokers:
+        wait_for(f"broker {b.node_id} applying the copy lag default", lambda b=b: topic_config(
+            b.bootstrap, "lag-default", "remote.copy.lag.ms") == (
+                "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value))
+    alter_broker(cluster.broker(1).bootstrap, "", **{"log.remote.copy.lag.ms": None})
     cluster.broker(2).stop()
     cluster.broker(2).start()
     wait_for("broker 2 back with its configs", lambda: broker_config(
