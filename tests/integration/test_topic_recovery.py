@@ -1,4 +1,5 @@
-"""Topic recovery from the bucket (issue 52) on broker processes with a filesystem remote tier:
+"""Topic recovery from the bucket (issue 52) on broker processes with a filesystem remote tier
+and with an S3 API server (moto, through obstore):
 a tiered topic is produced to until its segments are remote, the broker is stopped and its
 data dir deleted, and a fresh broker (a new cluster) on the same bucket recreates the topic
 with ``strata.remote.recovery=true``: every tiered record reads back with confluent-kafka at
@@ -9,16 +10,18 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 
 import pytest
 
 from broker_process import BrokerProcess
+from s3_server import S3Server
 from support.waiting import eventually
 from tiered_support import TIERED_BROKER, offsets
 
 from strata.common.types import TopicIdPartition, TopicPartition, uuid_from_kafka_str
 from strata.tiered.bucket.catalog import BucketCatalog
-from strata.tiered.storage import FileSystemObjectStore
+from strata.tiered.storage import FileSystemObjectStore, object_store_from_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +34,34 @@ TOPIC = {"remote.storage.enable": "true", "internal.segment.bytes": str(16 * 102
 BASE_TS = int(time.time() * 1000) - 3_600_000
 
 
-def broker_config(bucket):
-    return {**TIERED_BROKER, "rsm.config.storage.url": f"file://{bucket}",
-            "strata.remote.manifest.interval.ms": "100"}
+class Bucket:
+    """A remote tier: the brokers' ``rsm.config.*`` keys and a store to look into it."""
+
+    def __init__(self, rsm_configs: dict, store, prefix: str = ""):
+        self.rsm_configs = rsm_configs
+        self.store = store
+        self.prefix = prefix
+
+    def broker_config(self) -> dict[str, str]:
+        return {**TIERED_BROKER, **{f"rsm.config.{k}": str(v) for k, v in self.rsm_configs.items()},
+                "strata.remote.manifest.interval.ms": "100"}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def bucket(request, tmp_path):
+    if request.param == "filesystem":
+        root = tmp_path / "bucket"
+        return Bucket({"storage.url": f"file://{root}"}, FileSystemObjectStore(root))
+    s3 = request.getfixturevalue("s3")
+    prefix = f"t-{uuid.uuid4().hex[:8]}/"
+    return Bucket(s3.rsm_configs(prefix=prefix), object_store_from_config(s3.storage_configs()),
+                  prefix)
 
 
 def create(b, topic, partitions, **configs):
@@ -78,17 +106,16 @@ def consume(b, topic, partition, start, count):
 
 
 def manifest_end(bucket, topic_id, topic, partition) -> int:
-    cat = BucketCatalog(FileSystemObjectStore(bucket), "", "reader")
+    cat = BucketCatalog(bucket.store, bucket.prefix, "reader")
     m = cat.read_partition(TopicIdPartition(topic_id, TopicPartition(topic, partition)))
     if m is None or not m.segments:
         return -1
     return max(s.end_offset for s in m.segments if s.state.name == "COPY_SEGMENT_FINISHED")
 
 
-def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path):
-    bucket = tmp_path / "bucket"
+def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path, bucket):
     tiered, want = {}, {}
-    with BrokerProcess(tmp_path / "a", broker_config(bucket)) as a:
+    with BrokerProcess(tmp_path / "a", bucket.broker_config()) as a:
         create(a, "orders", 2, **TOPIC)
         for p in (0, 1):
             assert produce(a, "orders", p, 0, 500) == list(range(500))
@@ -106,7 +133,7 @@ def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path):
             want[p] = consume(a, "orders", p, 0, tiered[p] + 1)
     shutil.rmtree(tmp_path / "a")      # the broker's disk is gone; the bucket stays
 
-    with BrokerProcess(tmp_path / "b", broker_config(bucket)) as b:
+    with BrokerProcess(tmp_path / "b", bucket.broker_config()) as b:
         create(b, "other", 1, **TOPIC)
         assert produce(b, "other", 0, 0, 100) == list(range(100))
         other = consume(b, "other", 0, 0, 100)
@@ -131,6 +158,6 @@ def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path):
         assert "recovered orders-1 from the bucket" in b.output()
 
         # a second cluster on the bucket while this one lives: refused, naming the owner
-        with BrokerProcess(tmp_path / "c", broker_config(bucket)) as c:
+        with BrokerProcess(tmp_path / "c", bucket.broker_config()) as c:
             with pytest.raises(ck.KafkaException, match="belongs to cluster"):
                 create(c, "orders", 2, **{"strata.remote.recovery": "true"})
