@@ -161,3 +161,29 @@ def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path, b
         with BrokerProcess(tmp_path / "c", bucket.broker_config()) as c:
             with pytest.raises(ck.KafkaException, match="belongs to cluster"):
                 create(c, "orders", 2, **{"strata.remote.recovery": "true"})
+
+
+def test_manifest_fencing_on_the_s3_api_server_uses_conditional_puts(s3):
+    """On S3 the pointer is replaced with If-Match: a writer whose read of the pointer is stale
+    loses, a lower leader epoch is refused, and a second cluster cannot claim a leased prefix."""
+    from strata.tiered.bucket.catalog import (
+        BucketOwnedError, ConditionalWrites, StaleManifestWriterError)
+    from strata.tiered.bucket.format import SegmentEntry
+    from strata.tiered.api import RemoteLogSegmentState
+    store = object_store_from_config(s3.storage_configs())
+    prefix = f"t-{uuid.uuid4().hex[:8]}/"
+    cat = BucketCatalog(store, prefix, "cluster-a")
+    assert cat.cond.atomic
+    tip = TopicIdPartition(uuid.uuid4(), TopicPartition("orders", 0))
+    entry = SegmentEntry(uuid.uuid4(), 0, 9, 1, 1, 1, 100, {0: 0},
+                         RemoteLogSegmentState.COPY_SEGMENT_FINISHED, True)
+    cat.write_partition(tip, 4, 0, [entry])
+    _, stale_token, _ = cat.read_pointer(tip)
+    cat.write_partition(tip, 5, 0, [entry])
+    assert not ConditionalWrites(store).put_if(cat.pointer_key(tip), b"x", stale_token, True)
+    with pytest.raises(StaleManifestWriterError, match="leader epoch 5"):
+        cat.write_partition(tip, 4, 0, [])
+    assert cat.read_partition(tip).leader_epoch == 5
+    assert len(cat.read_partition(tip).segments) == 1
+    with pytest.raises(BucketOwnedError, match="cluster-a"):
+        BucketCatalog(store, prefix, "cluster-b").check_owner()

@@ -233,6 +233,22 @@ def test_nothing_is_written_while_nothing_changes():
     assert writer.maybe_write(TIP7, 0, 42)          # the log start moved
 
 
+def test_the_topic_manifest_follows_the_topics_configs_and_partition_count():
+    store = MemoryObjectStore()
+    clock = MockClock(T0)
+    cat = BucketCatalog(store, "", "c", clock=clock.milliseconds)
+    topic = {"configs": {"retention.ms": "1000"}, "partitions": 1}
+    writer = ManifestWriter(cat, _Segments(), interval_ms=60_000, now_ms=clock.milliseconds,
+                            topic_info=lambda t: (TID, topic["partitions"], topic["configs"]))
+    writer.maybe_write(TIP7, 0, 0)
+    (_, m), = cat.topics_named("orders")
+    assert (m.partitions, m.configs, m.topic_id) == (1, {"retention.ms": "1000"}, TID)
+    topic.update(configs={"retention.ms": "5"}, partitions=3)
+    assert not writer.maybe_write(TIP7, 0, 0)        # no new partition manifest yet...
+    (_, m), = cat.topics_named("orders")
+    assert (m.partitions, m.configs) == (3, {"retention.ms": "5"})   # ...but the topic's
+
+
 def test_recovery_keeps_only_what_the_finished_segments_prove():
     plan = PartitionPlan(0, TID)
     plan_partition([seg(0, 9), seg(10, 19, S.COPY_SEGMENT_STARTED), seg(10, 19, n=2),

@@ -2,7 +2,7 @@
 partition's manifest when something changed, at most once per
 ``strata.remote.manifest.interval.ms`` per partition (two PUTs each: the manifest and the
 pointer), and the topic manifest when the topic's partition count or configs change (the
-leader of partition 0 writes it)."""
+leader of partition 0 writes it, looking after each of its tasks)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ class ManifestWriter:
     def maybe_write(self, tip: TopicIdPartition, leader_epoch: int, log_start_offset: int) -> bool:
         """Write the partition's manifest if it changed and the interval since the last one
         passed; whether it wrote. Errors propagate (the state stays dirty)."""
+        if tip.partition == 0:
+            self.maybe_write_topic(tip.topic, tip.topic_id)   # its configs may have changed
         now = self._now()
         with self._lock:
             st = self._states.setdefault(tip, _State())
@@ -81,8 +83,6 @@ class ManifestWriter:
             st.last_ms = now
             st.log_start = log_start_offset
         self.manifests_written += 1
-        if tip.partition == 0:
-            self.maybe_write_topic(tip.topic, tip.topic_id)
         return True
 
     def maybe_write_topic(self, topic: str, topic_id: uuid.UUID) -> bool:
