@@ -61,6 +61,7 @@ from strata.common.config import ConfigType, load_properties
 from strata.common.errors import (
     ErrorCode, InvalidConfigError, InvalidRequestError, KafkaError, KafkaStorageError)
 from strata.common.files import atomic_write, descriptor_limit
+from strata.common.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 from strata.common.types import TopicPartition
 from strata.common.types import uuid_from_kafka_str, uuid_to_kafka_str  # noqa: F401 - re-exported
 from strata.log.log_config import BROKER_SYNONYMS, LOG_CONFIG_DEF, LogConfig, topic_defaults_from_broker
@@ -157,13 +158,24 @@ def is_listener_ssl_config(key: str) -> bool:
     return m is not None and m.group(1) in LISTENER_SSL_CONFIGS
 
 
+def broker_config_type(name: str) -> ConfigType | None:
+    """A broker config's type: Strata's definition, else Kafka's (``KafkaConfig``); None for
+    a config neither knows."""
+    key = BROKER_CONFIG_KEYS.get(name)
+    if key is not None:
+        return key.type
+    kafka = KAFKA_BROKER_CONFIGS.get(name)
+    return ConfigType[kafka[0]] if kafka is not None else None
+
+
 def sensitive_broker_config(name: str) -> bool:
-    """Kafka's rule for describing and logging a broker config: PASSWORD types, listener SSL
-    passwords and keys, and any config it does not know are sensitive."""
+    """Kafka's rule for describing and logging a broker config (``KafkaConfig.maybeSensitive``):
+    PASSWORD types, listener SSL passwords and keys, and any config it does not know are
+    sensitive; every other known config (``broker.rack``, ``replica.selector.class``) is not."""
     if is_listener_ssl_config(name):
         return name.endswith((".password", ".ssl.keystore.key"))
-    key = BROKER_CONFIG_KEYS.get(name)
-    return key is None or key.type is ConfigType.PASSWORD
+    type_ = broker_config_type(name)
+    return type_ is None or type_ is ConfigType.PASSWORD
 
 
 def loggable_broker_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
@@ -476,6 +488,12 @@ BROKER_CONFIG_KEYS: dict[str, _BrokerKey] = {
                                        "that are cordoned. Entries in this list must be entries "
                                        "in log.dirs or log.dir configuration. This can also be "
                                        "set to * to cordon all log directories."),
+    "broker.rack": _BrokerKey(_T.STRING, None, "The broker's rack: replica placement spreads a "
+                              "partition's replicas over racks, and rack-aware replica selection "
+                              "serves consumers from their own rack."),
+    "replica.selector.class": _BrokerKey(_T.STRING, None, "The ReplicaSelector that picks a "
+                                         "consumer's preferred read replica (KIP-392); unset: "
+                                         "consumers read from the leader."),
     "strata.metrics.listener": _BrokerKey(_T.STRING, None, "Strata: http://host:port of the "
                                           "Prometheus endpoint (/metrics, /tiered/<topic>); "
                                           "absent: no endpoint."),
@@ -1724,7 +1742,8 @@ class ClusterMetadata:
                 read_only=name not in DYNAMIC_BROKER_CONFIGS and not is_listener_ssl_config(name),
                 source=source, is_sensitive=sensitive,
                 synonyms=synonyms if include_synonyms else [],
-                config_type=_ENTRY_TYPE[bkey.type] if bkey is not None else ConfigEntryType.UNKNOWN,
+                config_type=_ENTRY_TYPE[type_] if (type_ := broker_config_type(name)) is not None
+                else ConfigEntryType.UNKNOWN,
                 documentation=(bkey.doc if bkey is not None else None) if include_documentation
                 else None))
         return entries
