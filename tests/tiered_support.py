@@ -40,12 +40,16 @@ def wait_for(cond, timeout: float = 60, interval: float = 0.1, what: str = "cond
 
 def remote_files(root: Path, topic: str | None = None) -> list[Path]:
     """Objects of a filesystem remote tier (optionally one topic's)."""
-    if not root.exists():
-        return []
-    files = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
-    if topic is not None:
-        files = [p for p in files if p.relative_to(root).parts[0].startswith(f"{topic}-")]
-    return sorted(files)
+    def listing() -> list[Path] | None:
+        if not root.exists():
+            return []
+        try:   # the store prunes directories a delete empties while this walks them
+            return sorted(p for top in root.glob("*" if topic is None else f"{topic}-*")
+                          for p in ([top] if top.is_file() else top.rglob("*"))
+                          if p.is_file() and not p.name.startswith("."))
+        except FileNotFoundError:
+            return None
+    return eventually(lambda: (x := listing()) is not None and (x,), "a listing")[0]
 
 
 def local_segments(log_dir: Path, topic: str, partition: int = 0) -> list[Path]:
