@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import faulthandler
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
 
 from strata.common.config import load_properties
+from strata.common.errors import KafkaError
 
 
 def read_server_properties(path: str | None, overrides: list[str]) -> dict[str, str]:
@@ -25,13 +28,33 @@ def read_server_properties(path: str | None, overrides: list[str]) -> dict[str, 
     return props
 
 
+def _fail(message: str) -> int:
+    """The one line a broker that cannot start prints (no traceback); exit code 1."""
+    print(f"strata: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
 def serve(args: argparse.Namespace) -> int:
     # kio registers hypothesis strategies for its types whenever hypothesis is importable (a
     # test dependency, in development installs): 0.15-0.2 s of every broker start. A broker
     # process never uses them.
     if "kio" not in sys.modules:
         sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    props = read_server_properties(args.config, args.override)
+    from strata.broker import config_check
+    try:
+        props = read_server_properties(args.config, args.override)
+    except OSError as exc:
+        return _fail(f"cannot read the config file {args.config}: {exc.strerror or exc}")
+    log = logging.getLogger("strata.broker.config")
+    file_keys = load_properties(Path(args.config).read_text()) if args.config else {}
+    for line in config_check.unknown_key_warnings(
+            props, config_check.origins(args.config, file_keys, args.override)):
+        log.warning("%s", line)
+    try:
+        config_check.check_values(props)
+    except config_check.ConfigProblem as exc:
+        return _fail(str(exc))
+    log.info("%s", config_check.effective_config(props))
 
     async def main() -> None:
         from strata.broker.broker import Broker
@@ -39,7 +62,12 @@ def serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await Broker.build(props, loop).serve(stop)
+        try:
+            broker = Broker.build(props, loop)
+        except (ValueError, KafkaError) as exc:   # a config value the broker's parts refuse
+            log.debug("start failed", exc_info=True)
+            raise _StartFailed(f"invalid configuration: {exc}") from exc
+        await broker.serve(stop)
 
     # kill -USR1 <pid> writes every thread's stack to stderr (Kafka's jstack)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -48,11 +76,30 @@ def serve(args: argparse.Namespace) -> int:
         import uvloop  # type: ignore[import-not-found]
     except ImportError:
         uvloop = None
-    if uvloop is not None:
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    try:
+        if uvloop is not None:
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        log.debug("start failed", exc_info=True)
+        return _fail(f"cannot listen on {_address_of(exc)}: address already in use")
+    except _StartFailed as exc:
+        return _fail(str(exc))
     return 0
+
+
+class _StartFailed(Exception):
+    """Building the broker failed for a reason its one line says."""
+
+
+def _address_of(exc: OSError) -> str:
+    """The address of asyncio's bind error ("... on address ('h', p): ..."), else the configs
+    that name addresses (the metrics endpoint's error names none)."""
+    m = re.search(r"\('([^']*)', (\d+)\)", str(exc))
+    return f"{m.group(1)}:{m.group(2)}" if m else "an address of listeners or strata.metrics.listener"
 
 
 def dump_log(args: argparse.Namespace) -> int:
@@ -228,8 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         add_spark_arguments(p)
     p.set_defaults(fn=spark_job)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = args.log_level.strip().upper()
+    if not isinstance(logging.getLevelName(level), int):
+        return _fail(f"invalid --log-level '{args.log_level}': expected one of "
+                     "DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.fn(args)
 
 
