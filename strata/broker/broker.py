@@ -377,7 +377,7 @@ class Broker:
     def build(cls, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None) -> Broker:
         """Every part, in dependency order, on the running loop (or ``loop``)."""
         from strata.broker.metadata_publisher import (
-            NO_REMOTE_TIER, LeadershipPublisher, TopicLogsPublisher)
+            NO_REMOTE_TIER, GrantedStatesPublisher, LeadershipPublisher, TopicLogsPublisher)
         from strata.cluster.metadata import SENDFILE_PROP, ClusterMetadata
         from strata.common.leadership_lease import ALWAYS_HELD
         from strata.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
@@ -441,6 +441,9 @@ class Broker:
         if _rack_aware_selector(props) and zk is not None:
             replica_manager.broker_racks = lambda: {b.node_id: b.rack for b in metadata.live_brokers()}
         replica_manager.min_insync_replicas = lambda topic: int(metadata.log_config(topic).get("min.insync.replicas"))
+        if zk is None:   # a cluster of one: its metadata grants this broker every partition
+            metadata.add_listener(GrantedStatesPublisher(replica_manager))
+            replica_manager.apply_states(metadata.hosted_states())
         tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
         rlm = tiering[0] if tiering else None
         replica_manager.remote_log_manager = rlm

@@ -1,7 +1,8 @@
 """Metadata changes applied to the broker's parts (Kafka's ``BrokerMetadataPublisher``).
 
 ``TopicLogsPublisher`` hears topic changes (create, delete, add partitions, configs) and keeps
-the logs and the remote tier in step; ``LeadershipPublisher`` hears a cluster broker's partition
+the logs and the remote tier in step; ``GrantedStatesPublisher`` applies one broker's granted
+partition states to its replica manager; ``LeadershipPublisher`` hears a cluster broker's partition
 states and applies them to the replica manager, deletes replicas moved off this broker and
 loads or unloads the group and transaction coordinators' partitions. On one broker
 ``TransactionStateLoader`` loads every ``__transaction_state`` partition once the topic is made;
@@ -115,6 +116,18 @@ class TopicLogsPublisher:
         dirs apply at once."""
         self.remote_tier.reconfigure(rlm_config)
         self.manager.update_cordoned_log_dirs(self.metadata.cordoned_log_dirs())
+
+
+class GrantedStatesPublisher:
+    """One broker, a cluster of one: the partition states its metadata grants (every partition
+    led here, the ISR itself) applied to the replica manager as they come, a topic's after its
+    logs are made. The coordinators load their topics' partitions on their own on one broker."""
+
+    def __init__(self, replica_manager):
+        self.replica_manager = replica_manager
+
+    def on_partition_states(self, states) -> None:
+        self.replica_manager.apply_states(states)
 
 
 class LeadershipPublisher:

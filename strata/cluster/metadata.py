@@ -754,8 +754,19 @@ class ClusterMetadata:
         info = self._image.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return None
+        return self._granted()
+
+    def _granted(self) -> PartitionState:
+        """One broker is a cluster of one: it leads every partition, at leader epoch 0, the
+        ISR and the replicas itself."""
         node = (self.node_id,)
         return PartitionState(self.node_id, 0, node, node)
+
+    def hosted_states(self) -> dict[TopicPartition, PartitionState]:
+        """The state of every partition this broker hosts: every partition, granted."""
+        granted = self._granted()
+        return {TopicPartition(t.name, p): granted
+                for t in self._image.topics.values() for p in range(t.partitions)}
 
     @property
     def remote_storage_system_enabled(self) -> bool:
@@ -1189,8 +1200,19 @@ class ClusterMetadata:
 
     def _announce(self, method: str, *args: Any) -> None:
         """Tell listeners of a change this node just made (a cluster announces what it reads
-        back from its store instead)."""
+        back from its store instead), and ``on_partition_states`` of the partitions it grants
+        or takes back: after a topic's partitions are made, before they are deleted (as a
+        cluster's metadata orders them)."""
+        if method == "on_topic_deleted":
+            info = args[0]
+            self._notify("on_partition_states",
+                         dict.fromkeys(TopicPartition(info.name, p) for p in range(info.partitions)))
         self._notify(method, *args)
+        if method in ("on_topic_created", "on_partitions_created"):
+            info, old_count = args[0], (args[1] if len(args) > 1 else 0)
+            granted = self._granted()
+            self._notify("on_partition_states", {TopicPartition(info.name, p): granted
+                                                 for p in range(old_count, info.partitions)})
 
     def _grow_topic(self, info: TopicInfo, updated: TopicInfo, placement: list[list[int]]) -> None:
         topics = dict(self._image.topics)

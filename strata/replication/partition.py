@@ -182,7 +182,7 @@ TRANSITIONS: dict[tuple[Role, Incoming], str] = {
 class Partition:
     """A partition hosted here. ``state`` is None only before the first state is committed."""
 
-    __slots__ = ("tp", "broker_id", "state", "leadership")
+    __slots__ = ("tp", "broker_id", "state", "leadership", "log_failed")
 
     def __init__(self, tp: TopicPartition, broker_id: int,
                  state: PartitionState | None = None, leadership: Leadership | None = None):
@@ -190,6 +190,7 @@ class Partition:
         self.broker_id = broker_id
         self.state = state
         self.leadership = leadership
+        self.log_failed = False   # its replica's log could not be made (OpenLog failed)
 
     @property
     def role(self) -> Role:

@@ -1,10 +1,12 @@
 """ReplicaManager: the partitions this broker leads, and the produce/fetch/list-offsets paths.
 
-One broker alone leads every partition at leader epoch 0. In a cluster the controller's
-partition states arrive through ``apply_states``: this broker serves as leader only the
-partitions it leads, at their leader epoch, and answers the others with Kafka's errors
-(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH); it follows the others
-through ``fetchers`` (strata.replication.replica_fetcher).
+The controller's partition states arrive through ``apply_states`` (one broker is a cluster of
+one: its metadata grants it every partition, leader at epoch 0 with itself the ISR). Each
+hosted partition is a ``Partition`` (strata.replication.partition), whose transitions table
+decides what a state does; this broker serves as leader only the partitions it leads, at their
+leader epoch, and answers the others with Kafka's errors (NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH); it follows the others through ``fetchers``
+(strata.replication.replica_fetcher).
 
 A leader (Kafka's Partition) tracks each follower's log end offset from its replica Fetches;
 invariants:
@@ -47,7 +49,6 @@ from strata.replication.partition import (
 
 log = logging.getLogger(__name__)
 
-LEADER_EPOCH = 0  # the one-broker setup's leader epoch, forever
 ISR_EXPANSION_RETRY_MS = 100  # after the controller refused a follower as INELIGIBLE_REPLICA
 
 
@@ -105,8 +106,10 @@ class ReplicaManager:
         # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
         self.remote_log_manager = None
         self.broker_id = broker_id
-        # In a cluster, each partition hosted here; without one, one broker leads all.
+        # Other brokers replicate: acks=all waits for the ISR and needs min.insync.replicas
+        # (one broker acknowledges acks=all at any min.insync.replicas, as Strata always has)
         self._clustered = clustered
+        # each partition hosted here, from the controller's states (``apply_states``)
         self._hosted_partitions: dict[TopicPartition, Partition] = {}
         self._states_lock = threading.Lock()
         # runs fn after a delay (from any thread); a broker sets its event loop's, so that
@@ -134,18 +137,15 @@ class ReplicaManager:
 
     @property
     def clustered(self) -> bool:
+        """Whether other brokers replicate this broker's partitions (acks=all waits for them)."""
         return self._clustered
 
     def partition(self, tp: TopicPartition) -> Partition | None:
-        """The partition hosted here, None if not (one broker's are made on demand)."""
-        if not self._clustered:
-            return Partition(tp, self.broker_id, self.state(tp))
+        """The partition hosted here, None if not."""
         return self._hosted_partitions.get(tp)
 
     def state(self, tp: TopicPartition) -> PartitionState | None:
-        """The partition's state here; the one-broker setup leads every partition."""
-        if not self._clustered:
-            return PartitionState(self.broker_id, LEADER_EPOCH, (self.broker_id,), (self.broker_id,))
+        """The partition's state here, None if not hosted here."""
         found = self._hosted_partitions.get(tp)
         return found.state if found is not None else None
 
@@ -165,8 +165,6 @@ class ReplicaManager:
         partition epoch) is ignored, so no stale controller or late read moves a partition
         back. A new leader stamps its epoch into the leader epoch cache at its log end offset
         (Kafka's makeLeader)."""
-        if not self._clustered:
-            raise RuntimeError("apply_states needs a clustered ReplicaManager")
         with self._states_lock:
             return self._apply_states(states)
 
@@ -195,12 +193,15 @@ class ReplicaManager:
         for partition, decision in decided:
             tp = partition.tp
             ulog = None
+            log_failed = False
             if any(isinstance(a, OpenLog) for a in decision.actions):
                 try:
                     ulog = self.get_log(tp, create=True)
                 except KafkaError as exc:
                     log.error("cannot host %s: %s", tp, exc)
+                    log_failed = True
             partition.commit(decision)
+            partition.log_failed = log_failed
             if decision.state is None:
                 del self._hosted_partitions[tp]
             else:
@@ -227,23 +228,28 @@ class ReplicaManager:
 
     # ---- leader: followers, ISR, high watermark ---------------------------------------------
 
-    def _maybe_advance_high_watermark(self, tp: TopicPartition, ulog: UnifiedLog) -> bool:
+    def _maybe_advance_high_watermark(self, tp: TopicPartition, ulog: UnifiedLog,
+                                      wake: bool = True) -> bool:
         """HW = the least log end offset over the maximal ISR (the leader's own included);
         it only grows, and not while the ISR is under the effective min.insync.replicas
         (KIP-966: so a replica that left the ISR then, an eligible leader replica, holds all
-        below it). Wakes waiters (acks=all produces, fetches) when it moved."""
+        below it). Wakes waiters (acks=all produces, fetches) when it moved, with ``wake``."""
         partition = self._hosted_partitions.get(tp)
         if partition is None or not partition.is_leader:
             return False
-        target = partition.high_watermark_target(ulog.log_end_offset,
-                                                 self.min_insync_replicas(tp.topic))
+        st = partition.state
+        # min.insync.replicas counts only while the ISR is short of the replicas (it is
+        # capped at their number): a full ISR, one broker's always, skips the config lookup
+        min_isr = self.min_insync_replicas(tp.topic) if len(st.isr) < len(st.replicas) else 1
+        target = partition.high_watermark_target(ulog.log_end_offset, min_isr)
         if target is None or self.lease.in_doubt():
             return False
         with ulog.lock:   # callers run on several threads: never set an older value
             if target <= ulog.high_watermark:
                 return False
             ulog.update_high_watermark(target)
-        self._on_append(tp)
+        if wake:
+            self._on_append(tp)
         return True
 
     def _on_lease_changed(self) -> None:
@@ -272,8 +278,7 @@ class ReplicaManager:
             return ReadResult(error)
         st = self.state(tp)
         leadership = self._leadership(tp)
-        if st is not None and self._clustered and (
-                leadership is None or replica_id not in leadership.followers):
+        if st is not None and (leadership is None or replica_id not in leadership.followers):
             return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, ulog.high_watermark,
                               ulog.last_stable_offset, ulog.log_start_offset)
         if last_fetched_epoch >= 0:
@@ -455,23 +460,28 @@ class ReplicaManager:
         return ulog, error, st.leader_epoch if ulog is not None else -1
 
     def get_log(self, tp: TopicPartition, create: bool | None = None) -> UnifiedLog | None:
-        """The partition's log; None if the partition does not exist. One broker creates it
-        on first use; in a cluster only ``apply_states`` does (``create``)."""
+        """The partition's log; None if the partition does not exist. Only ``apply_states``
+        makes one (``create``), for a partition its state makes a replica here."""
         count = self._partitions(tp.topic)
         if count is None or not 0 <= tp.partition < count:
             return None
         found = self.log_manager.get_log(tp)
-        if found is not None or not (not self._clustered if create is None else create):
+        if found is not None or not create:
             return found
         return self.log_manager.get_or_create_log(tp)
 
     def _hosted(self, tp: TopicPartition) -> tuple[UnifiedLog | None, ErrorCode]:
         """The partition's log, or None and why: UNKNOWN_TOPIC_OR_PARTITION, or the
-        KAFKA_STORAGE_ERROR of a log that cannot be created on a failing disk."""
+        KAFKA_STORAGE_ERROR of a log that cannot be created on a failing disk (a hosted
+        replica whose log could not be made is made again here, and stays so until it is)."""
+        partition = self._hosted_partitions.get(tp)
+        retry = partition is not None and partition.log_failed
         try:
-            ulog = self.get_log(tp)
+            ulog = self.get_log(tp, create=retry)
         except KafkaError as exc:
             return None, ErrorCode(exc.code)
+        if retry and ulog is not None:
+            partition.log_failed = False
         return ulog, ErrorCode.NONE if ulog is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     # ---- produce ----------------------------------------------------------------------------
@@ -497,11 +507,8 @@ class ReplicaManager:
             info = ulog.append_as_leader(records, epoch, origin=origin,
                                          produce_version=produce_version,
                                          verification_guard=verification_guard)
-            if not info.duplicate:
-                if not self._clustered:
-                    ulog.update_high_watermark(ulog.log_end_offset)  # the ISR is this broker
-                else:
-                    self._maybe_advance_high_watermark(tp, ulog)
+            if not info.duplicate:   # waiters are woken below
+                self._maybe_advance_high_watermark(tp, ulog, wake=False)
         except Exception as exc:  # noqa: BLE001 - every failure is a Kafka error code for the client
             return AppendResult(_code(exc), log_start_offset=ulog.log_start_offset,
                                 message=str(exc),

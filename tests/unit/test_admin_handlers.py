@@ -25,6 +25,7 @@ from strata.server import authz
 from strata.server.context import BrokerContext
 from strata.broker.metadata_publisher import TopicLogsPublisher
 from test_group_handlers import Client
+from support.replicas import follow_grants
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 
@@ -45,7 +46,9 @@ def broker(tmp_path):
                          scheduler=scheduler)
     manager.startup()
     metadata.add_listener(TopicLogsPublisher(manager, metadata))
-    replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
+    replicas = follow_grants(metadata, ReplicaManager(
+        manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None),
+        broker_id=metadata.node_id))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)
     yield ctx, manager, log_dir

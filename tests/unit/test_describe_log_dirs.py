@@ -22,6 +22,7 @@ from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.dispatch import advertised_versions
 from test_group_handlers import Client
+from support.replicas import follow_grants
 
 API = ApiKey.DESCRIBE_LOG_DIRS
 VERSIONS = list(range(API_VERSIONS[API][0], API_VERSIONS[API][1] + 1))
@@ -39,7 +40,9 @@ def broker(tmp_path):
                          scheduler=scheduler)
     manager.startup()
     metadata.add_listener(TopicLogsPublisher(manager, metadata))
-    replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
+    replicas = follow_grants(metadata, ReplicaManager(
+        manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None),
+        broker_id=metadata.node_id))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)
     metadata.create_topic("orders", 3)

@@ -28,6 +28,7 @@ from strata.server.fetch_session import FetchSessionCache
 from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
 from strata.server.purgatory import PartitionWatchers
+from support.replicas import lead_alone
 
 TOPIC = "t"
 P0, P1, P2 = (TopicPartition(TOPIC, i) for i in range(3))
@@ -45,6 +46,7 @@ class Broker:
         self.rm = ReplicaManager(
             self.logs, lambda topic: 3 if topic == TOPIC else None,
             on_append=lambda tp: self.loop.call_soon_threadsafe(watchers.notify, tp))
+        lead_alone(self.rm, *(TopicPartition(TOPIC, p) for p in range(3)))
         self.ctx = BrokerContext(node_id=1, advertised_host="127.0.0.1", advertised_port=0,
                                  metadata=None, replica_manager=self.rm, fetch_watchers=watchers)
         self.ctx.fetch_sessions = self.cache = FetchSessionCache(slots)

@@ -25,6 +25,7 @@ from strata.log.log_manager import LogManager
 from strata.protocol.records import SimpleRecord, build_batch, iter_records
 from strata.replication.replica_manager import ReplicaManager
 from strata.server.metrics import BrokerMetricsCollector
+from support.replicas import lead_alone
 
 TP = TopicPartition("t", 0)
 
@@ -49,7 +50,9 @@ def batch(i: int, size: int = 100) -> bytes:
 def broker(tmp_path):
     manager = LogManager([tmp_path / "logs"], LogConfig({"index.interval.bytes": 1}))
     manager.startup()
-    yield manager, ReplicaManager(manager, lambda topic: 1 if topic == "t" else None)
+    replicas = ReplicaManager(manager, lambda topic: 1 if topic == "t" else None)
+    lead_alone(replicas, TP)
+    yield manager, replicas
     manager.shutdown()
 
 
@@ -158,15 +161,22 @@ def test_index_blocks_are_allocated_before_the_batch_is_written(broker, monkeypa
     assert ulog.log_end_offset == end + i - 1
 
 
-def test_a_log_that_cannot_be_created_is_a_storage_error(broker, monkeypatch):
-    manager, replicas = broker
+def test_a_log_that_cannot_be_created_is_a_storage_error(tmp_path, monkeypatch):
+    """The partition is granted while its log cannot be made: it is hosted without one, and
+    appends answer KAFKA_STORAGE_ERROR (each tries to make the log again)."""
+    manager = LogManager([tmp_path / "logs"], LogConfig({"index.interval.bytes": 1}))
+    manager.startup()
+    replicas = ReplicaManager(manager, lambda topic: 1 if topic == "t" else None)
 
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
     monkeypatch.setattr(Path, "mkdir", read_only)
+    lead_alone(replicas, TP)
+    assert replicas.partition(TP).log_failed
     assert replicas.append(TP, batch(0), produce_version=9).error == \
         ErrorCode.KAFKA_STORAGE_ERROR
     assert manager.dir_failures.offline_log_directory_count() == 1
+    manager.shutdown()
 
 
 def test_the_offline_log_directory_count_is_exported_as_kafka_names_it(tmp_path):

@@ -20,10 +20,11 @@ from strata.log.log_manager import LogManager
 from strata.log.producer_state import AppendOrigin
 from strata.protocol import records as rec
 from strata.replication.replica_manager import ReplicaManager
+from support.replicas import follow_grants
 
 
 class Broker:
-    """The storage half of a broker, as ``run_broker`` wires it."""
+    """The storage half of a broker, as ``Broker.build`` wires it."""
 
     def __init__(self, path, props=None):
         self.props = dict(props or {})
@@ -32,8 +33,9 @@ class Broker:
                                   topic_config=self.metadata.log_config)
         self.manager.startup()
         self.metadata.add_listener(self)
-        self.replica_manager = ReplicaManager(
-            self.manager, lambda t: (i.partitions if (i := self.metadata.topic(t)) else None))
+        self.replica_manager = follow_grants(self.metadata, ReplicaManager(
+            self.manager, lambda t: (i.partitions if (i := self.metadata.topic(t)) else None),
+            broker_id=1))
 
     def on_topic_created(self, info) -> None:
         for p in range(info.partitions):

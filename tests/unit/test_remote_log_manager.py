@@ -22,6 +22,7 @@ from strata.tiered.manager.retry import Backoff
 from strata.tiered.storage import FaultInjectingObjectStore, MemoryObjectStore
 from support.waiting import eventually
 from tiered_env import T0, TIP, TP, TieredEnv
+from support.replicas import lead_alone
 
 
 class Env(TieredEnv):
@@ -441,6 +442,7 @@ def test_a_fetch_racing_local_retention_is_served_from_the_remote_tier(env):
 
     env.log.read = read_after_retention
     replicas = ReplicaManager(Logs(), lambda t: 1 if t == TP.topic else None)
+    lead_alone(replicas, TP)
     replicas.remote_log_manager = env.rlm
     result = replicas.read(TP, 0, 1000, FetchIsolation.HIGH_WATERMARK, True)
     assert env.log.local_log_start_offset > 0

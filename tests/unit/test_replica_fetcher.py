@@ -900,6 +900,10 @@ class WireLeader:
         self.rm = ReplicaManager(self.logs,
                                  lambda topic: partitions if topic == TP.topic else None,
                                  broker_id=LEADER, clustered=clustered)
+        if not clustered:   # a leader of every partition, followed by this test's broker
+            from strata.cluster.image import PartitionState
+            self.rm.apply_states({TopicPartition(TP.topic, p): PartitionState(
+                LEADER, 0, (LEADER,), (LEADER, ME)) for p in range(partitions)})
         ctx = BrokerContext(node_id=LEADER, advertised_host="127.0.0.1", advertised_port=0,
                             metadata=None, replica_manager=self.rm)
         ctx.fetch_sessions = self.sessions = FetchSessionCache()

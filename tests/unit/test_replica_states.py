@@ -84,15 +84,38 @@ def test_a_replica_no_longer_hosted_is_dropped(rm):
     assert rm.state(TP) is None
 
 
-def test_one_broker_leads_every_partition_at_epoch_zero(tmp_path):
-    manager = LogManager([tmp_path], LogConfig({}), scheduler=ImmediateScheduler())
+def test_one_broker_is_a_cluster_of_one_its_metadata_grants_every_partition(tmp_path):
+    """A broker alone: its metadata grants it every partition (leader at epoch 0, the ISR
+    itself) when a topic or partitions are made, at startup for those it has, and takes them
+    back when the topic is deleted; a record is committed as soon as it is appended."""
+    from strata.broker.metadata_publisher import GrantedStatesPublisher, TopicLogsPublisher
+    from strata.cluster.metadata import ClusterMetadata
+    metadata = ClusterMetadata(tmp_path, 1, {})
+    manager = LogManager([tmp_path], metadata.default_log_config(),
+                         topic_config=metadata.log_config, scheduler=ImmediateScheduler())
     manager.startup()
     try:
-        rm = ReplicaManager(manager, lambda topic: 1, broker_id=1)
-        assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
-        assert rm.state(TP) == PartitionState(1, 0, (1,), (1,))
-        with pytest.raises(RuntimeError):
-            rm.apply_states({TP: None})
+        metadata.create_topic("before", 1)
+        rm = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None),
+                            broker_id=1)
+        assert rm.state(TopicPartition("before", 0)) is None   # nothing granted yet
+        metadata.add_listener(TopicLogsPublisher(manager, metadata))
+        metadata.add_listener(GrantedStatesPublisher(rm))
+        rm.apply_states(metadata.hosted_states())
+        assert rm.state(TopicPartition("before", 0)) == PartitionState(1, 0, (1,), (1,))
+        metadata.create_topic("t", 1)
+        metadata.create_partitions("t", 2)
+        for tp in (TopicPartition("t", 0), TopicPartition("t", 1)):
+            assert rm.state(tp) == PartitionState(1, 0, (1,), (1,))
+            r = rm.append(tp, batch(), produce_version=9, required_acks=-1)
+            assert r.error == ErrorCode.NONE
+            assert rm.get_log(tp).high_watermark == r.last_offset + 1
+            assert rm.enough_replicas_reached(tp, r.last_offset + 1) == (True, ErrorCode.NONE)
+            assert rm.get_log(tp).leader_epoch_cache.latest_epoch() == 0
+        metadata.delete_topic("t")
+        assert rm.state(TP) is None and rm.partition(TopicPartition("t", 1)) is None
+        assert rm.append(TP, batch(), produce_version=9).error == \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     finally:
         manager.shutdown()
 

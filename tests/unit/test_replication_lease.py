@@ -23,6 +23,7 @@ from strata.log.log_manager import LogManager
 from strata.protocol import records as rec
 from strata.cluster.image import PartitionState
 from strata.replication.replica_manager import ReplicaManager
+from support.replicas import lead_alone
 
 TP = TopicPartition("t", 0)
 ME = 1
@@ -171,6 +172,7 @@ def test_appends_and_follower_fetches_go_on_while_in_doubt(rm, lease):
 
 def test_one_broker_without_zookeeper_is_never_held_back(manager):
     rm = ReplicaManager(manager, lambda topic: 1, broker_id=1)
+    lead_alone(rm, TP)
     assert rm.lease is ALWAYS_HELD
     required = acks_all(rm)
     assert rm.get_log(TP).high_watermark == required

@@ -25,6 +25,7 @@ from strata.tiered import config as tc
 from strata.tiered.config import (
     REMOTE_LOG_MANAGER_CONFIG_DEF, RemoteLogManagerConfig, default_remote_storage_dir,
     default_remote_storage_url, load_plugin)
+from support.replicas import follow_grants
 
 SYSTEM_ON = {"remote.log.storage.system.enable": "true"}
 TIERED = {"remote.storage.enable": "true"}
@@ -858,7 +859,9 @@ def wire(tmp_path):
                          scheduler=scheduler)
     manager.startup()
     metadata.add_listener(TopicLogsPublisher(manager, metadata))
-    replicas = ReplicaManager(manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None))
+    replicas = follow_grants(metadata, ReplicaManager(
+        manager, lambda t: (i.partitions if (i := metadata.topic(t)) else None),
+        broker_id=metadata.node_id))
     ctx = BrokerContext(node_id=1, advertised_host="broker.example", advertised_port=9093,
                         metadata=metadata, replica_manager=replicas)
     yield ctx

@@ -29,6 +29,7 @@ from strata.server.context import BrokerContext
 from strata.server.handlers import write_txn_markers
 from strata.server.purgatory import PartitionWatchers
 from strata.server.txn_markers import TxnMarker, write_markers
+from support.replicas import lead_alone
 
 TP = TopicPartition("t", 0)
 TOPICS = {"t": 2, OFFSETS_TOPIC: 3}
@@ -53,6 +54,8 @@ def make_ctx(tmp_path, *, clustered: bool = False, coordinator=None) -> BrokerCo
     manager.startup()
     watchers = PartitionWatchers()
     rm = ReplicaManager(manager, TOPICS.get, watchers.notify, broker_id=ME, clustered=clustered)
+    if not clustered:   # a broker alone leads every partition
+        lead_alone(rm, *(TopicPartition(t, p) for t, n in TOPICS.items() for p in range(n)))
     return BrokerContext(node_id=ME, advertised_host="", advertised_port=0, metadata=None,
                          replica_manager=rm, fetch_watchers=watchers,
                          group_coordinator=coordinator)

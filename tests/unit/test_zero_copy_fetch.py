@@ -32,6 +32,7 @@ from strata.server.context import BrokerContext
 from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
 from strata.protocol.client import client_frame, framed
+from support.replicas import lead_alone
 from support.waiting import eventually
 
 TOPIC = "t"
@@ -59,6 +60,8 @@ class Broker:
         count = lambda topic: partitions if topic == TOPIC else None  # noqa: E731
         self.rm = ReplicaManager(self.logs, count)
         copying = CopyingReplicaManager(self.logs, count)
+        for rm in (self.rm, copying):
+            lead_alone(rm, *(TopicPartition(TOPIC, p) for p in range(partitions)))
         self.loop = new_loop()
         self.servers = {}
         for name, rm in (("zero_copy", self.rm), ("copying", copying)):
