@@ -88,7 +88,7 @@ def _inter_broker_security(props: dict[str, str]):
 
 
 def _transaction_coordinator(props, metadata, txn_log, producer_ids, markers, loop, *,
-                             clustered: bool):
+                             clustered: bool, features):
     """The transaction coordinator over ``__transaction_state`` (``txn_log``), sending its
     markers with ``markers``; on one broker it loads every partition of the topic, now if it
     exists, else once it is made."""
@@ -99,11 +99,11 @@ def _transaction_coordinator(props, metadata, txn_log, producer_ids, markers, lo
     config = dataclasses.replace(
         TxnCoordinatorConfig.from_properties(props),
         num_partitions=existing.partitions if existing else txn_log.configured_partitions)
-    from strata.server.handlers.api_versions import finalized_levels
+    from strata.cluster.features import TRANSACTION_VERSION
     coordinator = TransactionCoordinator(
         txn_log, producer_ids.generate, markers, config,
         topic_exists=lambda topic: metadata.topic(topic) is not None,
-        transaction_version=lambda: finalized_levels().get("transaction.version", 0))
+        transaction_version=lambda: features.level(TRANSACTION_VERSION))
     if not clustered:
         if existing is not None:
             coordinator.load({p: 0 for p in range(existing.partitions)})
@@ -503,8 +503,12 @@ class Broker:
         markers = MarkerSender(node_id, metadata, LocalMarkerTarget(
             replica_manager, watchers, group_coordinator, txn_marker_timeout_s),
             security=inter_broker_security)
+        from strata.cluster.features import FileFeatureStore, FinalizedFeatures, ZkFeatureStore
+        features = FinalizedFeatures(   # transaction.version (UpdateFeatures)
+            ZkFeatureStore(zk) if zk is not None else FileFeatureStore(log_dirs[0] / "features.json"))
         txn_coordinator = _transaction_coordinator(props, metadata, txn_log, producer_ids,
-                                                   markers, loop, clustered=zk is not None)
+                                                   markers, loop, clustered=zk is not None,
+                                                   features=features)
         # KIP-890: verification (optional), and the V2 add of a partition (always)
         txn_verifier = TxnVerifier(
             node_id, metadata, replica_manager, txn_coordinator, security=inter_broker_security,
@@ -516,6 +520,7 @@ class Broker:
                             producer_ids=producer_ids,
                             fetch_max_bytes=_int(props, "fetch.max.bytes"),
                             eligible_leader_replicas=_flag(props, "eligible.leader.replicas.enable"),
+                            features=features,
                             fetch_sessions=FetchSessionCache.from_properties(props),   # KIP-227
                             authorizer=authorizer, delegation_tokens=delegation_tokens,
                             client_quotas=client_quotas, quotas=quotas, offsets_log=offsets_log,

@@ -25,11 +25,8 @@ def _advertised_api_versions() -> dict[int, tuple[int, int]]:
     return advertised_versions()
 
 
-@dataclass(frozen=True)
+@dataclass
 class BrokerContext:
-    """Frozen: every part is given to the constructor (a test varies one with
-    ``dataclasses.replace``)."""
-
     node_id: int
     advertised_host: str
     advertised_port: int
@@ -53,6 +50,7 @@ class BrokerContext:
     authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
     eligible_leader_replicas: bool = True     # eligible.leader.replicas.enable (ApiVersions)
+    features: Any = None   # strata.cluster.features.FinalizedFeatures (UpdateFeatures); None: fixed
     authorizer: Authorizer | None = None   # None: every request allowed (no authorizer.class.name)
     fetch_sessions: FetchSessionsPort = NO_SESSIONS   # KIP-227; NO_SESSIONS: every Fetch sessionless
     txn_marker_timeout_s: float = 30.0   # request.timeout.ms

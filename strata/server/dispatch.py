@@ -19,6 +19,7 @@ from strata.server.handlers import (
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sasl_authenticate, sasl_handshake, sync_group)
 from strata.server.handlers import alter_user_scram_credentials, delegation_tokens
+from strata.server.handlers import update_features
 from strata.security.authorizer import CURRENT_REQUEST
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 from strata.server.network import CloseConnection
@@ -56,6 +57,7 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: alter_configs.handle,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.UPDATE_FEATURES: update_features.handle,
     ApiKey.DESCRIBE_LOG_DIRS: describe_log_dirs.handle,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas.handle,
     ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas.handle,

@@ -7,7 +7,6 @@ otherwise."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 import pytest
 
@@ -23,7 +22,9 @@ VERSIONS = list(range(API_VERSIONS[A.CREATE_ACLS][0], API_VERSIONS[A.CREATE_ACLS
 
 
 def ctx_with(authorizer):
-    return replace(context(), authorizer=authorizer)
+    ctx = context()
+    ctx.authorizer = authorizer
+    return ctx
 
 
 def creation(version, name, op=Op.READ, pt=PT.LITERAL, rtype=RT.TOPIC, perm=Perm.ALLOW,

@@ -197,7 +197,8 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.DESCRIBE_DELEGATION_TOKEN] == (1, 3)
     assert API_VERSIONS[ApiKey.RENEW_DELEGATION_TOKEN] == API_VERSIONS[
         ApiKey.EXPIRE_DELEGATION_TOKEN] == (1, 2)
-    assert len(API_VERSIONS) == 55
+    assert API_VERSIONS[ApiKey.UPDATE_FEATURES] == (0, 2)
+    assert len(API_VERSIONS) == 56
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -741,7 +742,8 @@ TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
                   ApiKey.PUSH_TELEMETRY, ApiKey.ALTER_PARTITION, ApiKey.ADD_OFFSETS_TO_TXN,
                   ApiKey.END_TXN, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                   ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
-                  ApiKey.EXPIRE_DELEGATION_TOKEN, ApiKey.DESCRIBE_DELEGATION_TOKEN}
+                  ApiKey.EXPIRE_DELEGATION_TOKEN, ApiKey.DESCRIBE_DELEGATION_TOKEN,
+                  ApiKey.UPDATE_FEATURES}
 # Versions whose response has no error field at all: Kafka's error response for them is empty
 # (DescribeLogDirs gained its top-level error code in v3).
 NO_ERROR_FIELD = {(ApiKey.DESCRIBE_LOG_DIRS, 1), (ApiKey.DESCRIBE_LOG_DIRS, 2)}

@@ -673,6 +673,31 @@ class StrataZkClient:
         if isinstance(result, Exception) and not isinstance(result, NoNodeError):
             raise _error(result, f"deleting {z.CONTROLLER_PATH}")
 
+    # --- finalized features (strata.cluster.features) --------------------------------------
+
+    def get_feature_znode(self) -> tuple[bytes, int] | None:
+        """``/feature``'s data and zkVersion, or None when it does not exist."""
+        found = self._get(z.FEATURE_PATH)
+        return None if found is None else (found[0], found[1].version)
+
+    def set_feature_znode(self, data: bytes, expected_version: int | None) -> int | None:
+        """Writes ``/feature`` if its zkVersion is still ``expected_version`` (None: creates
+        it); the new zkVersion, or None when another write came first."""
+        try:
+            if expected_version is None:
+                self._call(self._zk.create, z.FEATURE_PATH, data, makepath=True)
+                return 0
+            return self._call(self._zk.set, z.FEATURE_PATH, data, expected_version).version
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return None
+
+    def watch_feature_znode(self, callback: Callable[[bytes | None, int], None]) -> None:
+        """Calls back with ``/feature``'s data and zkVersion now and on every change."""
+        def on_data(data: bytes | None, stat: Any) -> None:
+            _guarded(z.FEATURE_PATH, lambda _: callback(data, -1 if stat is None else stat.version),
+                     None)
+        DataWatch(self._zk, z.FEATURE_PATH, on_data)
+
     # --- topics and partition states -------------------------------------------------------
 
     def get_all_topics(self) -> set[str]:

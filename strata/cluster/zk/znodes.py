@@ -43,6 +43,7 @@ from strata.common.types import TopicPartition, uuid_from_kafka_str, uuid_to_kaf
 # Paths (ZkData's *ZNode.path).
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
+FEATURE_PATH = "/feature"            # finalized features (strata.cluster.features)
 BROKERS_PATH = "/brokers"
 BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"

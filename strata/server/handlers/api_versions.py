@@ -32,7 +32,7 @@ FEATURES: dict[str, tuple[int, int]] = {
     "streams.version": (0, 0),
 }
 ELR_VERSION = "eligible.leader.replicas.version"
-FINALIZED_FEATURES_EPOCH = 0  # the levels never change while a broker runs
+FINALIZED_FEATURES_EPOCH = 0  # without a feature store (strata.cluster.features)
 FIRST_VERSION_WITH_FEATURES = 3
 FIRST_VERSION_WITH_ZERO_MIN_FEATURES = 4
 
@@ -45,9 +45,10 @@ def finalized_levels(eligible_leader_replicas: bool = True) -> dict[str, int]:
     return levels
 
 
-def with_features(response, api_version: int, finalized: dict[str, int] | None = None):
+def with_features(response, api_version: int, finalized: dict[str, int] | None = None,
+                  epoch: int = FINALIZED_FEATURES_EPOCH):
     """``response`` (an ApiVersions body of ``api_version``) with this broker's features,
-    ``finalized`` (default ``finalized_levels()``) as the finalized ones."""
+    ``finalized`` (default ``finalized_levels()``) as the finalized ones, at ``epoch``."""
     if api_version < FIRST_VERSION_WITH_FEATURES:
         return response
     rc = response_class(type(response).__api_key__, api_version)
@@ -57,13 +58,24 @@ def with_features(response, api_version: int, finalized: dict[str, int] | None =
         if lo > 0 or api_version >= FIRST_VERSION_WITH_ZERO_MIN_FEATURES)
     levels = finalized_levels() if finalized is None else finalized
     return dataclasses.replace(response, supported_features=supported,
-                               finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+                               finalized_features_epoch=epoch,
                                finalized_features=tuple(
                                    make(rc, "finalized_features", name=name,
                                         min_version_level=level, max_version_level=level)
-                                   for name, level in levels.items()))
+                                   for name, level in levels.items() if level > 0))
+
+
+def current_finalized(ctx) -> tuple[dict[str, int], int]:
+    """The finalized levels and epoch: the fixed ones, with ``ctx.features``' (the features
+    UpdateFeatures changes) over them."""
+    levels = finalized_levels(ctx.eligible_leader_replicas)
+    if ctx.features is None:
+        return levels, FINALIZED_FEATURES_EPOCH
+    levels.update(ctx.features.levels())
+    return levels, ctx.features.epoch
 
 
 async def handle(ctx, request):
+    levels, epoch = current_finalized(ctx)
     return with_features(api_versions_response(request.api_version, apis=ctx.api_versions),
-                         request.api_version, finalized_levels(ctx.eligible_leader_replicas))
+                         request.api_version, levels, epoch)
