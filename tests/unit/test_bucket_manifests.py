@@ -358,3 +358,31 @@ def test_recovery_of_a_topic_the_bucket_does_not_hold_is_refused(tmp_path):
     recovery = TopicRecovery(cat, None, None, broker_id=1, now_ms=lambda: T0, get_log=lambda tp: None)
     with pytest.raises(InvalidConfigError, match="no readable topic manifest of 'ghost'"):
         recovery.plan("ghost")
+
+
+def test_the_remote_log_manager_writes_the_manifest_after_its_copies_and_refuses_a_foreign_prefix(tmp_path):
+    env = TieredEnv(tmp_path)
+    try:
+        cat = BucketCatalog(env.store, "", "cluster-a", clock=env.clock.milliseconds)
+        env.rlm.manifests = ManifestWriter(cat, env.rlmm, interval_ms=60_000,
+                                           now_ms=env.clock.milliseconds,
+                                           topic_info=lambda t: (TIP.topic_id, 1, {}))
+        env.produce(100)
+        env.rlm._copy(env.part)
+        m = cat.read_partition(TIP)
+        copied = [s.end_offset for s in m.segments]
+        assert copied and copied[-1] == env.log.highest_offset_in_remote_storage
+
+        other = BucketCatalog(env.store, "", "cluster-b", clock=env.clock.milliseconds)
+        env.clock.advance_ms(cat.lease_ms + 1)           # cluster-a's lease ran out...
+        other.check_owner()                              # ...and cluster-b took the prefix
+        env.produce(100)
+        segment_objects = sorted(k for k, _ in env.store.list("orders-"))
+        with pytest.raises(BucketOwnedError, match="belongs to cluster cluster-b"):
+            env.rlm._copy(env.part)
+        with pytest.raises(BucketOwnedError):
+            env.rlm._expire(env.part)
+        assert sorted(k for k, _ in env.store.list("orders-")) == segment_objects
+        assert cat.read_partition(TIP) == m
+    finally:
+        env.close()

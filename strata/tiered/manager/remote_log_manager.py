@@ -758,6 +758,7 @@ class RemoteLogManager:
     def _delete_remote_log(self, target: tuple[TopicIdPartition, UnifiedLog]) -> None:
         tip, ulog = target
         if self.manifests is not None:
+            self.manifests.check_owner()
             self.manifests.partition_deleted(tip)   # before the segments it lists go
         n = expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
         if self.ctx.stopping:
@@ -851,6 +852,7 @@ class RemoteLogManager:
             except ValueError:
                 pass  # already past this state (a resumed removal)
         if self.manifests is not None:
+            self.manifests.check_owner()
             self.manifests.partition_deleted(tip)   # before the segments it lists go
         expirer.delete_all_remote_segments(self.ctx, tip, lambda: self.ctx.stopping)
         if self.ctx.stopping:
