@@ -48,6 +48,7 @@ from strata.cluster.zk import znodes as z
 from strata.cluster import scram_credentials
 from strata.cluster.zk.client import StrataZkClient, ZkNodeExistsError, ZkTree, ZooKeeperError
 from strata.cluster.zk.view import ZkMetadataView
+from kazoo.exceptions import NodeExistsError
 from strata.common.errors import ErrorCode, KafkaError
 from strata.common.files import atomic_write
 from strata.common.types import TopicPartition, uuid_to_kafka_str
@@ -460,17 +461,42 @@ class ZkClusterMetadata(ClusterMetadata):
 
     # ---- writes --------------------------------------------------------------------------------
 
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     configs: Mapping[str, str | None] | None = None,
+                     validate_only: bool = False,
+                     assignments: Mapping[int, list[int]] | None = None) -> TopicInfo:
+        """Checked and written under the metadata lock (one ZooKeeper multi); the wait for the
+        view after it, so that creations from many threads go on side by side."""
+        info = super().create_topic(name, num_partitions, replication_factor, configs,
+                                    validate_only=validate_only, assignments=assignments)
+        if not validate_only:
+            self._await_topic(info)
+        return info
+
+    def create_internal_topic(self, name: str, partitions: int,
+                              configs: Mapping[str, str] | None = None) -> TopicInfo:
+        info = super().create_internal_topic(name, partitions, configs)
+        self._await_topic(info)
+        return info
+
     def _add_topic(self, info: TopicInfo, config: LogConfig, placement=None) -> None:
+        """``/brokers/topics/T`` and ``/config/topics/T`` in one multi (what AdminZkClient
+        writes in two steps); a config left by an earlier topic of the name is overwritten.
+        No wait here: the caller waits once the metadata lock is released."""
         assignment = z.TopicAssignment(info.name, info.topic_id, {
             p: z.ReplicaAssignment(tuple(r)) for p, r in enumerate(placement)})
         with _zk_errors("creating topic " + info.name):
-            if self.zk.path_exists(z.topic_path(info.name)):
-                raise ZkNodeExistsError(z.topic_path(info.name))
-            self.zk.set_or_create_entity_configs("topics", info.name, dict(info.configs))
-            self.zk.create_topic_assignment(assignment)
+            if not _create_topic_znodes(self.zk, assignment, dict(info.configs)):
+                # a /config/topics/T left behind: AdminZkClient's two writes
+                self.zk.set_or_create_entity_configs("topics", info.name, dict(info.configs))
+                self.zk.create_topic_assignment(assignment)
+
+    def _await_topic(self, info: TopicInfo) -> None:
+        """Until this broker's view holds the topic (REQUEST_TIMED_OUT after
+        ``zookeeper.metadata.wait.ms``: it is written and will be applied), then, briefly,
+        its leaders (clients retry LEADER_NOT_AVAILABLE meanwhile)."""
         self._wait(lambda img: (t := img.topics.get(info.name)) is not None
                    and t.topic_id == info.topic_id)
-        # then, briefly, for the leaders (clients retry LEADER_NOT_AVAILABLE meanwhile)
         self._wait(lambda img: len(img.topics[info.name].partitions) == info.partitions
                    if info.name in img.topics else True, timeout_s=min(self._wait_s, 10), quiet=True)
 
@@ -668,6 +694,28 @@ def _endpoint(endpoints: tuple[Endpoint, ...], listener: str | None) -> Endpoint
         if listener is None or ep.listener == listener:
             return ep
     return None
+
+
+def _create_topic_znodes(zk: StrataZkClient, assignment: z.TopicAssignment,
+                         configs: Mapping[str, str]) -> bool:
+    """``/brokers/topics/T`` and ``/config/topics/T`` created in one multi (the controller
+    and the views see both at once); False when only the config existed (nothing written).
+    ZkNodeExistsError when the topic exists."""
+    topic_path = z.topic_path(assignment.topic)
+    config_path = z.config_entity_path("topics", assignment.topic)
+
+    def build(tx) -> None:
+        tx.create(topic_path, assignment.encode())
+        tx.create(config_path, z.encode_entity_config(configs))
+    topic_result, config_result = zk._commit(build)   # noqa: SLF001 - the client's multi
+    if isinstance(topic_result, NodeExistsError):
+        raise ZkNodeExistsError(f"{topic_path} already exists")
+    if isinstance(config_result, NodeExistsError):
+        return False
+    for result in (topic_result, config_result):
+        if isinstance(result, Exception):
+            raise ZooKeeperError(f"creating {topic_path}: {result!r}")
+    return True
 
 
 @contextmanager

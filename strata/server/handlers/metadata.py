@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 
 from strata.cluster.metadata import ZERO_UUID, is_internal_topic
-from strata.common.errors import ErrorCode, InvalidRequestError, KafkaError
+from strata.common.errors import ErrorCode, InvalidRequestError
 from strata.protocol.codec import kio_error_code, make, response_class
 from strata.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from strata.server import authz
 from strata.server.authorization import (
     TOPIC_OPERATIONS, authorize, authorized_operations, cluster_operations, denied_topics)
 from strata.server.handlers.group_common import client_listener
+from strata.server.topic_creation import auto_topic_creator
 
 log = logging.getLogger(__name__)
 FIRST_VERSION_WITH_TOPIC_IDS = 12
@@ -43,18 +44,13 @@ def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode |
 
 
 def _maybe_create(ctx, name: str, allow: bool) -> ErrorCode | None:
+    """None for an existing topic; else UNKNOWN_TOPIC_OR_PARTITION, or (auto-creation on) the
+    creation started off the event loop and LEADER_NOT_AVAILABLE until it is done, as Kafka."""
     if ctx.metadata.topic(name) is not None:
         return None
     if not (allow and ctx.auto_create_topics):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    try:
-        ctx.metadata.create_topic(name)
-        log.info("auto-created topic %s", name)
-        return None
-    except KafkaError as exc:
-        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return None
-        return ErrorCode(exc.code)
+    return auto_topic_creator(ctx.metadata).request(name)
 
 
 def partition_entries(ctx, rc, path: str, topic: str, first: int, end: int) -> tuple:
