@@ -496,7 +496,8 @@ class Broker:
         group_config = dataclasses.replace(GroupCoordinatorConfig.from_properties(props),
                                            offsets_topic_num_partitions=offsets_partitions)
         group_coordinator = GroupCoordinator(
-            offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None)
+            offsets_log, group_config, topic_exists=lambda topic: metadata.topic(topic) is not None,
+            topics=metadata.topics)
         txn_log = ReplicaOffsetsLog.for_transaction_state(replica_manager, metadata, props,
                                                           await_replication=offsets_replicated)
         txn_marker_timeout_s = _int(props, "request.timeout.ms") / 1000

@@ -6,10 +6,12 @@ int16 version. The key version says what the record is (Kafka's group-coordinato
 
     key 0 or 1   OffsetCommitKey   group string, topic string, partition int32
     key 2        GroupMetadataKey  group string
+    key 3, 5-8   a KIP-848 consumer group's records (``ConsumerGroupKey``; see the end of
+                 this module)
 
 Keys are never flexible: a string is an int16 length and UTF-8 bytes. Kafka writes offset keys
-with version 1 and group keys with version 2; any other key version (a newer Kafka's
-consumer-protocol records, say) is returned as ``UnknownKey`` and a loader skips it.
+with version 1 and group keys with version 2; any other key version (share or streams groups'
+records, say) is returned as ``UnknownKey`` and a loader skips it.
 
 The value version says its layout (``OffsetCommitValue.json``, ``GroupMetadataValue.json``;
 versions 0-3 are non-flexible, 4 is the first flexible one — compact strings, bytes and arrays
@@ -105,7 +107,7 @@ class UnknownKey:
     version: int
 
 
-RecordKey = Union[OffsetCommitKey, GroupMetadataKey, UnknownKey]
+RecordKey = Union[OffsetCommitKey, GroupMetadataKey, "ConsumerGroupKey", UnknownKey]
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,8 @@ def decode_key(data: bytes) -> RecordKey:
         return OffsetCommitKey(group, topic, partition, version)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(r.string(), version)
+    if version in _MEMBER_KINDS or version in _GROUP_KINDS:
+        return _decode_consumer_group_key(version, r)
     return UnknownKey(version)
 
 
@@ -441,6 +445,8 @@ def decode_record(key: bytes, value: bytes | None):
         return k, decode_offset_commit_value(value)
     if isinstance(k, GroupMetadataKey):
         return k, decode_group_metadata_value(value)
+    if isinstance(k, ConsumerGroupKey):
+        return k, decode_consumer_group_value(k.kind, value)
     return k, None
 
 
@@ -457,3 +463,217 @@ def consumer_subscription_topics(metadata: bytes) -> set[str] | None:
         return {r.string() for _ in range(r.array_len())}
     except (RecordFormatError, UnicodeDecodeError, struct.error):
         return None
+
+
+# --------------------------------------------------------------------------- consumer groups
+# KIP-848 consumer groups (Kafka 4's ConsumerGroup*Key/Value.json). The key's version is the
+# record type; keys are non-flexible, values are flexible version 0 (tagged fields skipped on
+# read, none written). ConsumerGroupPartitionMetadata (4) and RegularExpression (16) are
+# decoded as UnknownKey: this coordinator recomputes both from the topic image.
+
+CONSUMER_GROUP_METADATA_KEY = 3
+CONSUMER_GROUP_MEMBER_METADATA_KEY = 5
+CONSUMER_GROUP_TARGET_METADATA_KEY = 6
+CONSUMER_GROUP_TARGET_MEMBER_KEY = 7
+CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY = 8
+
+# topic id -> partitions, as the records carry them
+TopicAssignment = dict  # dict[uuid.UUID, frozenset[int]]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupKey:
+    """A consumer group record's key: ``kind`` is the record type (3, 5, 6, 7 or 8);
+    ``member_id`` is set for the member-level ones (5, 7, 8)."""
+
+    kind: int
+    group: str
+    member_id: str | None = None
+
+    @property
+    def version(self) -> int:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetMemberValue:
+    partitions: TopicAssignment
+
+
+@dataclass(frozen=True)
+class ConsumerGroupCurrentAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: TopicAssignment
+    pending_revocation: TopicAssignment
+
+
+_MEMBER_KINDS = (CONSUMER_GROUP_MEMBER_METADATA_KEY, CONSUMER_GROUP_TARGET_MEMBER_KEY,
+                 CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY)
+_GROUP_KINDS = (CONSUMER_GROUP_METADATA_KEY, CONSUMER_GROUP_TARGET_METADATA_KEY)
+
+
+def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
+    w = _Writer()
+    w.int16(key.kind)
+    w.string(key.group)
+    if key.kind in _MEMBER_KINDS:
+        w.string(key.member_id)
+    return bytes(w.buf)
+
+
+def _decode_consumer_group_key(kind: int, r: _Reader) -> ConsumerGroupKey:
+    group = r.string()
+    member = r.string() if kind in _MEMBER_KINDS else None
+    return ConsumerGroupKey(kind, group, member)
+
+
+def _write_uuid(w: _Writer, u) -> None:
+    w.buf += u.bytes
+
+
+def _read_uuid(r: _Reader):
+    import uuid as _uuid
+    return _uuid.UUID(bytes=bytes(r._take(16)))
+
+
+def _write_assignment(w: _Writer, assignment: TopicAssignment) -> None:
+    w.array_len(len(assignment))
+    for topic_id in sorted(assignment, key=lambda u: u.bytes):
+        _write_uuid(w, topic_id)
+        parts = sorted(assignment[topic_id])
+        w.array_len(len(parts))
+        for p in parts:
+            w.int32(p)
+        w.tagged_fields()
+
+
+def _read_assignment(r: _Reader) -> TopicAssignment:
+    out = {}
+    for _ in range(r.array_len()):
+        topic_id = _read_uuid(r)
+        out[topic_id] = frozenset(r.int32() for _ in range(r.array_len()))
+        r.tagged_fields()
+    return out
+
+
+def encode_consumer_group_value(kind: int, value) -> bytes:
+    w = _Writer(flexible=True)
+    w.int16(0)
+    if kind == CONSUMER_GROUP_METADATA_KEY:
+        w.int32(value.epoch)
+    elif kind == CONSUMER_GROUP_MEMBER_METADATA_KEY:
+        w.string(value.instance_id, nullable=True)
+        w.string(value.rack_id, nullable=True)
+        w.string(value.client_id)
+        w.string(value.client_host)
+        w.array_len(len(value.subscribed_topic_names))
+        for name in value.subscribed_topic_names:
+            w.string(name)
+        w.string(value.subscribed_topic_regex, nullable=True)
+        w.int32(value.rebalance_timeout_ms)
+        w.string(value.server_assignor, nullable=True)
+    elif kind == CONSUMER_GROUP_TARGET_METADATA_KEY:
+        w.int32(value.assignment_epoch)
+    elif kind == CONSUMER_GROUP_TARGET_MEMBER_KEY:
+        _write_assignment(w, value.partitions)
+    elif kind == CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY:
+        w.int32(value.member_epoch)
+        w.int32(value.previous_member_epoch)
+        w.buf += struct.pack(">b", value.state)
+        _write_assignment(w, value.assigned)
+        _write_assignment(w, value.pending_revocation)
+    else:
+        raise RecordFormatError(f"no consumer group record of type {kind}")
+    w.tagged_fields()
+    return bytes(w.buf)
+
+
+def decode_consumer_group_value(kind: int, data: bytes | None):
+    """``None`` (a tombstone) decodes to ``None``."""
+    if data is None:
+        return None
+    r = _Reader(data, flexible=True)
+    version = r.int16()
+    if version != 0:
+        raise RecordFormatError(f"unknown value version {version} of record type {kind}")
+    if kind == CONSUMER_GROUP_METADATA_KEY:
+        value = ConsumerGroupMetadataValue(r.int32())
+    elif kind == CONSUMER_GROUP_MEMBER_METADATA_KEY:
+        instance_id = r.string(nullable=True)
+        rack_id = r.string(nullable=True)
+        client_id = r.string()
+        client_host = r.string()
+        names = tuple(r.string() for _ in range(r.array_len()))
+        regex = r.string(nullable=True)
+        value = ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host,
+                                                 names, regex, r.int32(), r.string(nullable=True))
+    elif kind == CONSUMER_GROUP_TARGET_METADATA_KEY:
+        value = ConsumerGroupTargetMetadataValue(r.int32())
+    elif kind == CONSUMER_GROUP_TARGET_MEMBER_KEY:
+        value = ConsumerGroupTargetMemberValue(_read_assignment(r))
+    elif kind == CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY:
+        member_epoch = r.int32()
+        previous = r.int32()
+        state = struct.unpack(">b", r._take(1))[0]
+        value = ConsumerGroupCurrentAssignmentValue(member_epoch, previous, state,
+                                                    _read_assignment(r), _read_assignment(r))
+    else:
+        raise RecordFormatError(f"no consumer group record of type {kind}")
+    r.tagged_fields()
+    return value
+
+
+def consumer_group_record(key: ConsumerGroupKey, value) -> tuple[bytes, bytes | None]:
+    """The (key, value) pair of a consumer group record; ``value=None`` makes its tombstone."""
+    return (encode_consumer_group_key(key),
+            None if value is None else encode_consumer_group_value(key.kind, value))
+
+
+def encode_consumer_protocol_subscription(topics: list[str]) -> bytes:
+    """A consumer protocol Subscription v0 (topics, null user data), as DescribeGroups shows a
+    consumer group's member."""
+    w = _Writer()
+    w.int16(0)
+    w.array_len(len(topics))
+    for t in topics:
+        w.string(t)
+    w.int32(-1)
+    return bytes(w.buf)
+
+
+def encode_consumer_protocol_assignment(partitions: dict[str, list[int]]) -> bytes:
+    """A consumer protocol Assignment v0 (topic partitions, null user data)."""
+    w = _Writer()
+    w.int16(0)
+    w.array_len(len(partitions))
+    for topic in sorted(partitions):
+        w.string(topic)
+        w.array_len(len(partitions[topic]))
+        for p in partitions[topic]:
+            w.int32(p)
+    w.int32(-1)
+    return bytes(w.buf)

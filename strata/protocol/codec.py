@@ -216,8 +216,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
-    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.OFFSET_COMMIT: (2, 9),       # v9: KIP-848 member epochs (v10, topic ids: not yet)
+    ApiKey.OFFSET_FETCH: (1, 9),        # v8: batched groups; v9: KIP-848 member epochs
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
@@ -225,6 +225,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),  # Kafka 4.x: 0-5 (v5 adds TypesFilter, KIP-848)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),    # KIP-848 consumer groups
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.API_VERSIONS: (0, 4),
@@ -1039,6 +1041,11 @@ def _err_describe_groups(req, rc, code, msg):
         for g in req.body.groups))
 
 
+def _err_consumer_group_describe(req, rc, code, msg):
+    return _mk(rc, "", code, groups=tuple(
+        _mk(rc, "groups", code, group_id=g, error_message=msg) for g in req.body.group_ids))
+
+
 def _err_delete_groups(req, rc, code, msg):
     return _mk(rc, "", code, results=tuple(
         _mk(rc, "results", code, group_id=g) for g in dict.fromkeys(req.body.groups_names)))
@@ -1235,6 +1242,7 @@ _ERROR_BUILDERS: dict[int, Callable] = {
     ApiKey.SYNC_GROUP: _err_top_level,  # assignment b"", protocol fields null
     ApiKey.DESCRIBE_GROUPS: _err_describe_groups,
     ApiKey.DELETE_GROUPS: _err_delete_groups,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _err_consumer_group_describe,
     ApiKey.LIST_GROUPS: _err_top_level,
     ApiKey.API_VERSIONS: _err_api_versions,
     ApiKey.CREATE_TOPICS: _err_create_topics,

@@ -19,6 +19,7 @@ from strata.server.handlers import (
     offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, push_telemetry,
     sasl_authenticate, sasl_handshake, sync_group)
 from strata.server.handlers import alter_user_scram_credentials, delegation_tokens
+from strata.server.handlers import consumer_group_describe, consumer_group_heartbeat
 from strata.server.handlers import update_features
 from strata.security.authorizer import CURRENT_REQUEST
 from strata.server.handlers.group_common import CURRENT_CONNECTION
@@ -46,6 +47,8 @@ HANDLERS = {
     ApiKey.OFFSET_COMMIT: offset_commit.handle,
     ApiKey.OFFSET_FETCH: offset_fetch.handle,
     ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat.handle,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group_describe.handle,
     ApiKey.LIST_GROUPS: list_groups.handle,
     ApiKey.DELETE_GROUPS: delete_groups.handle,
     ApiKey.OFFSET_DELETE: offset_delete.handle,

@@ -197,8 +197,12 @@ def test_advertised_ranges_are_the_agreed_ones():
     assert API_VERSIONS[ApiKey.DESCRIBE_DELEGATION_TOKEN] == (1, 3)
     assert API_VERSIONS[ApiKey.RENEW_DELEGATION_TOKEN] == API_VERSIONS[
         ApiKey.EXPIRE_DELEGATION_TOKEN] == (1, 2)
+    assert API_VERSIONS[ApiKey.OFFSET_COMMIT] == (2, 9)      # v9: KIP-848 member epochs
+    assert API_VERSIONS[ApiKey.OFFSET_FETCH] == (1, 9)
+    assert API_VERSIONS[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+    assert API_VERSIONS[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
     assert API_VERSIONS[ApiKey.UPDATE_FEATURES] == (0, 2)
-    assert len(API_VERSIONS) == 56
+    assert len(API_VERSIONS) == 58
 
 
 def test_every_advertised_version_is_decodable_except_produce_v0_to_v2():
@@ -659,9 +663,16 @@ MIRRORED = {
     ApiKey.OFFSET_COMMIT: (
         lambda b: _nested_keys(b.topics, "name", "partitions", "partition_index"),
         lambda r: _nested_keys(r.topics, "name", "partitions", "partition_index")),
+    # v8+ batch groups
     ApiKey.OFFSET_FETCH: (
-        lambda b: [(t.name, i) for t in b.topics or () for i in t.partition_indexes],
-        lambda r: _nested_keys(r.topics, "name", "partitions", "partition_index")),
+        lambda b: [(g.group_id, t.name, i) for g in b.groups for t in g.topics or ()
+                   for i in t.partition_indexes] if hasattr(b, "groups") else
+        [(t.name, i) for t in b.topics or () for i in t.partition_indexes],
+        lambda r: [(g.group_id, t.name, p.partition_index) for g in r.groups for t in g.topics
+                   for p in t.partitions] if hasattr(r, "groups") else
+        _nested_keys(r.topics, "name", "partitions", "partition_index")),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (lambda b: list(b.group_ids),
+                                     lambda r: [g.group_id for g in r.groups]),
     ApiKey.LEAVE_GROUP: (lambda b: _keys(getattr(b, "members", ()), "member_id"),
                          lambda r: _keys(getattr(r, "members", ()), "member_id")),
     ApiKey.DESCRIBE_GROUPS: (lambda b: list(b.groups), lambda r: [g.group_id for g in r.groups]),
@@ -735,6 +746,7 @@ MIRRORED = {
 
 # APIs whose only error field is top-level
 TOP_LEVEL_ONLY = {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP,
+                  ApiKey.CONSUMER_GROUP_HEARTBEAT,
                   ApiKey.LIST_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CLUSTER,
                   ApiKey.API_VERSIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
                   ApiKey.DESCRIBE_ACLS, ApiKey.LIST_TRANSACTIONS, ApiKey.LIST_PARTITION_REASSIGNMENTS,

@@ -912,7 +912,7 @@ def test_group_metadata_key_bytes():
     expected = b"\x00\x02" + b"\x00\x0atest-group"
     assert encode_group_metadata_key("test-group") == expected
     assert decode_key(expected) == GroupMetadataKey("test-group")
-    assert decode_key(b"\x00\x05whatever") == UnknownKey(5)
+    assert decode_key(b"\x00\x10whatever") == UnknownKey(16)   # a consumer group regex record
 
 
 def test_offset_commit_value_v3_bytes():

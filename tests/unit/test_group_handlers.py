@@ -95,6 +95,25 @@ def context(coordinator=None, **topics) -> BrokerContext:
                          group_coordinator=coordinator)
 
 
+async def offset_fetch(client, group_id, topics, **fields):
+    """OffsetFetch of one group, ``topics`` [(name, partitions)] or None, in the client's
+    version: v8+ batch groups, and the one group's answer is returned."""
+    fv = client.version(ApiKey.OFFSET_FETCH)
+    if fv < 8:
+        return await client.send(ApiKey.OFFSET_FETCH, group_id=group_id, topics=None
+                                 if topics is None else tuple(
+            client.nested(ApiKey.OFFSET_FETCH, fv, "topics", name=n, partition_indexes=ps)
+            for n, ps in topics), **fields)
+    group = client.nested(ApiKey.OFFSET_FETCH, fv, "groups", group_id=group_id, topics=None
+                          if topics is None else tuple(
+        client.nested(ApiKey.OFFSET_FETCH, fv, "groups.topics", name=n, partition_indexes=ps)
+        for n, ps in topics))
+    r = await client.send(ApiKey.OFFSET_FETCH, groups=(group,), **fields)
+    [g] = r.groups
+    assert g.group_id == group_id
+    return g
+
+
 def new_coordinator(offsets_log=None) -> GroupCoordinator:
     gc = GroupCoordinator(offsets_log or MemoryOffsetsLog(),
                           GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0))
@@ -174,18 +193,16 @@ def test_a_consumer_group_lifecycle_in_every_version(step):
             ("missing", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
 
         fv = v(ApiKey.OFFSET_FETCH)
-        wanted = (client.nested(ApiKey.OFFSET_FETCH, fv, "topics", name="orders",
-                                partition_indexes=(0, 1, 2)),)
-        r = await client.send(ApiKey.OFFSET_FETCH, group_id="g", topics=wanted,
-                              require_stable=True)
-        epoch = 4 if fv >= 5 else None
+        r = await offset_fetch(client, "g", [("orders", (0, 1, 2))], require_stable=True)
+        # leader epochs are committed from v6 and fetched from v5
+        epoch = (4 if cv >= 6 else -1) if fv >= 5 else None
         got = [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", None),
                 p.metadata, p.error_code) for t in r.topics for p in t.partitions]
         assert got == [(0, 15, epoch, "m", 0), (1, 3, epoch, "", 0),
                        (2, -1, -1 if fv >= 5 else None, "", 0)]
         if fv >= 2:
             assert r.error_code == 0
-            r = await client.send(ApiKey.OFFSET_FETCH, group_id="g", topics=None)
+            r = await offset_fetch(client, "g", None)
             assert sorted((t.name, p.partition_index, p.committed_offset)
                           for t in r.topics for p in t.partitions) == \
                 [("orders", 0, 15), ("orders", 1, 3)]
@@ -266,9 +283,7 @@ def test_empty_group_ids_are_invalid_except_for_offsets_and_describe(step):
         r = await client.send(ApiKey.OFFSET_COMMIT, group_id="", generation_id_or_member_epoch=-1,
                               member_id="", topics=topics)
         assert r.topics[0].partitions[0].error_code == 0
-        fv = client.version(ApiKey.OFFSET_FETCH)
-        r = await client.send(ApiKey.OFFSET_FETCH, group_id="", topics=(client.nested(
-            ApiKey.OFFSET_FETCH, fv, "topics", name="orders", partition_indexes=(0,)),))
+        r = await offset_fetch(client, "", [("orders", (0,))])
         assert r.topics[0].partitions[0].committed_offset == 8
         r = await client.send(ApiKey.DESCRIBE_GROUPS, groups=("",))
         assert (r.groups[0].error_code, r.groups[0].group_state) == (0, "Empty")

@@ -1,5 +1,5 @@
-"""The classic group coordinator (consumer groups, rebalances, committed offsets), laid out as
-Kafka 4's ``group-coordinator`` module is:
+"""The group coordinator (classic groups, KIP-848 consumer groups, committed offsets), laid out
+as Kafka 4's ``group-coordinator`` module is:
 
 - ``coordinator``: ``GroupCoordinator``, the face every request goes through (Kafka's
   ``GroupCoordinatorService``): which ``__consumer_offsets`` partitions are ours, load/unload;
@@ -7,6 +7,9 @@ Kafka 4's ``group-coordinator`` module is:
 - ``classic_group``: a group and its members in memory (``ClassicGroup``, ``ClassicGroupMember``);
 - ``membership``: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, static membership, rebalance timers
   (``GroupMetadataManager``);
+- ``consumer_group``, ``consumer_membership``, ``assignors``: KIP-848 consumer groups (member
+  epochs, target assignment, reconciliation; ConsumerGroupHeartbeat/Describe; the ``uniform``
+  and ``range`` server-side assignors);
 - ``offsets``: offset commits (plain and transactional), fetch, delete, expiry
   (``OffsetMetadataManager``);
 - ``loader``: reading ``__consumer_offsets`` back into memory (``CoordinatorLoader``);
@@ -22,11 +25,16 @@ from strata.coordinator.group.config import GroupCoordinatorConfig
 from strata.coordinator.group.coordinator import GroupCoordinator
 from strata.coordinator.group.results import (
     CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
     CONSUMER_PROTOCOL_TYPE,
     DEFAULT_RETENTION_TIME,
     NO_GENERATION,
     NO_OFFSET,
     UNKNOWN_MEMBER_ID,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResult,
+    DescribedConsumerGroup,
+    DescribedConsumerMember,
     DescribedGroup,
     DescribedMember,
     FetchedOffset,
@@ -48,6 +56,11 @@ from strata.coordinator.group.timers import LoopTimers, ManualTimers, TimerHandl
 
 __all__ = [
     "CLASSIC_GROUP_TYPE",
+    "CONSUMER_GROUP_TYPE",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResult",
+    "DescribedConsumerGroup",
+    "DescribedConsumerMember",
     "CONSUMER_PROTOCOL_TYPE",
     "DEFAULT_RETENTION_TIME",
     "NO_GENERATION",

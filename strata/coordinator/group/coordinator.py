@@ -43,11 +43,19 @@ from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.errors import ErrorCode
 from strata.coordinator.group.classic_group import ClassicGroup
 from strata.coordinator.group.config import GroupCoordinatorConfig
+from strata.coordinator.group.consumer_membership import ConsumerGroupManager
 from strata.coordinator.group.loader import CoordinatorLoader
 from strata.coordinator.group.membership import GroupMetadataManager
 from strata.coordinator.group.offsets import OffsetMetadataManager
 from strata.coordinator.group.results import (
     CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResult,
+    DescribedConsumerGroup,
+    DescribedMember,
+    ListedGroup,
     DEFAULT_RETENTION_TIME,
     NO_GENERATION,
     UNKNOWN_MEMBER_ID,
@@ -87,14 +95,21 @@ class GroupCoordinator:
     def __init__(self, offsets_log: OffsetsLog, config: GroupCoordinatorConfig | None = None, *,
                  clock: Clock = SYSTEM_CLOCK, timers: Timers | None = None,
                  member_id_factory: Callable[[str], str] = _default_member_id,
-                 topic_exists: Callable[[str], bool] | None = None):
+                 topic_exists: Callable[[str], bool] | None = None,
+                 topics: Callable[[], Mapping[str, Any]] | None = None):
         self.config = config or GroupCoordinatorConfig()
         self._runtime = CoordinatorRuntime(offsets_log, self.config, clock,
                                            timers if timers is not None else LoopTimers())
         self._membership = GroupMetadataManager(self._runtime, member_id_factory)
         self._offsets = OffsetMetadataManager(self._runtime, self._membership)
+        # KIP-848 consumer groups; ``topics`` is the topic image (name -> TopicInfo)
+        self._consumer = ConsumerGroupManager(self._runtime, self._membership.groups,
+                                              topics if topics is not None else dict)
+        self._consumer_groups = self._consumer.groups
+        self._offsets.is_active_consumer_group = (
+            lambda group_id: bool(getattr(self._consumer_groups.get(group_id), "members", None)))
         self._loader = CoordinatorLoader(self._runtime, self._membership, self._offsets,
-                                         topic_exists)
+                                         topic_exists, self._consumer)
         self._groups = self._membership.groups
         self._owned: set[int] = set()
         self._loading: set[int] = set()
@@ -142,6 +157,8 @@ class GroupCoordinator:
         fut = asyncio.get_running_loop().create_future()
         member_id = member_id or UNKNOWN_MEMBER_ID
         error = self._status_error(group_id, allow_empty_id=False)
+        if error is None:
+            error = self._classic_join_conflict(group_id)
         if error is not None:
             fut.set_result(JoinGroupResult(error, member_id))
         else:
@@ -154,6 +171,49 @@ class GroupCoordinator:
                 [(str(name), bytes(meta or b"")) for name, meta in protocols],
                 reason or "not provided")
         return await fut
+
+    def _classic_join_conflict(self, group_id: str) -> ErrorCode | None:
+        """A classic JoinGroup to a consumer group: an empty one becomes classic (as in
+        Kafka); one with members is INCONSISTENT_GROUP_PROTOCOL (mixed membership, Kafka's
+        online upgrade path, is not implemented)."""
+        group = self._consumer_groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        self._consumer.delete(group)
+        self._runtime.spawn(self._runtime.append_tombstones(
+            {self.partition_for(group_id): self._consumer.group_tombstones(group_id)}),
+            f"tombstones of consumer group {group_id}")
+        return None
+
+    # ================================================================== consumer groups
+    async def consumer_group_heartbeat(
+            self, request: ConsumerGroupHeartbeatRequest, *, api_version: int = 1,
+            client_id: str = "", client_host: str = "",
+            authorized_topics: Callable[[Iterable[str]], set[str]] | None = None,
+    ) -> ConsumerGroupHeartbeatResult:
+        """ConsumerGroupHeartbeat v0-1 (KIP-848); see ``consumer_membership``."""
+        error = self._status_error(request.group_id, allow_empty_id=True)
+        if error is not None:
+            return ConsumerGroupHeartbeatResult(error)
+        return await self._consumer.heartbeat(request, api_version=api_version,
+                                              client_id=client_id, client_host=client_host,
+                                              authorized_topics=authorized_topics)
+
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[DescribedConsumerGroup]:
+        """ConsumerGroupDescribe v0-1: GROUP_ID_NOT_FOUND for a group that is not a consumer
+        group."""
+        out = []
+        for group_id in group_ids:
+            error = self._status_error(group_id, allow_empty_id=True)
+            out.append(DescribedConsumerGroup(group_id, error) if error is not None
+                       else self._consumer.describe(group_id))
+        return out
+
+    def consumer_group(self, group_id: str):
+        """The consumer group ``group_id`` (introspection for tests), or None."""
+        return self._consumer_groups.get(group_id)
 
     async def sync_group(
         self,
@@ -214,12 +274,20 @@ class GroupCoordinator:
         *,
         group_instance_id: str | None = None,
         retention_time_ms: int = DEFAULT_RETENTION_TIME,
+        api_version: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit v2-8. Generation -1 with an empty member id is a "simple" commit,
         allowed while the group has no members (it creates the group if needed). Answers
         after the records are appended; returns a code per (topic, partition)."""
         entries = _commit_entries(offsets)
         error = self._status_error(group_id, allow_empty_id=True)
+        if error is None and group_id in self._consumer_groups:
+            # a consumer group: ``generation_id`` is the member epoch (v9+)
+            error = self._consumer.validate_offset_commit(
+                group_id, member_id, group_instance_id, generation_id, api_version=api_version)
+            if error is None:
+                return await self._offsets.commit_consumer_group_offsets(
+                    group_id, entries, retention_time_ms)
         if error is not None:
             return {(e.topic, e.partition): error for e in entries}
         return await self._offsets.commit_offsets(group_id, member_id, generation_id, entries,
@@ -246,6 +314,13 @@ class GroupCoordinator:
         group to its transaction (AddOffsetsToTxn) is the transaction coordinator's concern."""
         entries = _commit_entries(offsets)
         error = self._status_error(group_id, allow_empty_id=False)
+        if error is None and group_id in self._consumer_groups:
+            error = self._consumer.validate_offset_commit(
+                group_id, member_id, group_instance_id, generation_id, api_version=None,
+                transactional=True)
+            if error is None:
+                return await self._offsets.commit_consumer_group_txn_offsets(
+                    group_id, producer_id, producer_epoch, entries)
         if error is not None:
             return {(e.topic, e.partition): error for e in entries}
         return await self._offsets.commit_transactional_offsets(
@@ -262,12 +337,16 @@ class GroupCoordinator:
         self._offsets.complete_transaction(offsets_partition, producer_id, commit)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None, *,
-                      require_stable: bool = False) -> OffsetFetchResult:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> OffsetFetchResult:
         """OffsetFetch v1-7 for one group (v8+ batches call this per group). ``partitions``
         None means every partition with a committed offset. Unknown partitions get offset -1;
         with ``require_stable`` a partition with a commit in flight or in an open transaction
-        gets UNSTABLE_OFFSET_COMMIT."""
+        gets UNSTABLE_OFFSET_COMMIT. ``member_id``/``member_epoch`` (v9+) are checked against
+        a consumer group's member (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
         error = self._status_error(group_id, allow_empty_id=True)
+        if error is None and group_id in self._consumer_groups:
+            error = self._consumer.validate_offset_fetch(group_id, member_id, member_epoch)
         if error is not None:
             return OffsetFetchResult(error)
         return self._offsets.fetch_offsets(group_id, partitions, require_stable)
@@ -282,6 +361,20 @@ class GroupCoordinator:
         error = self._status_error(group_id, allow_empty_id=False)
         if error is not None:
             return error, {}
+        consumer = self._consumer_groups.get(group_id)
+        if consumer is not None and consumer.members:
+            subscribed = consumer.subscribed_topic_names()
+            errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in wanted
+                      if tp[0] in subscribed}
+            rest = [tp for tp in wanted if tp[0] not in subscribed]
+            if rest and group_id in self._groups:
+                error, deleted = await self._offsets.delete_offsets(group_id, rest)
+                errors.update(deleted)
+            else:
+                errors.update({tp: ErrorCode.NONE for tp in rest})
+            return ErrorCode.NONE, errors
+        if consumer is not None and group_id not in self._groups:
+            return ErrorCode.NONE, {tp: ErrorCode.NONE for tp in wanted}
         return await self._offsets.delete_offsets(group_id, wanted)
 
     async def expire_offsets(self) -> int:
@@ -313,6 +406,10 @@ class GroupCoordinator:
             if error is not None:
                 out.append(DescribedGroup(group_id, error, ""))
                 continue
+            consumer = self._consumer_groups.get(group_id)
+            if consumer is not None:
+                out.append(self._describe_consumer_group(consumer))
+                continue
             group = self._groups.get(group_id)
             if group is None or group.state == GroupState.DEAD:
                 out.append(DescribedGroup(group_id, ErrorCode.NONE, GroupState.DEAD.value))
@@ -320,23 +417,47 @@ class GroupCoordinator:
             out.append(group.describe())
         return out
 
+    def _describe_consumer_group(self, group) -> DescribedGroup:
+        """A consumer group as DescribeGroups shows it (Kafka's asDescribedGroup): members'
+        subscriptions and assignments in the consumer protocol's v0 encoding."""
+        from strata.coordinator.offsets_records import (
+            encode_consumer_protocol_assignment, encode_consumer_protocol_subscription)
+        image = self._consumer._topics()
+        names = {info.topic_id: name for name, info in image.items()}
+        members = tuple(
+            DescribedMember(
+                m.member_id, m.instance_id, m.client_id, m.client_host,
+                encode_consumer_protocol_subscription(sorted(m.subscribed_topics())),
+                encode_consumer_protocol_assignment(
+                    {names[t]: sorted(ps) for t, ps in m.assigned.items() if t in names}))
+            for m in group.members.values())
+        return DescribedGroup(group.group_id, ErrorCode.NONE, group.state,
+                              CONSUMER_PROTOCOL_TYPE,
+                              group.preferred_assignor(self.config.consumer_group_assignors[0]),
+                              members)
+
     def list_groups(self, states: Iterable[str] | None = None,
                     types: Iterable[str] | None = None) -> ListGroupsResult:
-        """ListGroups v0-5; ``states`` (v4+) and ``types`` (v5+) filter case-insensitively;
-        every group here is of type "classic"."""
+        """ListGroups v0-5; ``states`` (v4+) and ``types`` (v5+: "classic", "consumer")
+        filter case-insensitively."""
         if not self._runtime.active:
             return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         state_filter = {s.lower() for s in states} if states else None
         type_filter = {t.lower() for t in types} if types else None
-        if type_filter is not None and CLASSIC_GROUP_TYPE not in type_filter:
-            return ListGroupsResult(ErrorCode.NONE)
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
-        groups = tuple(
-            g.as_listed_group()
-            for g in self._groups.values()
-            if g.state != GroupState.DEAD
-            and (state_filter is None or g.state.value.lower() in state_filter))
-        return ListGroupsResult(error, groups)
+        groups: list[ListedGroup] = []
+        if type_filter is None or CLASSIC_GROUP_TYPE in type_filter:
+            groups.extend(
+                g.as_listed_group()
+                for g in self._groups.values()
+                if g.state != GroupState.DEAD and g.group_id not in self._consumer_groups
+                and (state_filter is None or g.state.value.lower() in state_filter))
+        if type_filter is None or CONSUMER_GROUP_TYPE in type_filter:
+            groups.extend(
+                ListedGroup(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, CONSUMER_GROUP_TYPE)
+                for g in self._consumer_groups.values()
+                if state_filter is None or g.state.lower() in state_filter)
+        return ListGroupsResult(error, tuple(groups))
 
     async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
         """DeleteGroups: only Empty groups go (NON_EMPTY_GROUP otherwise); their offsets and
@@ -348,6 +469,16 @@ class GroupCoordinator:
             if error is not None:
                 errors[group_id] = error
                 continue
+            consumer = self._consumer_groups.get(group_id)
+            if consumer is not None:
+                if consumer.members:
+                    errors[group_id] = ErrorCode.NON_EMPTY_GROUP
+                    continue
+                await self._runtime.append_tombstones(
+                    {self.partition_for(group_id): self._consumer.delete(consumer)})
+                errors[group_id] = ErrorCode.NONE
+                if group_id not in self._groups:
+                    continue
             group = self._groups.get(group_id)
             if group is None or group.state == GroupState.DEAD:
                 errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
@@ -432,6 +563,11 @@ class GroupCoordinator:
         for group in list(self._groups.values()):
             if self.partition_for(group.group_id) in parts:
                 self._unload_group(group)
+        for consumer in list(self._consumer_groups.values()):
+            if self.partition_for(consumer.group_id) in parts:
+                log.info("unloading consumer group %s (epoch %d)", consumer.group_id,
+                         consumer.group_epoch)
+                self._consumer.unload(consumer)
         self._owned -= parts
         self._loading -= parts
         for p in parts:

@@ -19,10 +19,12 @@ import logging
 from typing import Any, Callable, Iterable, NamedTuple
 
 from strata.coordinator.group.classic_group import ClassicGroup, CommittedOffset
+from strata.coordinator.group.consumer_membership import ConsumerGroupManager, LoadedConsumerGroup
 from strata.coordinator.group.membership import GroupMetadataManager
 from strata.coordinator.group.offsets import OffsetMetadataManager
 from strata.coordinator.group.runtime import CoordinatorRuntime
 from strata.coordinator.offsets_records import (
+    ConsumerGroupKey,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -54,13 +56,15 @@ class LoadedPartition(NamedTuple):
     offsets: dict[OffsetKey, tuple[OffsetCommitValue, int]]
     pending: dict[int, dict[OffsetKey, tuple[OffsetCommitValue, int]]]
     groups: dict[str, GroupMetadataValue]
+    consumer_groups: dict[str, LoadedConsumerGroup] = {}
 
 
 class CoordinatorLoader:
     """Replays ``__consumer_offsets`` partitions into the managers; see the module docstring."""
 
     def __init__(self, runtime: CoordinatorRuntime, membership: GroupMetadataManager,
-                 offsets: OffsetMetadataManager, topic_exists: Callable[[str], bool] | None):
+                 offsets: OffsetMetadataManager, topic_exists: Callable[[str], bool] | None,
+                 consumer: ConsumerGroupManager | None = None):
         self._rt = runtime
         self.config = runtime.config
         self._membership = membership
@@ -68,6 +72,7 @@ class CoordinatorLoader:
         self._groups = membership.groups
         # None: no topic list to check offsets against when loading (every topic exists)
         self._topic_exists = topic_exists
+        self._consumer = consumer
 
     def replayed(self, partition: int) -> Iterable[Any]:
         """The partition's records and transaction markers in log order (``replay_batches``),
@@ -88,6 +93,7 @@ class CoordinatorLoader:
         offsets: dict[OffsetKey, tuple[OffsetCommitValue, int]] = {}
         pending: dict[int, dict[OffsetKey, tuple[OffsetCommitValue, int]]] = {}
         groups: dict[str, GroupMetadataValue] = {}
+        consumer_groups: dict[str, LoadedConsumerGroup] = {}
         removed: set[str] = set()
         for item in self.replayed(partition):
             if item.is_marker:
@@ -118,14 +124,23 @@ class CoordinatorLoader:
                 else:
                     groups[key.group] = value
                     removed.discard(key.group)
+            elif isinstance(key, ConsumerGroupKey):
+                state = consumer_groups.get(key.group)
+                if state is None:
+                    state = consumer_groups[key.group] = LoadedConsumerGroup()
+                state.apply(key, value)
+                if value is None and key.kind == 3 and not state.members:
+                    del consumer_groups[key.group]   # the group's tombstone: deleted
             else:
                 log.debug("ignoring record with key version %d in __consumer_offsets-%d",
                           key.version, partition)
-        return LoadedPartition(offsets, pending, groups)
+        return LoadedPartition(offsets, pending, groups, consumer_groups)
 
     def apply(self, partition: int, loaded: LoadedPartition) -> None:
         """The replayed groups and offsets become this coordinator's (on the loop)."""
-        offsets, pending, groups = loaded
+        offsets, pending, groups, consumer_groups = loaded
+        if self._consumer is not None and consumer_groups:
+            self._consumer.apply_loaded(consumer_groups)
         if self._topic_exists is not None:
             orphans = [k for k in offsets if not self._topic_exists(k[1])]
             if orphans:

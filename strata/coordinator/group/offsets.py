@@ -67,6 +67,27 @@ class OffsetMetadataManager:
         # producer id -> ids of groups with offsets pending in its open transaction (Kafka's
         # openGroupsForProducer); a stale entry is harmless (the group is checked)
         self.txn_groups: dict[int, set[str]] = {}
+        # whether a consumer group of this id has members (its offsets then never expire
+        # as an empty group's do); set by GroupCoordinator
+        self.is_active_consumer_group: Callable[[str], bool] = lambda group_id: False
+
+    async def commit_consumer_group_offsets(self, group_id: str,
+                                            entries: list[OffsetCommitPartition],
+                                            retention_time_ms: int
+                                            ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit to a consumer group, validated by ``consumer_membership``: the
+        offsets go on the member-less classic group of the same id."""
+        group = self._membership.get_or_create_group(group_id)
+        return await self._store_offsets(group, entries, retention_time_ms)
+
+    async def commit_consumer_group_txn_offsets(self, group_id: str, producer_id: int,
+                                                producer_epoch: int,
+                                                entries: list[OffsetCommitPartition]
+                                                ) -> dict[TopicPartition, ErrorCode]:
+        group = self._membership.get_or_create_group(group_id)
+        if not entries:
+            return {}
+        return await self._store_txn_offsets(group, producer_id, producer_epoch, entries)
 
     # ================================================================== OffsetCommit
     async def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
@@ -418,6 +439,8 @@ class OffsetMetadataManager:
         retention = self.config.offsets_retention_ms
 
         def expired(group: ClassicGroup) -> list[TopicPartition]:
+            if self.is_active_consumer_group(group.group_id):
+                return []
             if group.protocol_type and group.state == GroupState.EMPTY:
                 def base(c: CommittedOffset) -> int:
                     return (group.state_timestamp if group.state_timestamp is not None

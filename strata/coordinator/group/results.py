@@ -155,3 +155,64 @@ OFFSET_STORE_ERRORS = {
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
 }
+
+
+# =========================================================================== consumer groups
+
+CONSUMER_GROUP_TYPE = "consumer"
+
+# topic id -> partitions (what ConsumerGroupHeartbeat and the records carry)
+TopicIdPartitions = dict
+
+
+@dataclass(frozen=True)
+class ConsumerGroupHeartbeatRequest:
+    """A ConsumerGroupHeartbeat v0-1 as plain values; ``None`` fields were not sent.
+    ``owned`` is the request's TopicPartitions: (topic id, partitions) pairs."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: tuple | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupHeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicIdPartitions | None = None   # None: not sent in this response
+
+
+@dataclass(frozen=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: TopicIdPartitions
+    target_assignment: TopicIdPartitions
+
+
+@dataclass(frozen=True)
+class DescribedConsumerGroup:
+    group_id: str
+    error: ErrorCode
+    message: str | None = None
+    state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedConsumerMember, ...] = ()

@@ -2,9 +2,9 @@
 
 Features (KIP-584) are reported as Kafka 4.x reports them, at the levels Strata really has:
 metadata.version at its lowest Kafka 4 level, 3.3-IV3 (7), transaction.version at 2
-(transactions V2, KIP-890 part 2, as a new Kafka 4 cluster), and every other feature at level 0,
-since Strata has no KIP-848 consumer groups (group.version), no share or streams groups, and no
-KRaft quorum (kraft.version);
+(transactions V2, KIP-890 part 2, as a new Kafka 4 cluster), group.version at 1 (KIP-848
+consumer groups: ConsumerGroupHeartbeat), and every other feature at level 0, since Strata has
+no share or streams groups, and no KRaft quorum (kraft.version);
 eligible.leader.replicas.version is finalized at 1 while ``eligible.leader.replicas.enable``
 is on (KIP-966), at 0 (not finalized) when it is off. A feature at level 0 is supported but not
 finalized.
@@ -25,7 +25,7 @@ METADATA_VERSION_3_3_IV3 = 7
 FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (METADATA_VERSION_3_3_IV3, METADATA_VERSION_3_3_IV3),
     "kraft.version": (0, 0),
-    "group.version": (0, 0),
+    "group.version": (0, 1),                      # KIP-848 consumer groups
     "transaction.version": (0, 2),
     "eligible.leader.replicas.version": (0, 1),   # KIP-966 (``eligible.leader.replicas.enable``)
     "share.version": (0, 0),

@@ -1,4 +1,6 @@
-"""OffsetCommit v2-8: store a group's consumed positions in ``__consumer_offsets``.
+"""OffsetCommit v2-9: store a group's consumed positions in ``__consumer_offsets`` (v9: the
+generation is a KIP-848 consumer group member's epoch; STALE_MEMBER_EPOCH if it is not the
+member's current one).
 
 As in Kafka, a partition of a topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION and
 is not stored; when no partition is left the coordinator is not asked at all. An empty group
@@ -29,5 +31,6 @@ async def handle(ctx, request):
             body.group_id, body.member_id, body.generation_id_or_member_epoch, valid,
             group_instance_id=getattr(body, "group_instance_id", None),
             retention_time_ms=millis(getattr(body, "retention_time", None),
-                                     DEFAULT_RETENTION_TIME)))
+                                     DEFAULT_RETENTION_TIME),
+            api_version=request.api_version))
     return commit_response(rc, body, errors)
