@@ -69,6 +69,17 @@ public class TransactionsV2Client {
         bootstrap = args[0];
         String input = args[1], output = args[2], tid = args[3], group = args[4];
         int partitions = Integer.parseInt(args[5]);
+        if (args.length > 6) {   // "commits N": N committed transactions, nothing else
+            KafkaProducer<String, String> p = producer(tid);
+            for (int i = 0; i < Integer.parseInt(args[7]); i++) {
+                p.beginTransaction();
+                send(p, input, partitions, "t" + i);
+                p.commitTransaction();
+                System.out.println("COMMITTED t" + i);
+            }
+            p.close();
+            return;
+        }
 
         KafkaProducer<String, String> p1 = producer(tid);
         p1.beginTransaction();
