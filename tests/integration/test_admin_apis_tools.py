@@ -1,4 +1,4 @@
-"""Kafka 4.3's admin tools against a live broker, for the admin APIs Kafka serves on any broker:
+"""Kafka 4.4's admin tools against a live broker, for the admin APIs Kafka serves on any broker:
 ACLs, features, leader elections, reassignments, transactions and producers, and
 DescribeTopicPartitions behind ``kafka-topics --describe``. Each prints what it prints against a
 single Kafka 4.x node with no authorizer and no transactions.

@@ -1,4 +1,4 @@
-"""Client quotas through real clients: Kafka 4.3's ``kafka-configs`` sets and describes them
+"""Client quotas through real clients: Kafka 4.4's ``kafka-configs`` sets and describes them
 (AlterClientQuotas / DescribeClientQuotas), they survive a restart, and a confluent-kafka
 producer over its quota is throttled (its rate is measured by ``python -m benchmarks.quota``,
 not asserted here)."""

@@ -1,4 +1,4 @@
-"""A three-broker cluster through Kafka 4.3's own CLI tools and kafka-python's admin client, and
+"""A three-broker cluster through Kafka 4.4's own CLI tools and kafka-python's admin client, and
 controlled shutdown: SIGTERM moves a broker's leaderships away before it leaves."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kafka Connect distributed (Kafka 4.3.1's ``ConnectDistributed``) restarting on its compacted
+"""Kafka Connect distributed (Kafka 4.4.0's ``ConnectDistributed``) restarting on its compacted
 internal topics, against one Strata broker with the log cleaner on.
 
 A worker creates its config, offsets and status topics (compacted, with Connect's

@@ -1,5 +1,5 @@
 """Committed offsets and group administration against a live Strata broker, through
-confluent-kafka and Kafka 4.3's ``kafka-consumer-groups``: a deleted topic's offsets go with it
+confluent-kafka and Kafka 4.4's ``kafka-consumer-groups``: a deleted topic's offsets go with it
 (also across a restart), and DeleteGroups / OffsetDelete behave as Kafka's do.
 
 The ``kafka-consumer-groups`` tests need the Kafka jars (``make kafka-dist``) and skip with

@@ -1,5 +1,5 @@
 """Partition reassignment (KIP-455) on three broker processes and a real ZooKeeper, driven by
-Kafka 4.3's kafka-reassign-partitions (``ReassignPartitionsCommand``) against the active
+Kafka 4.4's kafka-reassign-partitions (``ReassignPartitionsCommand``) against the active
 controller, as Kafka 3.9's ZooKeeper-mode controller runs it:
 
 - an RF 2 topic on brokers {1,2} with acks=all data moves to {2,3}: --execute, then --verify

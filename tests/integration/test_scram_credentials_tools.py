@@ -1,4 +1,4 @@
-"""SCRAM credentials through Kafka 4.3's ``kafka-configs``: created, described and deleted on one
+"""SCRAM credentials through Kafka 4.4's ``kafka-configs``: created, described and deleted on one
 broker (kept in its metadata file, across a restart) and on a ZooKeeper cluster (kept in
 ``/config/users/<user>`` as Kafka keeps them, beside the entity's other entries; created
 through one broker, described through another).

@@ -1,6 +1,7 @@
 """Kafka Streams against one ``strata serve`` process (issues 28 and 29): Kafka's own
-``WordCountDemo`` (kafka-streams-examples 4.3.1, run unmodified from the jars
-``scripts/kafka-dist.sh`` installs) with ``processing.guarantee=exactly_once_v2``.
+``WordCountDemo`` (kafka-streams-examples 4.3.1, the last published, run unmodified on Kafka
+Streams 4.4.0 from the jars ``scripts/kafka-dist.sh`` installs) with
+``processing.guarantee=exactly_once_v2``.
 
 The application reads lines from ``streams-plaintext-input``, repartitions the words through
 ``<app>-KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition``, counts them in a RocksDB store
