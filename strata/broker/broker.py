@@ -433,14 +433,27 @@ class Broker:
         if cleaner is not None:
             cleaner.startup()
         watchers = PartitionWatchers()
+        clustered = zk is not None
+        leader_quota = follower_quota = None
+        if clustered:   # KIP-73's replication throttles
+            leader_quota, follower_quota = _replication_quotas(node_id, metadata)
+        rack_aware = _rack_aware_selector(props) and clustered
         replica_manager = ReplicaManager(
             manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
             on_append=watchers.notifier(loop),
-            broker_id=node_id, clustered=zk is not None, lease=leadership_lease)
-        replica_manager.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
-        if _rack_aware_selector(props) and zk is not None:
-            replica_manager.broker_racks = lambda: {b.node_id: b.rack for b in metadata.live_brokers()}
-        replica_manager.min_insync_replicas = lambda topic: int(metadata.log_config(topic).get("min.insync.replicas"))
+            broker_id=node_id, clustered=clustered, lease=leadership_lease,
+            replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms"),
+            min_insync_replicas=lambda topic: int(
+                metadata.log_config(topic).get("min.insync.replicas")),
+            broker_racks=(lambda: {b.node_id: b.rack for b in metadata.live_brokers()})
+            if rack_aware else None,
+            broker_epoch_of=(lambda broker: (    # KIP-903
+                b.epoch if (b := metadata.view_image.brokers.get(broker)) is not None else -1))
+            if clustered else (lambda broker: -1),
+            leader_quota=leader_quota,
+            # ISR-expansion retries run on the loop, as the fetches that propose expansions do
+            call_later=(lambda delay_s, fn: loop.call_soon_threadsafe(
+                loop.call_later, delay_s, fn)) if clustered else None)
         if zk is None:   # a cluster of one: its metadata grants this broker every partition
             metadata.add_listener(GrantedStatesPublisher(replica_manager))
             replica_manager.apply_states(metadata.hosted_states())
@@ -543,10 +556,6 @@ class Broker:
             def endpoint_of(broker_id: int):
                 found = next((b for b in metadata.live_brokers() if b.node_id == broker_id), None)
                 return None if found is None else (found.host, found.port)
-            leader_quota, follower_quota = _replication_quotas(node_id, metadata)
-            replica_manager.leader_quota = leader_quota
-            replica_manager.broker_epoch_of = lambda broker: (    # KIP-903
-                b.epoch if (b := metadata.view_image.brokers.get(broker)) is not None else -1)
             guard = _tier_bootstrap_guard(props, manager, metadata)
             scheduler.schedule_periodic("tier-bootstrap-guard", guard.poll, 1000)
             replica_manager.fetchers = ReplicaFetcherManager.from_properties(
@@ -556,9 +565,6 @@ class Broker:
                 security=inter_broker_security)
             if rlm is not None:
                 rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
-            # ISR-expansion retries run on the loop, as the fetches that propose expansions do
-            replica_manager.call_later = lambda delay_s, fn: loop.call_soon_threadsafe(
-                loop.call_later, delay_s, fn)
             follow = LeadershipPublisher(replica_manager, manager, metadata, loop,
                                          ctx.group_coordinator, remote_tier, ctx.txn_coordinator)
             metadata.add_listener(follow)

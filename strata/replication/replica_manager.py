@@ -99,7 +99,13 @@ class ReplicaManager:
     def __init__(self, log_manager: LogManager, partitions: Callable[[str], int | None],
                  on_append: Callable[[TopicPartition], None] | None = None, *,
                  broker_id: int = -1, clustered: bool = False,
-                 lease: LeadershipLease = ALWAYS_HELD):
+                 lease: LeadershipLease = ALWAYS_HELD,
+                 replica_lag_time_max_ms: int = 30_000,
+                 min_insync_replicas: Callable[[str], int] = lambda topic: 1,
+                 broker_epoch_of: Callable[[int], int] = lambda broker_id: -1,
+                 broker_racks: Callable[[], Mapping[int, str | None]] | None = None,
+                 leader_quota=None,
+                 call_later: Callable[[float, Callable[[], None]], None] | None = None):
         self.log_manager = log_manager
         self._partitions = partitions
         self._on_append = on_append or (lambda tp: None)
@@ -114,22 +120,23 @@ class ReplicaManager:
         self._states_lock = threading.Lock()
         # runs fn after a delay (from any thread); a broker sets its event loop's, so that
         # delayed proposals are serialized with the fetches that propose; a timer thread else
-        self.call_later: Callable[[float, Callable[[], None]], None] = self._call_later
+        self.call_later: Callable[[float, Callable[[], None]], None] = \
+            call_later or self._call_later
         self.clock = SYSTEM_CLOCK
-        self.replica_lag_time_max_ms = 30_000
-        self.min_insync_replicas: Callable[[str], int] = lambda topic: 1
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas   # a topic's min.insync.replicas
         # Set by the broker in a cluster: the follower fetchers (add_partitions /
         # remove_partitions) and the AlterPartition sender (submit -> Future of PartitionState).
         self.fetchers = None
         self.alter_partition = None
         # KIP-903: a broker's registration epoch as this broker's metadata shows it now (-1:
         # unknown), stamped on each follower fetch; Fetch v12 carries no ReplicaState (v15+)
-        self.broker_epoch_of: Callable[[int], int] = lambda broker_id: -1
+        self.broker_epoch_of = broker_epoch_of
         # KIP-392 (replica.selector.class RackAwareReplicaSelector): broker id -> rack of the
         # live brokers, or None when consumers read from leaders only
-        self.broker_racks: Callable[[], Mapping[int, str | None]] | None = None
+        self.broker_racks = broker_racks
         # leader.replication.throttled.rate (strata.replication.quota.ReplicationQuota)
-        self.leader_quota = None
+        self.leader_quota = leader_quota
         self.lease = lease
         lease.add_listener(self._on_lease_changed)
 
