@@ -386,3 +386,47 @@ def test_the_remote_log_manager_writes_the_manifest_after_its_copies_and_refuses
         assert cat.read_partition(TIP) == m
     finally:
         env.close()
+
+
+def test_segments_of_later_leader_epochs_recover_onto_a_partition_leading_at_epoch_zero(tmp_path):
+    """A bucket written by a cluster (leader epochs 0, 3, 5) recovered on one broker, whose
+    partitions lead at epoch 0: every offset reads back, and after new records at epoch 0 the
+    recovered ones still do and the new ones are copied after them."""
+    store = MemoryObjectStore()
+    a = TieredEnv(tmp_path / "a", store=store)
+    cat_a = BucketCatalog(store, "", "cluster-a", clock=a.clock.milliseconds)
+    writer_a = ManifestWriter(cat_a, a.rlmm, interval_ms=0, now_ms=a.clock.milliseconds,
+                              topic_info=lambda t: (TIP.topic_id, 1, {}))
+    for epoch, n in ((0, 40), (3, 40), (5, 120)):
+        a.produce(n, epoch=epoch)
+    a.part = type(a.part)(TIP, a.log, a.rlm.settings, leader_epoch=5)
+    assert a.copy() > 3
+    writer_a.maybe_write(TIP, 5, 0)
+    end = a.log.highest_offset_in_remote_storage
+    want = _records(a.rlm, a.log, 0, end)
+    cat_a.release()
+    a.close()
+
+    b = TieredEnv(tmp_path / "b", store=store)
+    try:
+        new_id = uuid.UUID(int=0xFACE)
+        b.rlm._topic_id = lambda topic: new_id
+        recovery = TopicRecovery(BucketCatalog(store, "", "cluster-b", clock=b.clock.milliseconds),
+                                 b.rlmm, b.rsm, broker_id=2, now_ms=b.clock.milliseconds,
+                                 get_log=lambda tp: b.log)
+        recovery.plan("orders")
+
+        class Info:
+            name, topic_id, partitions = "orders", new_id, 1
+            configs = {"strata.remote.recovery": "true"}
+        recovery.on_topic_created(Info)
+        assert [tuple(e) for e in b.log.leader_epoch_cache.epoch_entries()] == [(0, 0)]
+        assert _records(b.rlm, b.log, 0, end) == want
+        b.part = type(b.part)(TopicIdPartition(new_id, TP), b.log, b.rlm.settings)
+        b.produce(100, epoch=0)
+        assert b.copy() > 0
+        got = _records(b.rlm, b.log, 0, b.log.highest_offset_in_remote_storage)
+        assert {o: r for o, r in got.items() if o <= end} == want
+        assert sorted(got) == list(range(b.log.highest_offset_in_remote_storage + 1))
+    finally:
+        b.close()

@@ -24,6 +24,7 @@ from strata.common.errors import InvalidConfigError
 from strata.common.types import TopicIdPartition, TopicPartition
 from strata.common.types import uuid_to_kafka_str as kafka_uuid_str
 from strata.log.checkpoint import decode_epoch_entries
+from strata.log.leader_epoch import EpochEntry
 from strata.tiered.api import (
     IndexType, RemoteLogMetadataManager, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState,
     RemoteStorageException, RemoteStorageManager)
@@ -88,7 +89,9 @@ class TopicRecovery:
 
     def __init__(self, catalog: BucketCatalog, rlmm: RemoteLogMetadataManager,
                  rsm: RemoteStorageManager, *, broker_id: int, now_ms: Callable[[], int],
-                 get_log: Callable[[TopicPartition], Any], writer: Any = None):
+                 get_log: Callable[[TopicPartition], Any], writer: Any = None,
+                 leader_epoch_of: Callable[[TopicPartition], int] = lambda tp: 0):
+        """``leader_epoch_of``: the new partition's leader epoch (0 on one broker)."""
         self.catalog = catalog
         self.rlmm = rlmm
         self.rsm = rsm
@@ -96,6 +99,7 @@ class TopicRecovery:
         self._now = now_ms
         self._get_log = get_log
         self._writer = writer
+        self._leader_epoch_of = leader_epoch_of
         self._plans: dict[str, RecoveryPlan] = {}
         self._lock = threading.Lock()
 
@@ -167,13 +171,21 @@ class TopicRecovery:
                 log.warning("recovery of %s: not hosted on this broker", tp)
                 continue
             try:
-                self.apply_partition(TopicIdPartition(info.topic_id, tp), ulog, pp)
+                self.apply_partition(TopicIdPartition(info.topic_id, tp), ulog, pp,
+                                     self._leader_epoch_of(tp))
             except Exception:  # noqa: BLE001 - the other partitions still recover
                 log.exception("recovery of %s failed", tp)
 
-    def apply_partition(self, tip: TopicIdPartition, ulog: Any, pp: PartitionPlan) -> None:
+    def apply_partition(self, tip: TopicIdPartition, ulog: Any, pp: PartitionPlan,
+                        leader_epoch: int = 0) -> None:
+        """Publish ``pp``'s segments under ``tip`` and start the log after them. Segments
+        written at leader epochs above ``leader_epoch`` (the new partition's, which its new
+        records carry) are published as of ``leader_epoch`` from the log start on: the log's
+        epochs must not run backwards, and reads find a segment by the epoch the log gives
+        its offset. The record batches keep the epochs they were written with."""
         if not pp.segments:
             return
+        remap = max(e for s, _ in pp.segments for e in s.leader_epochs) > leader_epoch
         self.rlmm.on_partition_leadership_changes({tip}, set())
         wait = getattr(self.rlmm, "wait_ready", None)
         if wait is not None:
@@ -181,6 +193,8 @@ class TopicRecovery:
         last = None
         for entry, origin in pp.segments:
             meta = entry.metadata(tip, None)
+            if remap:
+                meta = dataclasses.replace(meta, segment_leader_epochs={leader_epoch: entry.start_offset})
             self.rlmm.add_remote_log_segment_metadata(meta).result()
             custom = origin_custom_metadata(origin)
             self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
@@ -190,8 +204,17 @@ class TopicRecovery:
                 meta.remote_log_segment_id, self._now(), custom,
                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id))
         assert last is not None
-        with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
-            epochs = decode_epoch_entries(f.read(), f"leader epochs of {last.remote_log_segment_id.id}")
+        if remap:
+            epochs = [EpochEntry(leader_epoch, pp.log_start_offset)]
+            log.warning("%s: recovered segments were written at leader epochs up to %d, above "
+                        "the new partition's %d; their metadata records them at epoch %d",
+                        tip.topic_partition,
+                        max(e for s, _ in pp.segments for e in s.leader_epochs), leader_epoch,
+                        leader_epoch)
+        else:
+            with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
+                epochs = decode_epoch_entries(f.read(),
+                                              f"leader epochs of {last.remote_log_segment_id.id}")
         try:
             with self.rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT) as f:
                 snapshot = f.read()
