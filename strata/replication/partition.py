@@ -33,8 +33,12 @@ partition epoch is past the one the change was based on (the controller moved on
 
 The leader side (``high_watermark_target``, ``record_fetch``, ``may_join_isr``, ``lagging``,
 ``Leadership.begin_isr_change``, ``isr_change_answered``) reads and changes only the
-partition; the log's numbers come in as arguments. Invariant: the high watermark target never passes the log end
-offset of a member of the maximal ISR (the ISR plus the members a pending change adds).
+partition; the log's numbers come in as arguments. Invariant: the high watermark target never
+passes the log end offset of a member of the maximal ISR (the ISR plus the members a pending
+change adds).
+
+``log_failed`` is the replica manager's note that ``OpenLog`` failed (a failing disk): the
+partition is hosted without a log, and reads and appends try to make it again.
 
 Threads: the replica manager serializes ``decide``/``commit`` and the answers to ISR changes
 (its states lock); follower fetches update ``Follower`` fields from the fetch threads.
