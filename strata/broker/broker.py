@@ -603,6 +603,16 @@ class Broker:
                                sasl_max_receive_size=int(listener_prop(
                                    props, listener.name, "sasl.server.max.receive.size", "524288")))
                    for listener in listeners.listeners]
+        if metrics_server is not None:   # Kafka's broker metrics (issue 48)
+            from strata.log.flush_stats import LOG_FLUSH_STATS
+            from strata.server.broker_metrics import EventLoopIdle
+            from strata.server.metrics import KafkaBrokerCollector
+            loop_idle = EventLoopIdle()
+            loop_idle.install()   # on the event loop's thread, where `strata serve` builds
+            metrics_server.registry.register(KafkaBrokerCollector(
+                topic_stats=ctx.topic_stats, request_stats=dispatcher.request_metrics,
+                replica_manager=replica_manager, metadata=metadata, servers=lambda: servers,
+                watchers=watchers, loop_idle=loop_idle, flush_stats=LOG_FLUSH_STATS))
         from strata.server.tls_reload import ListenerTlsReloader
         tls_reloader = ListenerTlsReloader(metadata, servers, loop)
         metadata.broker_config_validator = tls_reloader.validate

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
@@ -30,6 +31,7 @@ from strata.common.errors import (
     CorruptRecordError, ErrorCode, InvalidTxnStateError, KafkaError, OffsetOutOfRangeError)
 from strata.common.scheduler import ImmediateScheduler, Scheduler
 from strata.common.types import TopicPartition
+from strata.log.flush_stats import LOG_FLUSH_STATS
 from strata.log.checkpoint import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
 from strata.log.indexes import AbortedTxn
 from strata.log.leader_epoch import LeaderEpochFileCache
@@ -610,17 +612,21 @@ class UnifiedLog:
         The fsyncs run outside the log lock, so appends continue while a rolled segment is
         written back (this runs on the scheduler after every roll).
         """
+        started = time.monotonic_ns()
         with self.lock:
             target = self.log_end_offset if up_to_offset_exclusive is None else up_to_offset_exclusive
             segments = self.local_log.segments_to_flush(target)
         self.local_log.fsync_segments(segments)
+        LOG_FLUSH_STATS.add(started)
         with self.lock:
             self.local_log.mark_flushed(target)
             if target >= self.log_end_offset:
                 self._unflushed_messages = 0
 
     def _flush_locked(self, target: int) -> None:
+        started = time.monotonic_ns()
         self.local_log.flush(target)
+        LOG_FLUSH_STATS.add(started)
         if target >= self.log_end_offset:
             self._unflushed_messages = 0
 

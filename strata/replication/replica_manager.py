@@ -139,6 +139,8 @@ class ReplicaManager:
         self.leader_quota = leader_quota
         self.lease = lease
         lease.add_listener(self._on_lease_changed)
+        self.isr_shrinks = 0   # ISR changes the controller accepted (Kafka's IsrShrinksPerSec,
+        self.isr_expands = 0   # IsrExpandsPerSec)
 
     # ---- leadership -------------------------------------------------------------------------
 
@@ -155,6 +157,12 @@ class ReplicaManager:
         """The partition's state here, None if not hosted here."""
         found = self._hosted_partitions.get(tp)
         return found.state if found is not None else None
+
+    def hosted_states(self) -> dict[TopicPartition, PartitionState]:
+        """The state of every partition hosted here, now (for the metrics endpoint)."""
+        with self._states_lock:
+            partitions = list(self._hosted_partitions.items())
+        return {tp: p.state for tp, p in partitions if p.state is not None}
 
     def is_leader(self, tp: TopicPartition) -> bool:
         st = self.state(tp)
@@ -373,6 +381,10 @@ class ReplicaManager:
                     return
                 if not partition.isr_change_answered(leadership, f.result()):
                     return
+                if len(new_isr) < len(st.isr):
+                    self.isr_shrinks += 1
+                elif len(new_isr) > len(st.isr):
+                    self.isr_expands += 1
             ulog = self.get_log(tp)
             if ulog is not None:
                 self._maybe_advance_high_watermark(tp, ulog)

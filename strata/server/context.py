@@ -12,6 +12,7 @@ from strata.cluster.client_quotas import ClientQuotaStore
 from strata.net.connection import ClientSecurity
 from strata.security.authorizer import Authorizer
 from strata.security.session import AuthenticationStats
+from strata.server.broker_metrics import BrokerTopicStats
 from strata.server.fetch_session import NO_SESSIONS
 from strata.server.ports import (
     ClientQuotasPort, ClusterMetadataPort, DelegationTokensPort, FetchSessionsPort,
@@ -48,6 +49,7 @@ class BrokerContext:
     api_versions: dict[int, tuple[int, int]] = field(default_factory=_advertised_api_versions)
     inter_broker_security: ClientSecurity | None = None   # to other brokers; None: PLAINTEXT
     authentication_stats: AuthenticationStats = field(default_factory=AuthenticationStats)
+    topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)   # BrokerTopicMetrics
     failed_authentication_delay_ms: int = 100   # connection.failed.authentication.delay.ms
     eligible_leader_replicas: bool = True     # eligible.leader.replicas.enable (ApiVersions)
     features: Any = None   # strata.cluster.features.FinalizedFeatures (UpdateFeatures); None: fixed

@@ -24,6 +24,7 @@ from strata.server.handlers import update_features
 from strata.security.authorizer import CURRENT_REQUEST
 from strata.server.handlers.group_common import CURRENT_CONNECTION
 from strata.server.network import CloseConnection
+from strata.server.broker_metrics import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class Dispatcher:
 
     def __init__(self, ctx):
         self.ctx = ctx
+        self.request_metrics = RequestStats()   # counted by the network layer (KafkaServer)
 
     async def __call__(self, request: DecodedRequest, conn):
         handler = HANDLERS.get(request.api_key)

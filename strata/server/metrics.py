@@ -700,3 +700,176 @@ class AuthenticationCollector(Collector):
         for listener, value in sorted(dict(self._stats.expired_connections_killed).items()):
             family.add_metric([listener], value)
         yield family
+
+
+# --------------------------------------------------------------------------- Kafka's broker metrics
+
+REQUEST_METRICS = "kafka_network_RequestMetrics"
+CONTROLLER_METRICS = "kafka_controller_KafkaController"
+PURGATORY_METRICS = "kafka_server_DelayedOperationPurgatory"
+SOCKET_SERVER_METRICS = "kafka_server_socket_server_metrics"
+LOG_FLUSH_METRICS = "kafka_log_LogFlushStats"
+EVENT_LOOP_IDLE = "strata_network_EventLoop_AvgIdlePercent"
+
+
+class KafkaBrokerCollector(Collector):
+    """Kafka's broker metrics (issue 48), read at scrape time from what the request path counts
+    (``strata.server.broker_metrics``) and from the replica manager, the metadata, the
+    listeners and the purgatory. Every input may be None (its families then have no samples).
+    See docs/metrics.md for each name."""
+
+    def __init__(self, *, topic_stats: Any = None, request_stats: Any = None,
+                 replica_manager: Any = None, metadata: Any = None,
+                 servers: Callable[[], Iterable[Any]] = lambda: (), watchers: Any = None,
+                 loop_idle: Any = None, flush_stats: Any = None,
+                 min_insync_replicas: Callable[[str], int] | None = None) -> None:
+        self._topics = topic_stats
+        self._requests = request_stats
+        self._rm = replica_manager
+        self._metadata = metadata
+        self._servers = servers
+        self._watchers = watchers
+        self._loop_idle = loop_idle
+        self._flush = flush_stats
+        self._min_isr = min_insync_replicas
+
+    def describe(self) -> list[Metric]:
+        return list(self._families().values())
+
+    @staticmethod
+    def _families() -> dict[str, Metric]:
+        from prometheus_client.core import SummaryMetricFamily
+        from strata.server.broker_metrics import REQUEST_TIMES, TOPIC_METERS
+        f: dict[str, Metric] = {}
+        for name, doc in TOPIC_METERS:
+            f[name] = CounterMetricFamily(f"{BROKER_TOPIC_METRICS}_{name}", doc, labels=["topic"])
+        f["RequestsPerSec"] = CounterMetricFamily(
+            f"{REQUEST_METRICS}_RequestsPerSec", "Requests handled, by API and version (Fetch "
+            "as FetchConsumer and FetchFollower).", labels=["request", "version"])
+        f["ErrorsPerSec"] = CounterMetricFamily(
+            f"{REQUEST_METRICS}_ErrorsPerSec", "Error codes in responses, NONE included, by API "
+            "and error (each partition's for Produce and Fetch, the top-level one otherwise).",
+            labels=["request", "error"])
+        for name, doc in REQUEST_TIMES:
+            f[name] = SummaryMetricFamily(f"{REQUEST_METRICS}_{name}", doc + " Milliseconds.",
+                                          labels=["request"])
+        for name, doc in (
+                ("UnderReplicatedPartitions", "Partitions led here whose ISR is smaller than "
+                 "their replica set."),
+                ("UnderMinIsrPartitionCount", "Partitions led here whose ISR is smaller than "
+                 "min.insync.replicas."),
+                ("LeaderCount", "Partitions led by this broker.")):
+            f[name] = GaugeMetricFamily(f"{REPLICA_MANAGER_METRICS}_{name}", doc)
+        f["IsrShrinksPerSec"] = CounterMetricFamily(
+            f"{REPLICA_MANAGER_METRICS}_IsrShrinksPerSec", "ISR shrinks the controller accepted "
+            "for partitions led here.")
+        f["IsrExpandsPerSec"] = CounterMetricFamily(
+            f"{REPLICA_MANAGER_METRICS}_IsrExpandsPerSec", "ISR expansions the controller "
+            "accepted for partitions led here.")
+        f["ActiveControllerCount"] = GaugeMetricFamily(
+            f"{CONTROLLER_METRICS}_ActiveControllerCount", "1 on the active controller, else 0.")
+        f["OfflinePartitionsCount"] = GaugeMetricFamily(
+            f"{CONTROLLER_METRICS}_OfflinePartitionsCount", "Partitions without a leader (on "
+            "the active controller; 0 elsewhere, as Kafka).")
+        f["connection_count"] = GaugeMetricFamily(
+            f"{SOCKET_SERVER_METRICS}_connection_count", "Open client connections, by listener.",
+            labels=["listener"])
+        f["PurgatorySize"] = GaugeMetricFamily(
+            f"{PURGATORY_METRICS}_PurgatorySize", "Partition watches of the requests waiting "
+            "in the purgatory (a request watches each partition it waits for).",
+            labels=["delayedOperation"])
+        f["NumDelayedOperations"] = GaugeMetricFamily(
+            f"{PURGATORY_METRICS}_NumDelayedOperations", "Requests waiting in the purgatory.",
+            labels=["delayedOperation"])
+        f["LogFlushRateAndTimeMs"] = SummaryMetricFamily(
+            f"{LOG_FLUSH_METRICS}_LogFlushRateAndTimeMs", "Log flushes (fsyncs of a partition's "
+            "segments) and their time in milliseconds.")
+        f["EventLoopIdle"] = GaugeMetricFamily(
+            EVENT_LOOP_IDLE, "Idle fraction (0 to 1) of the broker's event loop thread since the "
+            "previous scrape: 1 - its CPU time / wall time (Strata's NetworkProcessorAvgIdlePercent).")
+        return f
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        for fill in (self._fill_topics, self._fill_requests, self._fill_replicas,
+                     self._fill_controller, self._fill_network):
+            try:
+                fill(families)
+            except Exception:  # noqa: BLE001 - a scrape never fails as a whole
+                log.exception("collecting Kafka's broker metrics (%s) failed", fill.__name__)
+        return iter(families.values())
+
+    def _fill_topics(self, f: dict[str, Metric]) -> None:
+        from strata.server.broker_metrics import TOPIC_METERS
+        if self._topics is None:
+            return
+        snapshot = self._topics.snapshot()
+        if self._metadata is not None:   # a deleted topic's series go, as Kafka's
+            for topic in [t for t in snapshot if self._metadata.topic(t) is None]:
+                self._topics.forget(topic)
+                del snapshot[topic]
+        for i, (name, _) in enumerate(TOPIC_METERS):
+            for topic in sorted(snapshot):
+                f[name].add_metric([topic], snapshot[topic][i])
+            f[name].add_metric([], sum(c[i] for c in snapshot.values()))
+
+    def _fill_requests(self, f: dict[str, Metric]) -> None:
+        from strata.common.errors import error_name
+        from strata.server.broker_metrics import REQUEST_TIMES
+        if self._requests is None:
+            return
+        requests, errors, times = self._requests.snapshot()
+        for (name, version), n in sorted(requests.items()):
+            f["RequestsPerSec"].add_metric([name, str(version)], n)
+        for (name, code), n in sorted(errors.items()):
+            f["ErrorsPerSec"].add_metric([name, error_name(code)], n)
+        for name, t in sorted(times.items()):
+            for i, (time_name, _) in enumerate(REQUEST_TIMES):
+                f[time_name].add_metric([name], count_value=t[0], sum_value=t[1 + i] / 1e6)
+
+    def _fill_replicas(self, f: dict[str, Metric]) -> None:
+        if self._rm is None:
+            return
+        states = self._rm.hosted_states()
+        me = self._rm.broker_id
+        led = {tp: st for tp, st in states.items() if st.leader == me}
+        min_isr = self._min_isr or self._rm.min_insync_replicas
+        f["LeaderCount"].add_metric([], len(led))
+        f["UnderReplicatedPartitions"].add_metric(
+            [], sum(1 for st in led.values() if len(st.isr) < len(st.replicas)))
+        f["UnderMinIsrPartitionCount"].add_metric(
+            [], sum(1 for tp, st in led.items() if len(st.isr) < min_isr(tp.topic)))
+        f["IsrShrinksPerSec"].add_metric([], self._rm.isr_shrinks)
+        f["IsrExpandsPerSec"].add_metric([], self._rm.isr_expands)
+
+    def _fill_controller(self, f: dict[str, Metric]) -> None:
+        if self._metadata is None:
+            return
+        active = self._metadata.controller_id == self._metadata.node_id
+        f["ActiveControllerCount"].add_metric([], 1 if active else 0)
+        offline = 0
+        if active:
+            for name, info in list(self._metadata.topics().items()):
+                for p in range(info.partitions):
+                    st = self._metadata.partition_state(name, p)
+                    if st is not None and st.leader < 0:
+                        offline += 1
+        f["OfflinePartitionsCount"].add_metric([], offline)
+
+    def _fill_network(self, f: dict[str, Metric]) -> None:
+        counts: dict[str, int] = defaultdict(int)
+        for server in self._servers():
+            counts[server.listener] += server.connection_count
+        for listener, n in sorted(counts.items()):
+            f["connection_count"].add_metric([listener], n)
+        if self._watchers is not None:
+            for kind in ("Produce", "Fetch"):
+                f["PurgatorySize"].add_metric([kind], self._watchers.watches.get(kind, 0))
+                f["NumDelayedOperations"].add_metric([kind], self._watchers.delayed.get(kind, 0))
+        if self._flush is not None:
+            count, total_ns = self._flush.snapshot()
+            f["LogFlushRateAndTimeMs"].add_metric([], count_value=count, sum_value=total_ns / 1e6)
+        if self._loop_idle is not None:
+            idle = self._loop_idle.idle_fraction_since_last()
+            if idle is not None:
+                f["EventLoopIdle"].add_metric([], idle)

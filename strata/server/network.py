@@ -37,6 +37,7 @@ import os
 import socket
 import ssl as ssl_module
 import struct
+import time
 from collections import deque
 from typing import Awaitable, Callable, Mapping
 
@@ -48,6 +49,7 @@ from strata.protocol.file_region import FileRegion
 from strata.security.principal import parse_mapping_rules, tls_principal
 from strata.security.sasl import ANONYMOUS, SaslServer
 from strata.security.session import SaslSession
+from strata.server.broker_metrics import REMOTE_WAIT_NS
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._direct: bytearray | None = None   # a large frame, received straight into place
         self._direct_got = 0
         self._frames: deque[bytes | bytearray] = deque()
+        self._frame_times: deque[int] = deque()   # monotonic ns each frame was whole
         self._wakeup = asyncio.Event()
         self._transport: asyncio.Transport | None = None
         self._paused_reading = False
@@ -176,6 +179,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self._direct_got < len(self._direct):
                 return
             self._frames.append(self._direct)
+            self._frame_times.append(time.monotonic_ns())
             self._direct = None
         else:
             self._buf_len += nbytes
@@ -193,6 +197,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         buf, end = self._buf, self._buf_len
         start = 0
         oversized = None
+        now = time.monotonic_ns()
         with memoryview(buf) as view:
             while room > 0 and end - start >= 4:
                 (size,) = _LENGTH.unpack_from(buf, start)
@@ -208,6 +213,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         start = end
                     break
                 self._frames.append(bytes(view[start + 4:start + 4 + size]))
+                self._frame_times.append(now)
                 start += 4 + size
                 room -= 1
             if oversized is None and start:   # keep the unread tail at the front
@@ -269,16 +275,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._drained.wait()
                     continue
                 frame = self._frames.popleft()
+                received_ns = self._frame_times.popleft()
                 if self._paused_reading:
                     self._parse_frames()
-                await self._handle_frame(frame)
+                await self._handle_frame(frame, received_ns)
         except asyncio.CancelledError:
             pass
         except Exception:  # noqa: BLE001 - one connection's failure never reaches the server
             log.exception("connection %s failed; closing it", self.info.peer if self.info else "?")
             self.close()
 
-    async def _handle_frame(self, frame: bytes) -> None:
+    async def _handle_frame(self, frame: bytes, received_ns: int = 0) -> None:
         if self.info.sasl is not None and self.info.sasl.raw_tokens_expected:
             await self._handle_raw_token(frame)
             return
@@ -298,6 +305,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._server.requests_in_flight += 1
         self._handling = True
         self.info.request_size = len(frame)
+        metrics = self._server.request_metrics
+        if metrics is not None:
+            started_ns = time.monotonic_ns()
+            remote = [0]
+            remote_token = REMOTE_WAIT_NS.set(remote)
         try:
             body = await self._server.handler(request, self.info)
         except CloseConnection as exc:
@@ -307,9 +319,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             self._handling = False
             self._server.requests_in_flight -= 1
+            if metrics is not None:
+                REMOTE_WAIT_NS.reset(remote_token)
         try:
+            if metrics is not None:
+                handled_ns = time.monotonic_ns()
             if body is not None and not self._closed:
                 self._respond(request, body)
+            if metrics is not None:
+                metrics.record(request, body, received_ns or started_ns, started_ns, handled_ns,
+                               time.monotonic_ns(), remote[0])
             if self.info.close_after_response:
                 self.close()
         finally:
@@ -549,6 +568,8 @@ class KafkaServer:
         self.idle_timeout_ms = idle_timeout_ms
         self.requests_in_flight = 0
         self.stopping = False
+        # strata.server.broker_metrics.RequestStats: Kafka's RequestMetrics (None: not counted)
+        self.request_metrics = getattr(handler, "request_metrics", None)
         self._connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._next_id = 0

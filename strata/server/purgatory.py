@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import defaultdict
 from typing import Callable
 
 from strata.common.errors import ErrorCode
 from strata.common.types import TopicPartition
+from strata.server.broker_metrics import REMOTE_WAIT_NS
 
 
 class PartitionWatchers:
@@ -32,21 +34,29 @@ class PartitionWatchers:
         self._clock = 0   # counts changes made off the loop; _changed: each one's last
         self._changed: dict[TopicPartition, int] = {}
         self._clock_lock = threading.Lock()
+        # Kafka's DelayedOperationPurgatory gauges by operation (Produce, Fetch): waiting
+        # requests (NumDelayedOperations) and their partition watches (PurgatorySize)
+        self.delayed: dict[str, int] = {"Produce": 0, "Fetch": 0}
+        self.watches: dict[str, int] = {"Produce": 0, "Fetch": 0}
 
     def mark(self) -> int:
         """Taken before checking what to wait for; ``wait_any(..., since=mark)``."""
         return self._clock
 
     async def wait_any(self, partitions: list[TopicPartition], timeout_s: float,
-                       since: int) -> bool:
+                       since: int, kind: str = "Fetch") -> bool:
         """Wait until one of ``partitions`` changes or the timeout passes; True if woken, or
         at once if another thread changed one after ``since`` (the ``mark()`` taken before
-        the caller checked its condition)."""
+        the caller checked its condition). ``kind``: the purgatory it counts in (Produce,
+        Fetch); the time waited adds to the request's RemoteTimeMs."""
         if timeout_s <= 0 or self._closed:
             return False
         fut = asyncio.get_running_loop().create_future()
         for tp in partitions:
             self._waiters[tp].add(fut)
+        self.delayed[kind] += 1
+        self.watches[kind] += len(partitions)
+        started = time.monotonic_ns()
         try:
             if since != self._clock and any(
                     self._changed.get(tp, 0) > since for tp in partitions):
@@ -56,6 +66,11 @@ class PartitionWatchers:
         except asyncio.TimeoutError:
             return False
         finally:
+            self.delayed[kind] -= 1
+            self.watches[kind] -= len(partitions)
+            remote = REMOTE_WAIT_NS.get()
+            if remote is not None:
+                remote[0] += time.monotonic_ns() - started
             for tp in partitions:
                 waiters = self._waiters.get(tp)
                 if waiters is not None:
@@ -124,6 +139,6 @@ async def await_replication(replica_manager, watchers: PartitionWatchers, waits:
         left = deadline - loop.time()
         if not waits or left <= 0 or watchers.closed:
             break
-        await watchers.wait_any([tp for tp, _ in waits.values()], left, since)
+        await watchers.wait_any([tp for tp, _ in waits.values()], left, since, kind="Produce")
     errors.update({key: ErrorCode.REQUEST_TIMED_OUT for key in waits})
     return errors

@@ -271,8 +271,14 @@ async def handle(ctx, request):
         kept = {id(r) for _, r in answered}
         _close_regions([(tp, r) for tp, r in results if id(r) not in kept])
     committed = isolation is FetchIsolation.TXN_COMMITTED
+    stats = ctx.topic_stats
+    for tp, r in results:
+        stats.fetched(tp.topic, r.error)
+    consumer = body.replica_id < 0   # a follower's bytes are replication, not BytesOut
     by_topic: dict[str, list] = {}
     for tp, r in answered:
+        if consumer and r.records:
+            stats.sent(tp.topic, len(r.records))
         by_topic.setdefault(tp.topic, []).append(_partition(shape, tp, r, committed))
     responses = tuple(shape.topic(topic=topic, partitions=tuple(parts))
                       for topic, parts in by_topic.items())

@@ -135,7 +135,10 @@ async def _produce(ctx, request):
             if acks == -1 and r.error == ErrorCode.NONE and ctx.replica_manager.clustered:
                 waits[key] = (tp, r.last_offset + 1)
             results.append((key, r))
-            since_yield += len(p.records or b"")
+            size = len(p.records or b"")
+            ctx.topic_stats.produced(t.name, r.error, size, r.last_offset - r.base_offset + 1
+                                     if r.error == ErrorCode.NONE and r.base_offset >= 0 else 0)
+            since_yield += size
             if since_yield >= YIELD_EVERY_BYTES:
                 since_yield = 0
                 await asyncio.sleep(0)
