@@ -430,3 +430,12 @@ def test_segments_of_later_leader_epochs_recover_onto_a_partition_leading_at_epo
         assert sorted(got) == list(range(b.log.highest_offset_in_remote_storage + 1))
     finally:
         b.close()
+
+
+def test_an_unreadable_pointer_is_never_overwritten(store):
+    cat = BucketCatalog(store, "", "cluster-a", clock=lambda: T0)
+    cat.write_partition(TIP7, 0, 0, [seg(0, 9)])
+    store.put(cat.pointer_key(TIP7), b"STRATA-MANIFEST pointer v9 crc32c=00000000 length=0\n")
+    with pytest.raises(ManifestVersionError, match=cat.pointer_key(TIP7)):
+        cat.write_partition(TIP7, 7, 0, [seg(0, 9), seg(10, 19)])
+    assert store.get(cat.pointer_key(TIP7)).startswith(b"STRATA-MANIFEST pointer v9")
