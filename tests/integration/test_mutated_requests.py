@@ -1,8 +1,8 @@
 """Real client requests, mutated, over many connections: the broker answers each with Kafka
 error codes or closes that one connection, keeps serving, and keeps what it acknowledged.
 
-A recording proxy sits between real clients (confluent-kafka's producer, consumer group and
-admin client; kafka-python's producer and consumer) and a broker that advertises the proxy, so
+A recording proxy sits between real clients (confluent-kafka's producer, consumer groups of
+both protocols and admin client; kafka-python's producer and consumer) and a broker that advertises the proxy, so
 every request the clients send is kept. Those requests are then mutated (bit flips, integers
 overwritten with boundary values, truncations, splices of two requests) and sent, each on a
 connection of its own followed by an ApiVersions probe, from several threads at once, for
@@ -127,6 +127,21 @@ def _client_traffic(bootstrap: str) -> None:
     consumer.commit(asynchronous=False)
     consumer.close()
     assert seen == 300
+    # a KIP-848 consumer group: ConsumerGroupHeartbeat, OffsetCommit v9, OffsetFetch v9
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-kip848",
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})
+    consumer.subscribe(["fuzz-topic"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 300 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen += 1
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert seen == 300
+    admin.describe_consumer_groups(["fuzz-kip848"])["fuzz-kip848"].result(30)
     kafka = pytest.importorskip("kafka")
     kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, compression_type="gzip", acks="all")
     for i in range(50):

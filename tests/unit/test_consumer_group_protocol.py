@@ -217,7 +217,7 @@ def test_a_member_whose_session_ends_is_removed():
     async def scenario():
         h = Harness()
         a = await h.hb("a", 0)
-        b = await h.hb("b", 0)
+        await h.hb("b", 0)
         h.timers.advance(SESSION - 1)
         a = await h.hb("a", 1, owned=owned(a.assignment))
         h.timers.advance(2)   # b's session is over; a's was renewed

@@ -219,7 +219,7 @@ class ConsumerGroupManager:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if r.owned is None or len(r.owned) > 0:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if not r.subscribed_topic_names and r.subscribed_topic_regex is None:
+            if not r.subscribed_topic_names and not r.subscribed_topic_regex:
                 raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in "
                               "first request.")
         elif r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
@@ -229,9 +229,7 @@ class ConsumerGroupManager:
                 raise invalid("InstanceId can't be null.")
         else:
             raise invalid("MemberEpoch is invalid.")
-        if r.subscribed_topic_regex is not None:
-            if r.subscribed_topic_regex == "":
-                raise invalid("SubscribedTopicRegex must not be empty.")
+        if r.subscribed_topic_regex:
             self._regex(r.subscribed_topic_regex)
         if r.server_assignor is not None and r.server_assignor not in self.config.consumer_group_assignors:
             raise _Reply(ErrorCode.UNSUPPORTED_ASSIGNOR,
@@ -267,6 +265,9 @@ class ConsumerGroupManager:
                 result, records = self._join_or_heartbeat(r, api_version, client_id, client_host,
                                                           authorized_topics)
         except _Reply as reply:
+            if reply.error == ErrorCode.INVALID_REQUEST:
+                log.info("invalid ConsumerGroupHeartbeat v%d of member %r of group %r: %s",
+                         api_version, r.member_id, r.group_id, reply.message)
             return ConsumerGroupHeartbeatResult(reply.error, reply.message)
         if records:
             error = await self._write(r.group_id, records)
@@ -384,7 +385,10 @@ class ConsumerGroupManager:
         if r.subscribed_topic_names is not None:
             member.subscribed_topic_names = tuple(r.subscribed_topic_names)
         if r.subscribed_topic_regex is not None:
-            member.subscribed_topic_regex = r.subscribed_topic_regex
+            # "" clears it (librdkafka sends "" with a subscription by names)
+            member.subscribed_topic_regex = r.subscribed_topic_regex or None
+            if member.subscribed_topic_regex is None:
+                member.regex_topics = frozenset()
         if r.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = r.rebalance_timeout_ms
         if r.server_assignor is not None:
