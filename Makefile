@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run run-cluster bench-failover bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark bench-tls bench-authz venv system-deps kafka-dist spark-kafka-dist clean
+.PHONY: run run-cluster bench-failover bench-topic-creation bench-netfaults bench-replication bench-transactions bench-rejoin faults faults-txn faults-tiered faults-net test test-fast fuzz bench bench-smoke bench-log bench-acl bench-cleaner bench-offsets-restart bench-spark bench-tls bench-authz venv system-deps kafka-dist spark-kafka-dist clean
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	@bash scripts/system-deps.sh build
@@ -130,6 +130,13 @@ bench-authz: venv kafka-dist
 bench-failover: venv system-deps kafka-dist
 	$(PY) -m benchmarks.failover --system strata --rounds 3 --json docs/benchmarks/failover-strata.json
 	$(PY) -m benchmarks.failover --system kafka --rounds 3 --json docs/benchmarks/failover-kafka.json
+
+# Creating 100 topics of 10 partitions at replication factor 3 on three brokers, Strata
+# (ZooKeeper) and Kafka 4.x (KRaft), 3 rounds each, with the brokers' slowest ApiVersions answer
+# meanwhile (issue 50); results are copied into docs/benchmarks.md by hand.
+bench-topic-creation: venv system-deps kafka-dist
+	$(PY) -m benchmarks.topic_creation --system strata --rounds 3 --json docs/benchmarks/topic-creation-strata.json
+	$(PY) -m benchmarks.topic_creation --system kafka --rounds 3 --json docs/benchmarks/topic-creation-kafka.json
 
 # Partition unavailability under network faults (issue 51): Strata and Kafka 4.x (KRaft), each
 # node in a network namespace (needs root); 5 faults x 3 rounds of 25 s each, about 15 minutes.
