@@ -1,8 +1,9 @@
 """KIP-848 consumer groups with real clients: Kafka 4.3's Java consumer and confluent-kafka
 (librdkafka 2.6+) with ``group.protocol=consumer`` share a topic's partitions through
 ConsumerGroupHeartbeat, commit with their member epochs, take over a leaving member's
-partitions, and ``kafka-consumer-groups`` describes the group; after a broker restart the
-group is back with its members' epochs.
+partitions (one member static), and
+``kafka-consumer-groups`` describes the group; after a broker restart the group is back with
+its members' epochs.
 
 ``java/ConsumerProtocolClient.java`` runs in java's source-file mode and prints its assignment
 whenever it changes; the test drives it through stdin.
@@ -51,10 +52,11 @@ def create_topic(b: BrokerProcess, topic: str, partitions: int) -> None:
 class JavaConsumer:
     """A running ConsumerProtocolClient: its latest assignment and record count."""
 
-    def __init__(self, b: BrokerProcess, group: str, topic: str, client_id: str):
+    def __init__(self, b: BrokerProcess, group: str, topic: str, client_id: str,
+                 *instance_id: str):
         self.client_id = client_id
         self.proc = subprocess.Popen(
-            kafka_java_command(str(CLIENT), b.bootstrap, group, topic, client_id),
+            kafka_java_command(str(CLIENT), b.bootstrap, group, topic, client_id, *instance_id),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.assignment: frozenset[str] | None = None
@@ -110,14 +112,14 @@ def test_java_consumers_share_partitions_commit_and_take_over_a_leaving_members(
     require_kafka_dist()
     topic, group = "kip848-java", "kip848-java-group"
     create_topic(broker, topic, 4)
-    produce(broker.bootstrap, topic, make_records(40))
     everything = partitions_of(topic, 4)
     a = JavaConsumer(broker, group, topic, "java-a")
     b = None
     try:
         eventually(lambda: a.assignment == everything, "the first member gets every partition",
                    timeout=TIMEOUT, report=a.report)
-        b = JavaConsumer(broker, group, topic, "java-b")
+        # the second member is static
+        b = JavaConsumer(broker, group, topic, "java-b", "static-b")
 
         def shared() -> bool:
             return (a.assignment is not None and b.assignment is not None
@@ -125,6 +127,8 @@ def test_java_consumers_share_partitions_commit_and_take_over_a_leaving_members(
                     and a.assignment | b.assignment == everything)
         eventually(shared, "the two members share the partitions", timeout=TIMEOUT,
                    report=lambda: a.report() + "\n" + b.report())
+        # produced now, each record is read once, by the member that owns its partition
+        produce(broker.bootstrap, topic, make_records(40))
         eventually(lambda: a.consumed + b.consumed >= 40, "every record consumed",
                    timeout=TIMEOUT, report=lambda: a.report() + "\n" + b.report())
         a.commit()
@@ -152,6 +156,10 @@ def test_java_consumers_share_partitions_commit_and_take_over_a_leaving_members(
         if b is not None:
             b.close()
     assert b.proc.returncode == 0, b.report()
+    # a static member that closes leaves for now (epoch -2): it stays, with its partitions,
+    # until its session ends
+    members = consumer_groups(broker, "--describe", "--members", "--verbose", "--group", group)
+    assert "static-b" in members.split(), members
     listed = consumer_groups(broker, "--list", "--type", "consumer")
     assert group in listed.split(), listed
 
