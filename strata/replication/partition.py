@@ -284,9 +284,11 @@ class Partition:
             return None
         if len(st.isr) < min(min_insync_replicas, len(st.replicas)):
             return None
-        followers = self.leadership.followers if self.leadership is not None else {}
+        leadership = self.leadership
+        pending = leadership.pending_isr if leadership is not None else None
+        followers = leadership.followers if leadership is not None else {}
         target = log_end_offset
-        for r in self.maximal_isr():
+        for r in st.isr if pending is None else self.maximal_isr():   # no set on the hot path
             if r != self.broker_id:
                 follower = followers.get(r)
                 target = min(target, follower.log_end_offset if follower is not None else -1)
