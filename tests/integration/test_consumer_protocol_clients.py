@@ -1,7 +1,7 @@
 """KIP-848 consumer groups with real clients: Kafka 4.3's Java consumer and confluent-kafka
 (librdkafka 2.6+) with ``group.protocol=consumer`` share a topic's partitions through
 ConsumerGroupHeartbeat, commit with their member epochs, take over a leaving member's
-partitions (one member static), and
+partitions (one member static, subscribed by a regex the broker evaluates), and
 ``kafka-consumer-groups`` describes the group; after a broker restart the group is back with
 its members' epochs.
 
@@ -118,8 +118,8 @@ def test_java_consumers_share_partitions_commit_and_take_over_a_leaving_members(
     try:
         eventually(lambda: a.assignment == everything, "the first member gets every partition",
                    timeout=TIMEOUT, report=a.report)
-        # the second member is static
-        b = JavaConsumer(broker, group, topic, "java-b", "static-b")
+        # the second member is static and subscribes by a regex the broker evaluates
+        b = JavaConsumer(broker, group, "regex:kip848-j.*", "java-b", "static-b")
 
         def shared() -> bool:
             return (a.assignment is not None and b.assignment is not None

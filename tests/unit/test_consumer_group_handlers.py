@@ -29,6 +29,9 @@ DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
 class Image(Topics):
     """Topics with ids, as the coordinator's topic image and the handlers' metadata."""
 
+    cluster_id = "cluster"
+    controller_id = 1
+
     def topic(self, name):
         n = self.partitions.get(name)
         return None if n is None else SimpleNamespace(
@@ -142,4 +145,19 @@ def test_a_bad_regex_is_invalid_regular_expression_on_the_wire():
         # "" is no regex (librdkafka sends it with a subscription by names)
         r = await heartbeat(ctx, "alice", 1, "m-1", 0, regex="")
         assert (r.error_code, r.member_epoch) == (0, 1)
+    asyncio.run(scenario())
+
+
+def test_metadata_finds_a_topic_by_id_when_the_request_leaves_its_name_empty():
+    """The Java consumer resolves a regex subscription's assigned topic ids so (Kafka looks
+    any non-zero id up, whatever the name)."""
+    async def scenario():
+        ctx, _ = setup(orders=2)
+        rq = request_class(ApiKey.METADATA, 12)
+        r = await _send(ctx, "alice", ApiKey.METADATA, 12, topics=(
+            make(rq, "topics", name="", topic_id=tid("orders")),
+            make(rq, "topics", name=None, topic_id=tid("gone"))),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        assert [(t.error_code, t.name, t.topic_id) for t in r.topics] == [
+            (0, "orders", tid("orders")), (ErrorCode.UNKNOWN_TOPIC_ID, None, tid("gone"))]
     asyncio.run(scenario())

@@ -35,7 +35,8 @@ def _requested_names(ctx, request) -> list[tuple[str | None, object, ErrorCode |
             if topic_id is not None and topic_id.int != 0:
                 raise InvalidRequestError(
                     f"Topic IDs are not supported in requests for version {request.api_version}")
-        if name is None and topic_id is not None and topic_id.int != 0:
+        # by id (Kafka: any non-zero id; the Java client leaves the name "", not null)
+        if not name and topic_id is not None and topic_id.int != 0:
             info = ctx.metadata.topic_by_id(topic_id)
             out.append((info.name, topic_id, None) if info else (None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
         else:
