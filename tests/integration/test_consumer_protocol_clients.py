@@ -11,6 +11,8 @@ whenever it changes; the test drives it through stdin.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -18,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from broker_process import BrokerProcess
-from kafka_tools import CONSUMER_GROUPS, kafka_java_command, require_kafka_dist, run_kafka_class
+from kafka_tools import (
+    CONSUMER_GROUPS, dump_log_segments, kafka_java_command, require_kafka_dist, run_kafka_class)
 from support.waiting import eventually
 from test_consumer_groups import make_records, produce
 
@@ -29,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 CLIENT = Path(__file__).parent / "java" / "ConsumerProtocolClient.java"
 # heartbeats every second so that reconciliation takes seconds, not tens of them
-BROKER = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "4",
+BROKER = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1",
           "group.consumer.min.heartbeat.interval.ms": "500",
           "group.consumer.heartbeat.interval.ms": "1000",
           "group.consumer.min.session.timeout.ms": "6000",
@@ -205,7 +208,9 @@ def test_confluent_kafka_consumers_use_the_consumer_protocol(broker):
 
 
 def test_a_restarted_broker_resumes_the_consumer_group(tmp_path):
-    """Members' epochs and assignments come back from __consumer_offsets."""
+    """Members' epochs and assignments come back from __consumer_offsets, whose records Kafka's
+    own DumpLogSegments decodes as ConsumerGroup* records."""
+    require_kafka_dist()
     topic, group = "kip848-restart", "kip848-restart-group"
     with BrokerProcess(tmp_path, BROKER) as b:
         create_topic(b, topic, 2)
@@ -226,6 +231,12 @@ def test_a_restarted_broker_resumes_the_consumer_group(tmp_path):
             assert describe(b, group) == before
         finally:
             c.close()
+    [segment] = tmp_path.glob("**/__consumer_offsets-*/00000000000000000000.log")
+    out = dump_log_segments(segment, print_data=True, extra_args=["--offsets-decoder"])
+    keys = [json.loads(k) for k in re.findall(r" key: (\{.*?\}) payload:", out)]
+    types = {k["type"] for k in keys if k["data"].get("groupId") == group}
+    # group epoch, member metadata, target assignment (metadata, member), current assignment
+    assert {"3", "5", "6", "7", "8"} <= types, out
 
 
 def describe(b: BrokerProcess, group: str) -> tuple:
