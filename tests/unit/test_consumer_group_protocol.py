@@ -378,3 +378,20 @@ def test_consumer_group_records_are_kafkas():
     mk = ConsumerGroupKey(5, "g", "m")
     assert decode_record(*consumer_group_record(mk, meta)) == (mk, meta)
     assert decode_record(consumer_group_record(mk, None)[0], None) == (mk, None)
+
+
+def test_a_coordinator_that_loses_the_partition_drops_the_group_and_its_timers():
+    async def scenario():
+        h = Harness()
+        a = await h.hb("a", 0)
+        pending = h.timers.pending()
+        h.coord.unload([h.coord.partition_for(GROUP)])
+        assert h.coord.consumer_group(GROUP) is None
+        assert h.timers.pending() == pending - 1          # the member's session timer
+        r = await h.hb("a", 1, owned=owned(a.assignment))
+        assert r.error == ErrorCode.NOT_COORDINATOR
+        # the new coordinator of the partition (here: the same one, loading it again)
+        h.coord.load([h.coord.partition_for(GROUP)])
+        r = await h.hb("a", 1, owned=owned(a.assignment))
+        assert (r.error, r.member_epoch) == (ErrorCode.NONE, 1)
+    run(scenario())
