@@ -472,6 +472,10 @@ class Broker:
                 rlm.manifests.catalog, rlm.ctx.rlmm, rlm.ctx.rsm, broker_id=node_id,
                 now_ms=rlm.ctx.clock.milliseconds, get_log=manager.get_log, writer=rlm.manifests)
             metadata.add_listener(metadata.remote_recovery)
+        if zk is None:   # issue 52: topics with strata.remote.readreplica, served from a bucket
+            from strata.tiered.bucket.read_replica import attach as attach_read_replicas
+            attach_read_replicas(metadata, props, log_dirs[0]).listeners.append(
+                watchers.notifier(loop))
         producer_ids = ProducerIdManager(log_dirs[0]) if zk is None else ProducerIdManager(
             log_dirs[0], allocate_block=lambda: (
                 (b := zk.allocate_producer_id_block(node_id)).first_producer_id, b.size))
@@ -732,6 +736,8 @@ class Broker:
             await server.stop()
         if zk is None:  # an admin change under way finishes; listeners hear nothing more
             await asyncio.to_thread(metadata.close)
+            if metadata.read_replicas is not None:
+                metadata.read_replicas.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if self.rlm is not None:

@@ -669,6 +669,9 @@ class ClusterMetadata:
         # Hook of topic recovery (issue 52): plan(topic) -> a plan with the bucket's topic
         # manifest (partition count, configs); raises InvalidConfigError.
         self.remote_recovery: Any = None
+        # Remote read replicas (issue 52): plan(topic, configs) -> the origin's topic manifest
+        # (partition count); serves(topic), read_state, list_offset for the handlers.
+        self.read_replicas: Any = None
         # Hook of the listeners' TLS: (effective broker props now, after a dynamic change); may
         # raise InvalidRequestError to refuse the change (a keystore Kafka would refuse).
         self.broker_config_validator: Callable[[dict, dict], None] | None = None
@@ -1036,6 +1039,19 @@ class ClusterMetadata:
                     raise KafkaError(
                         f"Topic '{name}' has {plan.manifest.partitions} partitions in the "
                         "bucket; a recovery must ask for that many (or -1).",
+                        code=ErrorCode.INVALID_PARTITIONS)
+            if str(overrides.get("strata.remote.readreplica", "") or "").strip():
+                # a read-only copy of another cluster's topic: its partitions are the origin's
+                if self.read_replicas is None:
+                    raise InvalidConfigError("strata.remote.readreplica is served by a single "
+                                             "broker (not a broker of a ZooKeeper cluster)")
+                origin = self.read_replicas.plan(name, overrides).manifest
+                if num_partitions == -1 and not assignments:
+                    num_partitions = origin.partitions
+                elif (len(assignments) if assignments else num_partitions) != origin.partitions:
+                    raise KafkaError(
+                        f"Topic '{name}' has {origin.partitions} partitions in the origin's "
+                        "bucket; a read replica must ask for that many (or -1).",
                         code=ErrorCode.INVALID_PARTITIONS)
             config = self._validate_configs(name, overrides, None)
             if assignments:

@@ -75,6 +75,9 @@ LOG_CONFIG_DEF = (
     .define("remote.log.delete.on.disable", T.BOOLEAN, False)
     .define("remote.storage.enable", T.BOOLEAN, False)
     .define("strata.remote.recovery", T.BOOLEAN, False)   # Strata's (issue 52)
+    .define("strata.remote.readreplica", T.STRING, "")   # issue 52: the origin's bucket
+    .define("strata.remote.readreplica.key.prefix", T.STRING, "")
+    .define("strata.remote.readreplica.refresh.ms", T.LONG, 10_000, at_least(1))
     .define("retention.bytes", T.LONG, -1)
     .define("retention.ms", T.LONG, 604_800_000, at_least(-1))
     .define("segment.bytes", T.INT, 1024 * MIB, at_least(MIB))

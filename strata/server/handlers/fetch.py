@@ -101,12 +101,21 @@ def _read_all(ctx, request, isolation, partitions, first: bool = True, denied=NO
     throttle_ms = None   # the remote fetch quota, asked at the first remote partition
     # Fetch v11+ carries the consumer's rack and may read from a follower (KIP-392)
     rack = getattr(body, "rack_id", None) if request.api_version >= FIRST_VERSION_WITH_RACK else None
+    replicas = getattr(ctx.metadata, "read_replicas", None)   # issue 52's read-only topics
     for tp, p in partitions:
         if denied and tp.topic in denied:
             results.append((tp, _TOPIC_DENIED))
             continue
         budget = min(p.max_bytes, max(remaining, 0))
         epoch = p.current_leader_epoch
+        if replicas is not None and replicas.serves(tp.topic):
+            r = replicas.read_state(tp, p.fetch_offset)   # read from the origin's bucket
+            if r.remote is not None:
+                remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))
+                min_one = False
+                remaining -= budget
+            results.append((tp, r))
+            continue
         if body.replica_id >= 0:  # a follower
             r = ctx.replica_manager.follower_fetch(
                 tp, body.replica_id, p.fetch_offset, p.last_fetched_epoch, budget, epoch,
@@ -164,8 +173,13 @@ async def _read_remote(ctx, request, isolation, results, remote) -> None:
     for rr in remote:
         ulog = results[rr.index][1].remote
         try:
-            fut = asyncio.wrap_future(rlm.submit_read(ulog, rr.fetch_offset, rr.max_bytes,
-                                                      isolation, rr.min_one))
+            if getattr(ulog, "read_replica", False):
+                fut = asyncio.wrap_future(ulog.submit_read(
+                    rr.fetch_offset, rr.max_bytes, isolation is FetchIsolation.TXN_COMMITTED,
+                    rr.min_one))
+            else:
+                fut = asyncio.wrap_future(rlm.submit_read(ulog, rr.fetch_offset, rr.max_bytes,
+                                                          isolation, rr.min_one))
         except Exception as exc:  # noqa: BLE001 - answered as this partition's error
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
