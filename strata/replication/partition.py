@@ -38,7 +38,7 @@ passes the log end offset of a member of the maximal ISR (the ISR plus the membe
 change adds).
 
 ``log_failed`` is the replica manager's note that ``OpenLog`` failed (a failing disk): the
-partition is hosted without a log, and reads and appends try to make it again.
+partition is hosted without a log (one broker's reads and appends try to make it again).
 
 Threads: the replica manager serializes ``decide``/``commit`` and the answers to ISR changes
 (its states lock); follower fetches update ``Follower`` fields from the fetch threads.

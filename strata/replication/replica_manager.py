@@ -491,10 +491,12 @@ class ReplicaManager:
 
     def _hosted(self, tp: TopicPartition) -> tuple[UnifiedLog | None, ErrorCode]:
         """The partition's log, or None and why: UNKNOWN_TOPIC_OR_PARTITION, or the
-        KAFKA_STORAGE_ERROR of a log that cannot be created on a failing disk (a hosted
-        replica whose log could not be made is made again here, and stays so until it is)."""
+        KAFKA_STORAGE_ERROR of a log that cannot be created on a failing disk. One broker
+        makes again here a log that could not be made when granted; a cluster broker never
+        does (an empty log in another dir must not lead: the log dir failure handler reports
+        the replica offline and follows it afresh once the dir takes writes)."""
         partition = self._hosted_partitions.get(tp)
-        retry = partition is not None and partition.log_failed
+        retry = not self._clustered and partition is not None and partition.log_failed
         try:
             ulog = self.get_log(tp, create=retry)
         except KafkaError as exc:

@@ -179,6 +179,26 @@ def test_a_log_that_cannot_be_created_is_a_storage_error(tmp_path, monkeypatch):
     manager.shutdown()
 
 
+def test_a_cluster_broker_never_makes_a_log_its_state_could_not(tmp_path, monkeypatch):
+    """In a cluster a leader whose log could not be made when its state came is not given an
+    empty one later by an append (its data may be on the failed disk); it waits for the log
+    dir failure handler to follow it afresh."""
+    from strata.cluster.image import PartitionState
+    manager = LogManager([tmp_path / "logs"], LogConfig({"index.interval.bytes": 1}))
+    manager.startup()
+    replicas = ReplicaManager(manager, lambda topic: 1 if topic == "t" else None,
+                              broker_id=1, clustered=True)
+    with monkeypatch.context() as failing:
+        failing.setattr(Path, "mkdir", lambda *a, **k: (_ for _ in ()).throw(
+            OSError(errno.EROFS, "Read-only file system")))
+        replicas.apply_states({TP: PartitionState(1, 3, (1, 2), (1, 2))})
+    assert replicas.partition(TP).log_failed
+    assert replicas.append(TP, batch(0), produce_version=9).error == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert manager.get_log(TP) is None
+    manager.shutdown()
+
+
 def test_the_offline_log_directory_count_is_exported_as_kafka_names_it(tmp_path):
     channel = LogDirFailureChannel()
     collector = BrokerMetricsCollector(lambda: [], None, channel.offline_log_directory_count)
