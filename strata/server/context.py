@@ -26,8 +26,11 @@ def _advertised_api_versions() -> dict[int, tuple[int, int]]:
     return advertised_versions()
 
 
-@dataclass
+@dataclass(frozen=True)
 class BrokerContext:
+    """Frozen: every part is given to the constructor (a test varies one with
+    ``dataclasses.replace``)."""
+
     node_id: int
     advertised_host: str
     advertised_port: int

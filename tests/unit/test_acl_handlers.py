@@ -7,6 +7,7 @@ otherwise."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -22,9 +23,7 @@ VERSIONS = list(range(API_VERSIONS[A.CREATE_ACLS][0], API_VERSIONS[A.CREATE_ACLS
 
 
 def ctx_with(authorizer):
-    ctx = context()
-    ctx.authorizer = authorizer
-    return ctx
+    return replace(context(), authorizer=authorizer)
 
 
 def creation(version, name, op=Op.READ, pt=PT.LITERAL, rtype=RT.TOPIC, perm=Perm.ALLOW,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from dataclasses import replace
 
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader
@@ -101,8 +102,8 @@ def produce(ctx, user, *topics, version=9, transactional_id=None):
 def test_produce_needs_write_on_each_topic_and_hides_whether_it_exists(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}), ("other", 1, 1, {}))
-    ctx.authorizer = Grants(("alice", Op.WRITE, R.TOPIC, "paid"),
-                            ("bob", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.WRITE, R.TOPIC, "paid"),
+                                         ("bob", Op.DESCRIBE, R.TOPIC, "paid")))
     assert produce(ctx, "bob", "paid", "missing") == {"paid": TAF, "missing": TAF}
     assert end_offset(ctx, "paid") == 0
     assert produce(ctx, "alice", "paid", "other", "missing") == {
@@ -117,7 +118,7 @@ def test_produce_of_transactional_records_needs_write_on_the_transactional_id(br
     create(ctx, 7, ("paid", 1, 1, {}))
     txn_batch = build_batch([SimpleRecord(b"v", None, (), 1_700_000_000_000)],
                             producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
-    ctx.authorizer = Grants(("bob", Op.WRITE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("bob", Op.WRITE, R.TOPIC, "paid")))
     r = send(ctx, "bob", ApiKey.PRODUCE, 9, acks=-1, timeout=5000 * MS, transactional_id="tx",
              topic_data=(n(ApiKey.PRODUCE, 9, "topic_data", name="paid", partition_data=(
                  n(ApiKey.PRODUCE, 9, "topic_data.partition_data", index=0,
@@ -133,7 +134,7 @@ def test_an_acks_0_produce_that_fails_closes_its_connection_instead_of_answering
     from strata.server.network import CloseConnection
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("alice", Op.WRITE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.WRITE, R.TOPIC, "paid")))
 
     def acks_0(user, topic):
         conn = ConnectionInfo("10.0.0.7:50123", 3)
@@ -165,8 +166,8 @@ def test_fetch_needs_read_on_each_topic(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
     assert ctx.replica_manager.append(TopicPartition("paid", 0), batch(), produce_version=9).error == 0
-    ctx.authorizer = Grants(("alice", Op.READ, R.TOPIC, "paid"),
-                            ("bob", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.READ, R.TOPIC, "paid"),
+                                         ("bob", Op.DESCRIBE, R.TOPIC, "paid")))
     assert fetch(ctx, "bob", "paid", "missing") == {"paid": (TAF, False), "missing": (TAF, False)}
     assert fetch(ctx, "alice", "paid")["paid"] == (ErrorCode.NONE, True)
 
@@ -174,8 +175,8 @@ def test_fetch_needs_read_on_each_topic(broker):
 def test_a_replica_fetch_needs_cluster_action(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("alice", Op.CLUSTER_ACTION, R.CLUSTER, C),
-                            ("bob", Op.READ, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.CLUSTER_ACTION, R.CLUSTER, C),
+                                         ("bob", Op.READ, R.TOPIC, "paid")))
     assert fetch(ctx, "bob", "paid", replica_id=2) == {"paid": (TAF, False)}
     assert fetch(ctx, "alice", "paid", replica_id=2)["paid"][0] != TAF
 
@@ -191,8 +192,8 @@ def test_list_offsets_needs_describe_on_each_topic(broker):
                   timestamp=-1),)),))
         p = r.topics[0].partitions[0]
         return p.error_code, p.offset
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TOPIC, "paid"),
-                            ("bob", Op.WRITE, R.TOPIC, "other"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DESCRIBE, R.TOPIC, "paid"),
+                                         ("bob", Op.WRITE, R.TOPIC, "other")))
     assert latest("bob") == (TAF, -1)
     assert latest("alice") == (ErrorCode.NONE, 0)
 
@@ -207,8 +208,8 @@ def test_offset_for_leader_epoch_needs_cluster_action_or_describe_on_the_topic(b
                 n(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, "topics.partitions", partition=0,
                   current_leader_epoch=-1, leader_epoch=0),)),))
         return r.topics[0].partitions[0].error_code
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TOPIC, "paid"),
-                            ("carol", Op.CLUSTER_ACTION, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DESCRIBE, R.TOPIC, "paid"),
+                                         ("carol", Op.CLUSTER_ACTION, R.CLUSTER, C)))
     assert ask("bob") == TAF
     assert ask("alice") == ErrorCode.NONE
     assert ask("carol") == ErrorCode.NONE
@@ -227,7 +228,7 @@ def metadata(ctx, user, topics, version=12, auto_create=False, ops=False):
 def test_metadata_leaves_out_undescribable_topics_and_refuses_named_ones_existing_or_not(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}), ("secret", 2, 1, {}))
-    ctx.authorizer = Grants(("bob", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("bob", Op.DESCRIBE, R.TOPIC, "paid")))
     everything = metadata(ctx, "bob", None)
     assert [t.name for t in everything.topics] == ["paid"]
     r = metadata(ctx, "bob", ["secret", "nowhere", "paid"])
@@ -243,7 +244,7 @@ def test_metadata_by_topic_id_answers_the_id_but_not_the_name_when_undescribable
     ctx, _, _ = broker
     create(ctx, 7, ("secret", 1, 1, {}))
     topic_id = ctx.metadata.topic("secret").topic_id
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TOPIC, "secret"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DESCRIBE, R.TOPIC, "secret")))
 
     def by_id(user):
         r = send(ctx, user, ApiKey.METADATA, 12, allow_auto_topic_creation=False,
@@ -256,11 +257,11 @@ def test_metadata_by_topic_id_answers_the_id_but_not_the_name_when_undescribable
 
 def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(broker):
     ctx, _, _ = broker
-    ctx.authorizer = Grants(("bob", Op.DESCRIBE, R.TOPIC, "fresh"),
-                            ("alice", Op.DESCRIBE, R.TOPIC, "fresh"),
-                            ("alice", Op.CREATE, R.TOPIC, "fresh"),
-                            ("carol", Op.DESCRIBE, R.TOPIC, "other"),
-                            ("carol", Op.CREATE, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(("bob", Op.DESCRIBE, R.TOPIC, "fresh"),
+                                         ("alice", Op.DESCRIBE, R.TOPIC, "fresh"),
+                                         ("alice", Op.CREATE, R.TOPIC, "fresh"),
+                                         ("carol", Op.DESCRIBE, R.TOPIC, "other"),
+                                         ("carol", Op.CREATE, R.CLUSTER, C)))
     [t] = metadata(ctx, "bob", ["fresh"], version=9, auto_create=True).topics
     assert t.error_code == TAF and ctx.metadata.topic("fresh") is None
     [t] = metadata(ctx, "alice", ["fresh"], version=9, auto_create=True).topics
@@ -273,8 +274,9 @@ def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(broker)
 def test_metadata_and_describe_cluster_report_the_principals_authorized_operations(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("bob", Op.DESCRIBE, R.TOPIC, "paid"), ("bob", Op.READ, R.TOPIC, "paid"),
-                            ("alice", Op.DESCRIBE, R.CLUSTER, C), ("alice", Op.ALTER, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(
+        ("bob", Op.DESCRIBE, R.TOPIC, "paid"), ("bob", Op.READ, R.TOPIC, "paid"),
+        ("alice", Op.DESCRIBE, R.CLUSTER, C), ("alice", Op.ALTER, R.CLUSTER, C)))
     [t] = metadata(ctx, "bob", ["paid"], version=10, ops=True).topics
     assert t.topic_authorized_operations == (1 << Op.DESCRIBE) | (1 << Op.READ)
     r = send(ctx, "bob", ApiKey.METADATA, 10, topics=(), allow_auto_topic_creation=False,
@@ -292,7 +294,7 @@ def test_metadata_and_describe_cluster_report_the_principals_authorized_operatio
 def test_describe_topic_partitions_hides_undescribable_topics(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}), ("secret", 1, 1, {}))
-    ctx.authorizer = Grants(("bob", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("bob", Op.DESCRIBE, R.TOPIC, "paid")))
 
     def describe(topics):
         r = send(ctx, "bob", ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, response_partition_limit=100,
@@ -308,8 +310,8 @@ def test_describe_topic_partitions_hides_undescribable_topics(broker):
 def test_describe_producers_needs_read_on_the_topic(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("alice", Op.READ, R.TOPIC, "paid"),
-                            ("bob", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.READ, R.TOPIC, "paid"),
+                                         ("bob", Op.DESCRIBE, R.TOPIC, "paid")))
 
     def ask(user):
         r = send(ctx, user, ApiKey.DESCRIBE_PRODUCERS, 0, topics=(
@@ -323,7 +325,7 @@ def test_describe_producers_needs_read_on_the_topic(broker):
 
 def group_ctx(*grants):
     ctx = context(new_coordinator(), orders=2)
-    ctx.authorizer = Grants(*grants)
+    ctx = replace(ctx, authorizer=Grants(*grants))
     return ctx
 
 
@@ -477,7 +479,7 @@ class CountingInternalLog:
 def test_find_coordinator_makes_internal_topics_only_for_an_authorized_key():
     async def scenario():
         ctx = group_ctx(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"))
-        ctx.txn_log, ctx.offsets_log = CountingInternalLog(), CountingInternalLog()
+        ctx = replace(ctx, txn_log=CountingInternalLog(), offsets_log=CountingInternalLog())
         for user, key_type, keys in [("bob", 1, ("tx",)), ("bob", 0, ("g",)),
                                      ("alice", 1, ()), ("alice", 0, ())]:
             await _send(ctx, user, ApiKey.FIND_COORDINATOR, 4, key_type=key_type,
@@ -499,8 +501,8 @@ class FakeProducerIds:
 
 def test_init_producer_id_needs_write_on_the_transactional_id_or_idempotent_write(broker):
     ctx, _, _ = broker
-    ctx.producer_ids = FakeProducerIds()
-    ctx.authorizer = Grants(("alice", Op.IDEMPOTENT_WRITE, R.CLUSTER, C))
+    ctx = replace(ctx, producer_ids=FakeProducerIds())
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.IDEMPOTENT_WRITE, R.CLUSTER, C)))
 
     def init(user, tid=None):
         r = send(ctx, user, ApiKey.INIT_PRODUCER_ID, 4, transactional_id=tid,
@@ -515,9 +517,9 @@ def test_init_producer_id_of_an_idempotent_producer_allows_write_on_any_topic(br
     """Kafka's authorizeByResourceType, over the real authorizer: WRITE on some topic (a
     prefix or a literal name) not covered by a DENY."""
     ctx, _, _ = broker
-    ctx.producer_ids = FakeProducerIds()
+    ctx = replace(ctx, producer_ids=FakeProducerIds())
     acls = StandardAuthorizer()
-    ctx.authorizer = acls
+    ctx = replace(ctx, authorizer=acls)
 
     def grant(user, name, pattern, permission=AclPermissionType.ALLOW):
         assert acls.create_acls([AclBinding(ResourcePattern(R.TOPIC, name, pattern),
@@ -538,8 +540,9 @@ def test_init_producer_id_of_an_idempotent_producer_allows_write_on_any_topic(br
 def test_the_transaction_apis_need_write_on_the_transactional_id(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("bob", Op.WRITE, R.TOPIC, "paid"), ("bob", Op.READ, R.GROUP, "g"),
-                            ("carol", Op.WRITE, R.TRANSACTIONAL_ID, "tx"))
+    ctx = replace(ctx, authorizer=Grants(
+        ("bob", Op.WRITE, R.TOPIC, "paid"), ("bob", Op.READ, R.GROUP, "g"),
+        ("carol", Op.WRITE, R.TRANSACTIONAL_ID, "tx")))
     r = send(ctx, "bob", ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tx",
              v3_and_below_producer_id=1, v3_and_below_producer_epoch=0, v3_and_below_topics=(
                  n(ApiKey.ADD_PARTITIONS_TO_TXN, 3, "v3_and_below_topics", name="paid",
@@ -602,9 +605,9 @@ class FakeTxnCoordinator:
 
 def test_transactions_are_described_and_listed_only_where_the_principal_may_describe(broker):
     ctx, _, _ = broker
-    ctx.txn_coordinator = FakeTxnCoordinator()
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"),
-                            ("alice", Op.DESCRIBE, R.TOPIC, "paid"))
+    ctx = replace(ctx, txn_coordinator=FakeTxnCoordinator())
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DESCRIBE, R.TRANSACTIONAL_ID, "tx"),
+                                         ("alice", Op.DESCRIBE, R.TOPIC, "paid")))
     r = send(ctx, "bob", ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
     assert (r.transaction_states[0].error_code, r.transaction_states[0].topics) == (TIAF, ())
     r = send(ctx, "alice", ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
@@ -622,8 +625,8 @@ def test_transactions_are_described_and_listed_only_where_the_principal_may_desc
 def test_inter_broker_apis_need_cluster_action(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("broker", Op.CLUSTER_ACTION, R.CLUSTER, C),
-                            ("admin", Op.ALTER, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(("broker", Op.CLUSTER_ACTION, R.CLUSTER, C),
+                                         ("admin", Op.ALTER, R.CLUSTER, C)))
     markers = (n(ApiKey.WRITE_TXN_MARKERS, 1, "markers", producer_id=9, producer_epoch=0,
                  transaction_result=True, coordinator_epoch=0, topics=(
                      n(ApiKey.WRITE_TXN_MARKERS, 1, "markers.topics", name="paid",
@@ -648,9 +651,9 @@ def test_inter_broker_apis_need_cluster_action(broker):
 
 def test_create_topics_needs_create_on_the_cluster_or_topic_and_describe_configs_for_them(broker):
     ctx, _, _ = broker
-    ctx.authorizer = Grants(("alice", Op.CREATE, R.TOPIC, "mine"),
-                            ("alice", Op.DESCRIBE_CONFIGS, R.TOPIC, "mine"),
-                            ("admin", Op.CREATE, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.CREATE, R.TOPIC, "mine"),
+                                         ("alice", Op.DESCRIBE_CONFIGS, R.TOPIC, "mine"),
+                                         ("admin", Op.CREATE, R.CLUSTER, C)))
 
     def create_as(user, *names):
         r = send(ctx, user, ApiKey.CREATE_TOPICS, 7, timeout_ms=1000, validate_only=False,
@@ -670,8 +673,8 @@ def test_delete_topics_needs_delete_and_hides_the_name_of_an_undescribable_id(br
     ctx, _, _ = broker
     create(ctx, 7, ("doomed", 1, 1, {}), ("kept", 1, 1, {}))
     kept_id = ctx.metadata.topic("kept").topic_id
-    ctx.authorizer = Grants(("alice", Op.DELETE, R.TOPIC, "doomed"),
-                            ("bob", Op.DESCRIBE, R.TOPIC, "doomed"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DELETE, R.TOPIC, "doomed"),
+                                         ("bob", Op.DESCRIBE, R.TOPIC, "doomed")))
 
     def delete(user, *topics):
         r = send(ctx, user, ApiKey.DELETE_TOPICS, 6, timeout_ms=1000, topics=tuple(
@@ -690,8 +693,8 @@ def test_create_partitions_and_delete_records_need_alter_and_delete_on_the_topic
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
     ctx.replica_manager.append(TopicPartition("paid", 0), batch(3), produce_version=9)
-    ctx.authorizer = Grants(("alice", Op.ALTER, R.TOPIC, "paid"),
-                            ("alice", Op.DELETE, R.TOPIC, "paid"))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.ALTER, R.TOPIC, "paid"),
+                                         ("alice", Op.DELETE, R.TOPIC, "paid")))
 
     def grow(user):
         r = send(ctx, user, ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
@@ -714,9 +717,9 @@ def test_create_partitions_and_delete_records_need_alter_and_delete_on_the_topic
 def test_configs_need_describe_configs_and_alter_configs_on_the_topic_or_the_cluster(broker):
     ctx, _, _ = broker
     create(ctx, 7, ("paid", 1, 1, {}))
-    ctx.authorizer = Grants(("alice", Op.DESCRIBE_CONFIGS, R.TOPIC, "paid"),
-                            ("alice", Op.ALTER_CONFIGS, R.TOPIC, "paid"),
-                            ("admin", Op.DESCRIBE_CONFIGS, R.CLUSTER, C))
+    ctx = replace(ctx, authorizer=Grants(("alice", Op.DESCRIBE_CONFIGS, R.TOPIC, "paid"),
+                                         ("alice", Op.ALTER_CONFIGS, R.TOPIC, "paid"),
+                                         ("admin", Op.DESCRIBE_CONFIGS, R.CLUSTER, C)))
     resources = ((2, "paid"), (4, "1"))
 
     def describe(user):
@@ -750,7 +753,7 @@ def test_cluster_admin_apis_need_their_cluster_operation(broker):
     create(ctx, 7, ("paid", 1, 1, {}))
     grants = {Op.ALTER: "alterer", Op.DESCRIBE: "describer", Op.DESCRIBE_CONFIGS: "reader",
               Op.ALTER_CONFIGS: "configurer"}
-    ctx.authorizer = Grants(*((user, op, R.CLUSTER, C) for op, user in grants.items()))
+    ctx = replace(ctx, authorizer=Grants(*((user, op, R.CLUSTER, C) for op, user in grants.items())))
     requests = [  # (api, version, needed operation, fields, the response's error)
         (ApiKey.DESCRIBE_LOG_DIRS, 4, Op.DESCRIBE, dict(topics=None), lambda r: r.error_code),
         (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, Op.DESCRIBE, dict(timeout_ms=1000, topics=None),

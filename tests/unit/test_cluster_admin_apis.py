@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -122,11 +123,12 @@ class _MemoryTxnLog:
         return list(self.records.get(partition, ()))
 
 
-def _coordinator(ctx) -> TransactionCoordinator:
+def _with_coordinator(ctx):
+    """``ctx`` with a loaded transaction coordinator over an in-memory log, and that coordinator."""
     ids = iter(range(5000, 6000))
-    ctx.txn_coordinator = TransactionCoordinator(_MemoryTxnLog(), lambda: next(ids))
-    ctx.txn_coordinator.load({p: 0 for p in range(ctx.txn_coordinator.config.num_partitions)})
-    return ctx.txn_coordinator
+    coordinator = TransactionCoordinator(_MemoryTxnLog(), lambda: next(ids))
+    coordinator.load({p: 0 for p in range(coordinator.config.num_partitions)})
+    return replace(ctx, txn_coordinator=coordinator), coordinator
 
 
 @pytest.mark.parametrize("version", versions(A.LIST_TRANSACTIONS))
@@ -135,7 +137,7 @@ def test_list_transactions_filters_and_names_unknown_state_filters(broker, versi
     r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=(), producer_id_filters=(),
              duration_filter=-1, transactional_id_pattern=None)
     assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE     # no coordinator here
-    coordinator = _coordinator(ctx)
+    ctx, coordinator = _with_coordinator(ctx)
     for tid in ("app-1", "other"):
         assert asyncio.run(coordinator.init_producer_id(tid, 60_000)).error == ErrorCode.NONE
     r = send(ctx, A.LIST_TRANSACTIONS, version, state_filters=("Empty", "Bogus"),
@@ -157,7 +159,7 @@ def test_list_transactions_filters_and_names_unknown_state_filters(broker, versi
 
 def test_describe_transactions_answers_each_id_from_the_coordinator(broker):
     ctx, _, _ = broker
-    coordinator = _coordinator(ctx)
+    ctx, coordinator = _with_coordinator(ctx)
     create(ctx, 7, ("orders", 2, 1, {}))
     init = asyncio.run(coordinator.init_producer_id("app-1", 60_000))
     assert asyncio.run(coordinator.add_partitions("app-1", init.producer_id, init.producer_epoch,
@@ -340,7 +342,7 @@ def test_api_versions_reports_the_features_strata_has(broker, version):
 
 def test_api_versions_does_not_finalize_elr_when_eligible_leader_replicas_are_off(broker):
     ctx, _, _ = broker
-    ctx.eligible_leader_replicas = False
+    ctx = replace(ctx, eligible_leader_replicas=False)
     r = send(ctx, A.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
     assert {f.name: f.max_version_level for f in r.finalized_features} == \
         {"metadata.version": 7, "transaction.version": 2}

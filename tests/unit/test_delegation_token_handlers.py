@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from dataclasses import replace
 
 import pytest
 
@@ -47,18 +48,31 @@ class Client:
         return make(request_class(api_key, version), path, **fields)
 
 
-@pytest.fixture
-def broker(tmp_path):
-    ctx = context()
-    ctx.authorizer = StandardAuthorizer(super_users=["User:admin"]).start()
-    ctx.delegation_tokens = DelegationTokenManager(TokenConfig("k"), FileTokenStore(tmp_path))
+class TokenBroker:
+    """A broker context with an authorizer and a token manager; ``as_`` a client of it."""
 
-    def as_(principal, protocol="SASL_PLAINTEXT"):
+    def __init__(self, tmp_path):
+        self.ctx = replace(
+            context(), authorizer=StandardAuthorizer(super_users=["User:admin"]).start(),
+            delegation_tokens=DelegationTokenManager(TokenConfig("k"), FileTokenStore(tmp_path)))
+
+    @property
+    def authorizer(self):
+        return self.ctx.authorizer
+
+    @property
+    def delegation_tokens(self):
+        return self.ctx.delegation_tokens
+
+    def as_(self, principal, protocol="SASL_PLAINTEXT"):
         conn = ConnectionInfo("10.0.0.9:4000", 7, protocol, protocol)
         conn.principal = principal
-        return Client(ctx, conn)
-    ctx.as_ = as_
-    return ctx
+        return Client(self.ctx, conn)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    return TokenBroker(tmp_path)
 
 
 def create(client, version=3, owner=None, renewers=()):
@@ -151,7 +165,7 @@ def test_renew_and_expire_answer_kafkas_errors(broker):
 
 
 def test_no_secret_key_disables_every_token_api(broker):
-    broker.delegation_tokens = None
+    broker.ctx = replace(broker.ctx, delegation_tokens=None)
     client = broker.as_(ALICE)
     assert create(client).error_code == ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
     assert describe(client).error_code == ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED

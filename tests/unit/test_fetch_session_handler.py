@@ -47,9 +47,10 @@ class Broker:
             self.logs, lambda topic: 3 if topic == TOPIC else None,
             on_append=lambda tp: self.loop.call_soon_threadsafe(watchers.notify, tp))
         lead_alone(self.rm, *(TopicPartition(TOPIC, p) for p in range(3)))
+        self.cache = FetchSessionCache(slots)
         self.ctx = BrokerContext(node_id=1, advertised_host="127.0.0.1", advertised_port=0,
-                                 metadata=None, replica_manager=self.rm, fetch_watchers=watchers)
-        self.ctx.fetch_sessions = self.cache = FetchSessionCache(slots)
+                                 metadata=None, replica_manager=self.rm, fetch_watchers=watchers,
+                                 fetch_sessions=self.cache)
         self.requests: list = []
 
         async def serve(request, info):

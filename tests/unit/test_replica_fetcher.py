@@ -904,9 +904,9 @@ class WireLeader:
             from strata.cluster.image import PartitionState
             self.rm.apply_states({TopicPartition(TP.topic, p): PartitionState(
                 LEADER, 0, (LEADER,), (LEADER, ME)) for p in range(partitions)})
+        self.sessions = FetchSessionCache()
         ctx = BrokerContext(node_id=LEADER, advertised_host="127.0.0.1", advertised_port=0,
-                            metadata=None, replica_manager=self.rm)
-        ctx.fetch_sessions = self.sessions = FetchSessionCache()
+                            metadata=None, replica_manager=self.rm, fetch_sessions=self.sessions)
         self.fetches: list[tuple] = []
 
         async def fetched(ctx, request):

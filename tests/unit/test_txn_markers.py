@@ -4,6 +4,7 @@ WriteTxnMarkers handler, over a real ReplicaManager and real logs."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -295,7 +296,7 @@ def test_in_a_cluster_a_marker_not_replicated_in_time_times_out(cluster):
     offsets = TopicPartition(OFFSETS_TOPIC, 0)
     rm.apply_states({offsets: PartitionState(ME, 0, (ME, 3), (ME, 3))})
     produce_txn(cluster, offsets, n=1)
-    cluster.txn_marker_timeout_s = 0.05
+    cluster = replace(cluster, txn_marker_timeout_s=0.05)
     assert write(cluster, marker(True, offsets)) == \
         [{(OFFSETS_TOPIC, 0): ErrorCode.REQUEST_TIMED_OUT}]
     assert cluster.group_coordinator.calls == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -29,8 +30,7 @@ TV = "transaction.version"
 @pytest.fixture
 def ctx(broker, tmp_path):  # noqa: F811 - the fixture
     c, _, _ = broker
-    c.features = FinalizedFeatures(FileFeatureStore(tmp_path / "features.json"))
-    return c
+    return replace(c, features=FinalizedFeatures(FileFeatureStore(tmp_path / "features.json")))
 
 
 def update(ctx, version, *updates, validate_only=False):
