@@ -75,6 +75,22 @@ def test_a_read_replica_on_a_second_broker_serves_and_follows_the_origin(tmp_pat
         assert consume(b, "orders", 0, served - 5, new_end - served + 6) == \
             consume(a, "orders", 0, served - 5, new_end - served + 6)
 
+        # the PySpark source's planning and reading (what its executors run), through Fetch
+        from strata.spark.options import parse_source_options
+        from strata.spark.source import plan_read, read_task
+        options = {"kafka.bootstrap.servers": b.bootstrap, "subscribe": "orders",
+                   "endingOffsets": "latest"}
+        tasks = plan_read(options)
+        assert [(t.partition, t.start) for t in tasks] == [(0, 0)]
+        planned_end = tasks[0].end          # the replica's end then (it keeps following)
+        assert planned_end >= new_end + 1
+        opts = parse_source_options(options, streaming=False)
+        rows = [(o, k, v) for t in tasks for batch in read_task(t, opts)
+                for o, k, v in zip(batch.column("offset").to_pylist(),
+                                   batch.column("key").to_pylist(),
+                                   batch.column("value").to_pylist())]
+        assert rows == [(r[0], r[1], r[2]) for r in consume(a, "orders", 0, 0, planned_end)]
+
         # read-only: Produce and DeleteRecords refused with POLICY_VIOLATION and a message
         errors = []
         p = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "retries": 0})
