@@ -26,6 +26,7 @@ from strata.coordinator.offsets_records import (
     consumer_group_record,
     decode_record,
 )
+from strata.coordinator.group.consumer_membership import REGEX_REFRESH_MS
 from test_group_coordinator import MemoryOffsetsLog
 
 GROUP = "cg"
@@ -206,8 +207,11 @@ def test_a_regex_subscription_is_matched_on_the_broker():
         h.image["orders-eu"] = topic("orders-eu", uuid.UUID(int=3), 1)
         r = await h.hb("a", 0, subscribed_topic_regex="orders.*|__.*")
         assert r.assignment == {ORDERS: frozenset(range(4)), uuid.UUID(int=3): frozenset({0})}
-        # a new matching topic moves the group epoch at the next heartbeat
+        # a new matching topic moves the group epoch once the regex is resolved again
         h.image["orders-us"] = topic("orders-us", uuid.UUID(int=4), 2)
+        r = await h.hb("a", 1, owned=owned(r.assignment))
+        assert r.member_epoch == 1
+        h.timers.advance(REGEX_REFRESH_MS)
         r = await h.hb("a", 1, owned=owned(r.assignment))
         assert r.member_epoch == 2 and uuid.UUID(int=4) in r.assignment
     run(scenario())
@@ -394,4 +398,25 @@ def test_a_coordinator_that_loses_the_partition_drops_the_group_and_its_timers()
         h.coord.load([h.coord.partition_for(GROUP)])
         r = await h.hb("a", 1, owned=owned(a.assignment))
         assert (r.error, r.member_epoch) == (ErrorCode.NONE, 1)
+    run(scenario())
+
+
+def test_an_empty_consumer_group_goes_when_its_offsets_expire():
+    async def scenario():
+        h = Harness(offsets_retention_ms=60_000)
+        await h.hb("a", 0)
+        assert await h.coord.commit_offsets(GROUP, "a", 1, [("orders", 0, 3)],
+                                            api_version=9) == {("orders", 0): ErrorCode.NONE}
+        await h.coord.expire_offsets()
+        assert h.coord.consumer_group(GROUP) is not None     # it has a member
+        await h.hb("a", -1)
+        await h.coord.expire_offsets()
+        assert h.coord.consumer_group(GROUP) is not None     # its offsets are not expired yet
+        h.clock.advance_ms(60_000)
+        await h.coord.expire_offsets()
+        assert h.coord.consumer_group(GROUP) is None
+        assert [g.group_id for g in h.coord.list_groups().groups] == []
+        # and it stays gone after a restart
+        again = Harness(log=h.log)
+        assert again.coord.consumer_group(GROUP) is None
     run(scenario())

@@ -79,6 +79,10 @@ _STORE_ERRORS = {
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
 
+# How old a regex's resolution against the topic image may be (new topics that match are
+# picked up within this time).
+REGEX_REFRESH_MS = 10_000
+
 # What RE2 (Kafka's RE2J) refuses and Python's re accepts: lookarounds, backreferences,
 # conditionals, atomic groups and possessive quantifiers.
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?\(|\(\?>|[*+?}]\+")
@@ -128,6 +132,7 @@ class ConsumerGroupManager:
         self._queues: dict[int, list[tuple[list[Record], asyncio.Future]]] = {}
         self._writers: dict[int, asyncio.Task] = {}
         self._regexes: dict[str, re.Pattern] = {}
+        self._resolved: dict[str, tuple[int, frozenset[str]]] = {}   # pattern -> (at, topics)
 
     # ================================================================== records
     def _write(self, group_id: str, records: list[Record]) -> asyncio.Future:
@@ -249,6 +254,21 @@ class ConsumerGroupManager:
                 self._regexes.clear()
             self._regexes[pattern] = compiled
         return compiled
+
+    def _resolve(self, pattern: str, image: Mapping[str, Any]) -> frozenset[str]:
+        """The non-internal topics ``pattern`` fully matches, computed at most every
+        REGEX_REFRESH_MS per pattern (a heartbeat must not match every topic name each time)."""
+        now = self._rt.now()
+        cached = self._resolved.get(pattern)
+        if cached is not None and now - cached[0] < REGEX_REFRESH_MS:
+            return cached[1]
+        compiled = self._regex(pattern)
+        matched = frozenset(name for name, info in image.items()
+                            if not info.internal and compiled.fullmatch(name))
+        if len(self._resolved) > 10_000:
+            self._resolved.clear()
+        self._resolved[pattern] = (now, matched)
+        return matched
 
     # ================================================================== heartbeat
     async def heartbeat(self, r: ConsumerGroupHeartbeatRequest, *, api_version: int = 1,
@@ -395,9 +415,7 @@ class ConsumerGroupManager:
             member.server_assignor = r.server_assignor
         image = self._topics()
         if member.subscribed_topic_regex is not None:
-            pattern = self._regex(member.subscribed_topic_regex)
-            matched = {name for name, info in image.items()
-                       if not info.internal and pattern.fullmatch(name)}
+            matched = set(self._resolve(member.subscribed_topic_regex, image))
             if authorized_topics is not None and matched:
                 matched = set(authorized_topics(matched))
             member.regex_topics = frozenset(matched)

@@ -108,6 +108,7 @@ class GroupCoordinator:
         self._consumer_groups = self._consumer.groups
         self._offsets.is_active_consumer_group = (
             lambda group_id: bool(getattr(self._consumer_groups.get(group_id), "members", None)))
+        self._offsets.after_expiry = self._drop_empty_consumer_groups
         self._loader = CoordinatorLoader(self._runtime, self._membership, self._offsets,
                                          topic_exists, self._consumer)
         self._groups = self._membership.groups
@@ -210,6 +211,17 @@ class GroupCoordinator:
             out.append(DescribedConsumerGroup(group_id, error) if error is not None
                        else self._consumer.describe(group_id))
         return out
+
+    async def _drop_empty_consumer_groups(self) -> None:
+        """After an expiry pass: a consumer group without members and without offsets is
+        deleted, as Kafka deletes it."""
+        for group in list(self._consumer_groups.values()):
+            holder = self._groups.get(group.group_id)
+            if group.members or (holder is not None and holder.has_offsets()):
+                continue
+            log.info("deleting empty consumer group %s without offsets", group.group_id)
+            await self._runtime.append_tombstones(
+                {self.partition_for(group.group_id): self._consumer.delete(group)})
 
     def consumer_group(self, group_id: str):
         """The consumer group ``group_id`` (introspection for tests), or None."""

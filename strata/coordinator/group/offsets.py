@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from strata.common.errors import ErrorCode
 from strata.coordinator.group.classic_group import ClassicGroup, CommittedOffset
@@ -55,6 +55,10 @@ from strata.coordinator.offsets_records import (
 log = logging.getLogger(__name__)
 
 
+async def _nothing() -> None:
+    return None
+
+
 class OffsetMetadataManager:
     """The committed offsets of the groups ``membership`` holds; see the module docstring."""
 
@@ -70,6 +74,8 @@ class OffsetMetadataManager:
         # whether a consumer group of this id has members (its offsets then never expire
         # as an empty group's do); set by GroupCoordinator
         self.is_active_consumer_group: Callable[[str], bool] = lambda group_id: False
+        # run after each expiry pass (GroupCoordinator: drop empty consumer groups)
+        self.after_expiry: Callable[[], Awaitable[None]] = _nothing
 
     async def commit_consumer_group_offsets(self, group_id: str,
                                             entries: list[OffsetCommitPartition],
@@ -473,6 +479,7 @@ class OffsetMetadataManager:
         removed = await self.cleanup_groups(list(self._groups.values()), expired)
         if removed:
             log.info("removed %d expired offsets", removed)
+        await self.after_expiry()
         return removed
 
     def schedule_retention(self) -> None:
