@@ -1,4 +1,5 @@
-"""KIP-848 consumer groups with real clients: Kafka 4.3's Java consumer and confluent-kafka
+"""KIP-848 consumer groups with real clients: Kafka's Java consumer (4.4, the jars of
+``make kafka-dist``) and confluent-kafka
 (librdkafka 2.6+) with ``group.protocol=consumer`` share a topic's partitions through
 ConsumerGroupHeartbeat, commit with their member epochs, take over a leaving member's
 partitions (one member static, subscribed by a regex the broker evaluates), and
