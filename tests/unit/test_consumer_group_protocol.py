@@ -266,6 +266,11 @@ def test_a_static_member_rejoining_keeps_its_epoch_and_assignment():
         assert group.group_epoch == epoch_before and set(group.members) == {"a2", "b"}
         assert (await h.hb("a1", 2, instance_id="i-a", owned=())).error == \
             ErrorCode.FENCED_INSTANCE_ID
+        # the replacement is in the log: a restarted coordinator has it, not the old id
+        again = Harness(log=h.log).coord.consumer_group(GROUP)
+        assert set(again.members) == {"a2", "b"}
+        assert (again.members["a2"].member_epoch, again.members["a2"].assigned,
+                again.target["a2"]) == (2, a.assignment, a.assignment)
     run(scenario())
 
 

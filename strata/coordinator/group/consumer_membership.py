@@ -333,6 +333,12 @@ class ConsumerGroupManager:
                 # assignment
                 records.extend(self._removal_records(group, current.member_id))
                 member = group.replace_static_member(current, r.member_id or str(uuid.uuid4()))
+                records.append(self._member_records(group, member))
+                records.append(consumer_group_record(
+                    _member_key(CONSUMER_GROUP_TARGET_MEMBER_KEY, group.group_id,
+                                member.member_id),
+                    ConsumerGroupTargetMemberValue(dict(group.target.get(member.member_id, {})))))
+                records.append(self._assignment_record(group, member))
                 return member, False
             if current is None:
                 raise _Reply(ErrorCode.UNKNOWN_MEMBER_ID,
