@@ -1,7 +1,8 @@
 """A hypothesis model of KIP-848 reconciliation: clients that own exactly what their last
 heartbeat response gave them, joining, heartbeating, changing subscriptions, leaving, while
 topics grow. Whatever the order, no partition is owned by two clients at once, and once
-everyone keeps heartbeating the group is Stable with every subscribed partition assigned.
+everyone keeps heartbeating the group is Stable with every subscribed partition assigned, and
+a coordinator restarted from the records in ``__consumer_offsets`` has the same group.
 Also the assignors' own properties."""
 
 from __future__ import annotations
@@ -111,6 +112,18 @@ def test_no_partition_is_ever_owned_by_two_members(ops):
             got = {(t, p) for c in active for t, ps in c.owned.items() for p in ps}
             assert got == wanted
             assert {c.epoch for c in active} == {group.group_epoch}
+        # what __consumer_offsets holds is the group: a restarted coordinator has it all
+        await asyncio.sleep(0)
+        again = Harness(log=h.log).coord.consumer_group("cg")
+
+        def state(g):
+            if g is None or not g.members:
+                return None
+            return (g.group_epoch, g.assignment_epoch, g.target, {
+                m.member_id: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned,
+                              m.pending_revocation, m.subscribed_topic_names)
+                for m in g.members.values()})
+        assert state(again) == state(group)
 
     asyncio.run(scenario())
 
