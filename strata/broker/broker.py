@@ -491,7 +491,6 @@ class Broker:
             props, lambda: ZkTokenStore(zk) if zk is not None else FileTokenStore(log_dirs[0]))
         if delegation_tokens is not None:
             delegation_tokens.start()
-        metadata.delegation_tokens = delegation_tokens   # SCRAM's tokenauth looks there
         client_quotas = ClientQuotaStore(log_dirs[0])
         quotas = ClientQuotaManager.from_properties(props)
         client_quotas.add_listener(quotas.on_quotas_changed)
@@ -590,8 +589,11 @@ class Broker:
         from strata.net.tls import server_context
         from strata.common.listeners import listener_prop
         from strata.security.sasl import server_factories
+        from strata.security.scram import BrokerCredentials
         dispatcher = Dispatcher(ctx)
         tls_props = metadata.effective_broker_props()   # keystores changed at runtime included
+        # SCRAM logins: the stored credentials, and tokenauth against the delegation tokens
+        credentials = BrokerCredentials(metadata.scram_credential, delegation_tokens)
         servers = [KafkaServer(dispatcher, listener.host or "0.0.0.0", listener.port,
                                max_request_size=_int(props, "socket.request.max.bytes"),
                                idle_timeout_ms=_int(props, "connections.max.idle.ms"),
@@ -600,7 +602,7 @@ class Broker:
                                receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes"),
                                listener=listener.name, security_protocol=listener.security_protocol,
                                ssl=server_context(tls_props, listener.name) if listener.tls else None,
-                               sasl_factories=server_factories(props, listener.name, metadata)
+                               sasl_factories=server_factories(props, listener.name, credentials)
                                if listener.sasl else None,
                                principal_rules=listener_prop(props, listener.name,
                                                              "ssl.principal.mapping.rules"),

@@ -358,6 +358,15 @@ class ScramServer:
         return f"v={_b64(server_signature)}".encode("ascii")
 
 
+@dataclass(frozen=True)
+class BrokerCredentials:
+    """What a broker's SCRAM servers check a login against: its stored credentials
+    (``scram_credential(user, mechanism)``) and its delegation tokens (KIP-48; None when off:
+    tokenauth refused)."""
+    scram_credential: Callable[[str, str], ScramCredential | None]
+    delegation_tokens: object | None = None
+
+
 def server_factory(mechanism_name: str):
     """The ``MECHANISMS`` entry of a SCRAM mechanism: ``(props, listener, credentials)`` to a
     factory of servers, refused (SaslConfigError) without the listener's JAAS config for the
@@ -373,7 +382,7 @@ def server_factory(mechanism_name: str):
         if credentials is None:
             raise SaslConfigError(f"listener {listener} enables {mechanism.name} but the broker "
                                   f"passed no SCRAM credential store")
-        # a broker's delegation tokens (None when off) hang on its credential store
-        return lambda: ScramServer(mechanism, credentials.scram_credential,
-                                   tokens=getattr(credentials, "delegation_tokens", None))
+        tokens = credentials.delegation_tokens if isinstance(credentials, BrokerCredentials) \
+            else None
+        return lambda: ScramServer(mechanism, credentials.scram_credential, tokens=tokens)
     return make

@@ -13,9 +13,9 @@ import pytest
 from strata.cluster.delegation_tokens import (
     DelegationTokenManager, FileTokenStore, TokenConfig, TokenInformation, TOKENS_FILE)
 from strata.common.errors import ErrorCode
-from strata.security.sasl import KafkaPrincipal, SaslAuthenticationFailed
+from strata.security.sasl import KafkaPrincipal, SaslAuthenticationFailed, server_factories
 from strata.security.sasl_client import SaslCredentials, _ScramClient
-from strata.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramServer
+from strata.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, BrokerCredentials, ScramServer
 
 ALICE = KafkaPrincipal("User", "alice")
 BOB = KafkaPrincipal("User", "bob")
@@ -154,6 +154,28 @@ def test_scram_tokenauth_login_is_the_owner_token_authenticated(tmp_path, mechan
     with pytest.raises(SaslAuthenticationFailed):
         login(ScramServer(mechanism, lambda _u, _m: None, tokens=m),
               token_client(token.info.token_id, password, mechanism.name))
+
+
+def test_a_listeners_scram_servers_check_tokens_against_the_brokers_credentials(tmp_path):
+    """The broker builds its listeners' SCRAM servers from ``BrokerCredentials``: the stored
+    credentials and the token manager; a plain credential store has no tokens."""
+    m = manager(tmp_path, Clock())
+    token = m.create(ALICE, ALICE, [], -1).token
+    password = base64.b64encode(token.hmac).decode()
+    props = {"sasl.enabled.mechanisms": "SCRAM-SHA-256",
+             "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
+             "org.apache.kafka.common.security.scram.ScramLoginModule required;"}
+
+    def no_users(user, mechanism):
+        return None
+    factories = server_factories(props, "SASL_PLAINTEXT", BrokerCredentials(no_users, m))
+    server = factories["SCRAM-SHA-256"]()
+    login(server, token_client(token.info.token_id, password, "SCRAM-SHA-256"))
+    assert server.principal == ALICE and server.principal.token_authenticated
+    store = BrokerCredentials(no_users)   # tokens off
+    with pytest.raises(SaslAuthenticationFailed):
+        login(server_factories(props, "SASL_PLAINTEXT", store)["SCRAM-SHA-256"](),
+              token_client(token.info.token_id, password, "SCRAM-SHA-256"))
 
 
 def test_no_secret_key_means_no_manager():
