@@ -170,3 +170,23 @@ def test_range_gives_contiguous_ranges_the_first_members_one_more():
     assert out["a"] == {ORDERS: frozenset({0, 1, 2}), PAYMENTS: frozenset({0})}
     assert out["b"] == {ORDERS: frozenset({3, 4}), PAYMENTS: frozenset({1})}
     assert out["c"] == {ORDERS: frozenset({5, 6})}
+
+
+@given(st.integers(2, 6), st.integers(1, 8), st.randoms(use_true_random=False))
+def test_uniform_moves_only_what_a_new_member_takes_whatever_the_layout(members, per_member,
+                                                                        rnd):
+    """However the current partitions are spread (contiguous blocks here, shuffled there), a
+    joining member takes its share and nobody else's partitions move."""
+    partitions = members * per_member
+    order = list(range(partitions))
+    rnd.shuffle(order)
+    current = {f"m{i}": {ORDERS: frozenset(order[i * per_member:(i + 1) * per_member])}
+               for i in range(members)}
+    spec = {m: MemberSubscription(frozenset({ORDERS}), a) for m, a in current.items()}
+    spec["new"] = MemberSubscription(frozenset({ORDERS}))
+    out = uniform(spec, {ORDERS: partitions})
+    moved = sum(len(current[m][ORDERS] - out[m].get(ORDERS, frozenset())) for m in current)
+    gained = sum(len(out[m].get(ORDERS, frozenset()) - current[m][ORDERS]) for m in current)
+    assert gained == 0 and moved == len(out["new"].get(ORDERS, ()))
+    counts = [len(a.get(ORDERS, ())) for a in out.values()]
+    assert max(counts) - min(counts) <= 1

@@ -80,19 +80,31 @@ def uniform(members: Mapping[str, MemberSubscription],
             m = least_loaded(tp[0])
             owner[tp] = m
             counts[m] += 1
-    # balance: move a partition while its owner has two more than another subscriber (each
-    # move lowers the sum of squared counts, so this ends)
-    moved = True
-    while moved:
-        moved = False
-        for tp in partitions:
-            current = owner[tp]
-            best = least_loaded(tp[0])
-            if counts[current] > counts[best] + 1:
-                owner[tp] = best
-                counts[current] -= 1
-                counts[best] += 1
-                moved = True
+    # balance: the most loaded member gives a partition to the least loaded subscriber of its
+    # topic while they differ by two or more; donors are always the most loaded, so no member
+    # gives partitions away and then takes others (each move lowers the sum of squared
+    # counts, so this ends)
+    owned_by: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in members}
+    for tp, m in owner.items():
+        owned_by[m].add(tp)
+    while True:
+        move = None
+        for donor in sorted(members, key=lambda x: (-counts[x], x)):
+            for tp in sorted(owned_by[donor], key=lambda i: (i[0].bytes, i[1])):
+                best = least_loaded(tp[0])
+                if counts[donor] > counts[best] + 1:
+                    move = (tp, donor, best)
+                    break
+            if move is not None:
+                break
+        if move is None:
+            break
+        tp, donor, best = move
+        owner[tp] = best
+        owned_by[donor].discard(tp)
+        owned_by[best].add(tp)
+        counts[donor] -= 1
+        counts[best] += 1
     return _as_assignment(members, owner)
 
 
