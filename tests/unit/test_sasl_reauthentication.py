@@ -143,7 +143,7 @@ VERSIONS = ApiVersionsRequest()
 def test_over_the_listener_a_client_re_authenticates_and_one_that_does_not_is_closed():
     async def main():
         ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
-                              api_versions=advertised_versions(),
+                              api_versions=advertised_versions(), features=None,
                               failed_authentication_delay_ms=0, eligible_leader_replicas=True)
         factories = ListenerMechanisms(PLAIN=lambda: PlainServer(USERS))
         factories.connections_max_reauth_ms = {"PLAIN": 1500}
@@ -210,7 +210,7 @@ def test_re_authentications_and_expired_connections_are_exported_as_kafka_names_
 def test_during_a_re_authentication_frames_are_bounded_by_sasl_server_max_receive_size():
     async def main():
         ctx = SimpleNamespace(authentication_stats=AuthenticationStats(), quotas=None,
-                              api_versions=advertised_versions(),
+                              api_versions=advertised_versions(), features=None,
                               failed_authentication_delay_ms=0)
         factories = ListenerMechanisms(PLAIN=lambda: PlainServer(USERS))
         factories.connections_max_reauth_ms = {"PLAIN": 60_000}
