@@ -88,7 +88,14 @@ Families (``{topic}``: per topic and an all-topics series without the label):
   gauges ``<prefix>_<key>`` for the keys that are levels (``*_bytes``, ``*_entries``, ``size``
   or the ones named as gauges).
 
-Without tiering the tiered families are present with no samples.
+- Kafka's broker metrics (``KafkaBrokerCollector``, counted in ``strata.server.broker_metrics``):
+  BrokerTopicMetrics BytesIn/BytesOut/MessagesIn/BytesRejected/Failed*/Total*RequestsPerSec,
+  RequestMetrics per API (``kafka_network_RequestMetrics_*``), ReplicaManager and
+  KafkaController gauges, connection counts, purgatory sizes, LogFlushStats and the event
+  loop's idle fraction.
+
+Without tiering the tiered families are present with no samples. docs/metrics.md lists every
+name with its type and meaning (tests/unit/test_metrics_reference.py keeps the two in step).
 
 Threads: the HTTP server runs on its own threads (one per request); everything it reads is
 either lock-protected (log offsets under the log's lock, counters) or already called from many
