@@ -171,7 +171,8 @@ class LogManager:
                                   scheduler=self._scheduler, topic_partition=tp,
                                   producer_id_expiration_ms=self._pid_expiration_ms,
                                   dir_failures=self.dir_failures)
-                fsync_dir(log_dir)
+                # no fsync of the parent dir: Kafka's createLogDirectory makes none (one per
+                # new partition was most of a broker's time creating many topics, issue 50)
             self._logs[tp] = ulog
             self._log_dir_of[tp] = log_dir
             return ulog
