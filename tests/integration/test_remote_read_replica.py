@@ -3,7 +3,8 @@ broker tiers a topic (small segments, manifests every 100 ms); a second broker w
 data dir and no tier of its own creates the topic with ``strata.remote.readreplica`` pointing at
 the origin's remote dir and serves it read-only: confluent-kafka reads the same records at the
 same offsets as from the origin, follows the origin's new uploads, is refused Produce and
-DeleteRecords, and the replica never writes to the origin's bucket."""
+DeleteRecords, and the replica never writes to the origin's bucket. The same on the S3 API
+server (moto, through obstore)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 
 from broker_process import BrokerProcess
 from support.waiting import eventually
-from test_topic_recovery import TOPIC, consume, create, manifest_end, produce
-from tiered_support import TIERED_BROKER, offsets
+from test_topic_recovery import (  # noqa: F401 - the bucket fixtures (filesystem, S3 API)
+    TOPIC, bucket, consume, create, manifest_end, produce, s3)
+from tiered_support import offsets
 
 from strata.common.types import uuid_from_kafka_str
 from strata.tiered.bucket.catalog import BucketCatalog
-from strata.tiered.storage import FileSystemObjectStore
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,6 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 POLICY_VIOLATION = 44
 
 
-class _Bucket:
-    def __init__(self, root):
-        self.store, self.prefix = FileSystemObjectStore(root), ""
-
-
 def _wait_tiered(origin, bucket, tid, at_least: int) -> int:
     tiered = eventually(lambda: (x := offsets(origin.bootstrap, "orders", 0))["tiered"] >= at_least
                         and x["tiered"], "orders tiered on the origin", 60)
@@ -39,13 +35,16 @@ def _wait_tiered(origin, bucket, tid, at_least: int) -> int:
                       "the origin's manifest lists its copies", 30)
 
 
-def test_a_read_replica_on_a_second_broker_serves_and_follows_the_origin(tmp_path):
-    root = tmp_path / "bucket"
-    bucket = _Bucket(root)
-    origin_config = {**TIERED_BROKER, "rsm.config.storage.url": f"file://{root}",
-                     "strata.remote.manifest.interval.ms": "100"}
-    with BrokerProcess(tmp_path / "origin", origin_config) as a, \
-            BrokerProcess(tmp_path / "replica") as b:
+def test_a_read_replica_on_a_second_broker_serves_and_follows_the_origin(tmp_path, bucket):
+    # the replica broker has no tier of its own; its rsm.config.* (endpoint, credentials)
+    # apply to the origin's store
+    url = bucket.rsm_configs["storage.url"]
+    replica_config = {f"rsm.config.{k}": str(v) for k, v in bucket.rsm_configs.items()
+                      if k not in ("storage.url", "key.prefix")}
+    replica_topic = {"strata.remote.readreplica": url,
+                     "strata.remote.readreplica.key.prefix": bucket.prefix}
+    with BrokerProcess(tmp_path / "origin", bucket.broker_config()) as a, \
+            BrokerProcess(tmp_path / "replica", replica_config) as b:
         create(a, "orders", 1, **TOPIC)
         assert produce(a, "orders", 0, 0, 400) == list(range(400))
         admin_a = AdminClient({"bootstrap.servers": a.bootstrap})
@@ -55,9 +54,8 @@ def test_a_read_replica_on_a_second_broker_serves_and_follows_the_origin(tmp_pat
 
         # a bucket (or a topic) without manifests is refused, saying so
         with pytest.raises(ck.KafkaException, match="has no readable manifest of topic 'ghost'"):
-            create(b, "ghost", 1, **{"strata.remote.readreplica": str(root)})
-        create(b, "orders", 1, **{"strata.remote.readreplica": str(root),
-                                  "strata.remote.readreplica.refresh.ms": "200"})
+            create(b, "ghost", 1, **replica_topic)
+        create(b, "orders", 1, **replica_topic, **{"strata.remote.readreplica.refresh.ms": "200"})
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         topics = admin.list_topics("orders", 30).topics
         assert list(topics["orders"].partitions) == [0]
@@ -106,6 +104,5 @@ def test_a_read_replica_on_a_second_broker_serves_and_follows_the_origin(tmp_pat
 
         # nothing of the replica's in the origin's bucket: the marker is the origin's
         replica_id = admin.describe_cluster().result(30).cluster_id
-        marker = BucketCatalog(bucket.store, "", "reader").marker()
+        marker = BucketCatalog(bucket.store, bucket.prefix, "reader").marker()
         assert marker is not None and marker.cluster_id != replica_id
-        assert not any("read-replica" in str(p) for p in root.rglob("*"))
