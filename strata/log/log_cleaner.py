@@ -36,12 +36,17 @@ import os
 import threading
 import time
 from collections import deque
+from itertools import repeat
+from operator import methodcaller
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
+
+import numpy as np
 
 from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import OffsetCheckpointFile
+from strata.log.cleaner_scan import ScannedBatch, keys_of, record_at, scan_batch
 from strata.log.indexes import AbortedTxn, OffsetIndex, TimeIndex
 from strata.log.log_config import LogConfig
 from strata.log.segment import CLEANED_SUFFIX, LogSegment
@@ -53,6 +58,9 @@ CLEANER_CHECKPOINT_FILENAME = "cleaner-offset-checkpoint"
 _DIGEST_SIZE = 16  # MD5, Kafka's default hash for the offset map
 _LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor's default
 _APPEND_CHUNK = 1 << 20
+_digest = methodcaller("digest")
+# batches of fewer records are decoded into Records: numpy's per-call cost outweighs the scan's
+_SCAN_MIN_RECORDS = 8
 
 
 class OffsetMap:
@@ -75,6 +83,20 @@ class OffsetMap:
 
     def get(self, key: bytes) -> int:
         return self._map.get(hashlib.md5(key).digest(), -1)
+
+    def put_all(self, keys: list[bytes], offsets: list[int]) -> bool:
+        """``put`` each key at its offset, in order, if they all fit before the map is full
+        (``is_full`` is checked before each put); False, with nothing put, if they may not."""
+        if len(keys) > self.max_entries - len(self._map):
+            return False
+        if keys:
+            self._map.update(zip(map(_digest, map(hashlib.md5, keys)), offsets))
+            self.latest_offset = offsets[-1]
+        return True
+
+    def get_all(self, keys: list[bytes]) -> list[int]:
+        """``get`` of each key."""
+        return list(map(self._map.get, map(_digest, map(hashlib.md5, keys)), repeat(-1)))
 
     def is_full(self) -> bool:
         return len(self._map) >= self.max_entries
@@ -306,8 +328,11 @@ class Cleaner:
     """Cleans one log at a time; owns its ``OffsetMap`` and ``Throttler``. One thread."""
 
     def __init__(self, offset_map: OffsetMap, throttler: Throttler | None = None,
-                 clock: Clock = SYSTEM_CLOCK, stop: threading.Event | None = None):
+                 clock: Clock = SYSTEM_CLOCK, stop: threading.Event | None = None,
+                 scan: bool = True):
         self.offset_map = offset_map
+        # scan batches into arrays (cleaner_scan); False decodes every record (the reference)
+        self._scan = scan
         self.throttler = throttler or Throttler(float("inf"), clock)
         self._clock = clock
         self._stop = stop or threading.Event()
@@ -367,17 +392,35 @@ class Cleaner:
                 stats.map_bytes_read += h.size
                 self._read(h)
                 if not (txns.on_batch_read(h, block) or h.is_control):
-                    for r in rec.decode_batch(block, h, check_crc=True):
-                        stats.map_messages_read += 1
-                        if r.key is None or r.offset < start or r.offset >= upper:
-                            continue
-                        if offset_map.is_full():
-                            return
-                        offset_map.put(r.key, r.offset)
+                    if not self._map_batch(block, h, start, upper, stats):
+                        return
                 # markers, aborted and keyless batches count as read too (Kafka's
                 # updateLatestOffset): the clean then ends past them, else a log whose dirty
                 # part ends with a marker stays dirty and is picked again at once, forever
                 offset_map.latest_offset = max(offset_map.latest_offset, min(h.last_offset, upper - 1))
+
+    def _map_batch(self, block, h: rec.BatchHeader, start: int, upper: int,
+                   stats: CleanerStats) -> bool:
+        """Put the keyed records of data batch ``h`` in [start, upper) into the map; False
+        once the map is full."""
+        offset_map = self.offset_map
+        sb = scan_batch(block, h) if self._scan and h.record_count >= _SCAN_MIN_RECORDS \
+            else None
+        if sb is not None:
+            offsets = sb.offsets
+            index = np.flatnonzero(sb.has_key & (offsets >= start) & (offsets < upper))
+            if offset_map.put_all(keys_of(sb, index), offsets[index].tolist()):
+                stats.map_messages_read += h.record_count
+                return True
+        # a small or odd batch, or one that may fill the map: record by record
+        for r in rec.decode_batch(block, h, check_crc=True):
+            stats.map_messages_read += 1
+            if r.key is None or r.offset < start or r.offset >= upper:
+                continue
+            if offset_map.is_full():
+                return False
+            offset_map.put(r.key, r.offset)
+        return True
 
     # ---- rewriting a group --------------------------------------------------------------------
 
@@ -438,22 +481,35 @@ class Cleaner:
             keep_empty = last is not None and (
                 h.last_offset == last.last_data_offset if last.last_data_offset is not None
                 else h.is_control and h.producer_epoch == last.producer_epoch)
-            records = rec.decode_batch(block, h, check_crc=True)
-            stats.messages_read += len(records)
-            retained = []
-            tombstones = False
-            for r in records:
-                if drop_all:
-                    continue
-                if not h.is_control and not self._retain(r, h, horizon, now, stats):
-                    continue
-                retained.append(r)
-                tombstones = tombstones or r.value is None
+            sb = scan_batch(block, h) if self._scan and not drop_all and not h.is_control \
+                and h.record_count >= _SCAN_MIN_RECORDS else None
+            if sb is not None:
+                kept = self._retained(sb, horizon, now, stats)
+                stats.messages_read += h.record_count
+                n_kept = len(kept)
+                all_kept = n_kept == h.record_count
+                tombstones = bool(sb.value_null[kept].any())
+            else:
+                records = rec.decode_batch(block, h, check_crc=True)
+                stats.messages_read += len(records)
+                retained = []
+                tombstones = False
+                for r in records:
+                    if drop_all:
+                        continue
+                    if not h.is_control and not self._retain(r, h, horizon, now, stats):
+                        continue
+                    retained.append(r)
+                    tombstones = tombstones or r.value is None
+                n_kept = len(retained)
+                all_kept = n_kept == len(records)
             empty_txn_marker = discard and h.is_control
             set_horizon = (tombstones or empty_txn_marker) and horizon < 0
-            if retained and len(retained) == len(records) and not set_horizon:
+            if n_kept and all_kept and not set_horizon:   # the batch as it is, untouched
                 data = bytes(memoryview(block)[h.position:h.position + h.size])
-            elif retained:
+            elif n_kept:
+                if sb is not None:
+                    retained = [record_at(sb, h, i) for i in kept.tolist()]
                 data = rec.rebuild_batch(h, retained, now + delete_retention_ms if set_horizon
                                          else horizon)
             elif keep_empty:
@@ -463,14 +519,31 @@ class Cleaner:
             nh = rec.read_header(data, 0)
             # an empty batch holds no record of its max timestamp: the time index skips it
             out_headers.append(nh._replace(position=len(out), max_timestamp=nh.max_timestamp
-                                           if retained else -1))
+                                           if n_kept else -1))
             out += data
-            stats.messages_written += len(retained)
+            stats.messages_written += n_kept
             if len(out) >= _APPEND_CHUNK:
                 self._append(dest, out, out_headers, stats)
                 out, out_headers = bytearray(), []
         if out:
             self._append(dest, out, out_headers, stats)
+
+    def _retained(self, sb: ScannedBatch, horizon: int, now: int,
+                  stats: CleanerStats) -> np.ndarray:
+        """The indexes of the scanned records that ``_retain`` keeps, decided for all at once."""
+        offset_map = self.offset_map
+        offsets = sb.offsets
+        old = offsets <= offset_map.latest_offset
+        keyed = old & sb.has_key
+        stats.invalid_messages += int(np.count_nonzero(old)) - int(np.count_nonzero(keyed))
+        keep = ~old
+        index = np.flatnonzero(keyed)
+        if len(index):
+            live = offsets[index] >= np.array(offset_map.get_all(keys_of(sb, index)), np.int64)
+            if not (horizon < 0 or now < horizon):
+                live &= ~sb.value_null[index]
+            keep[index] = live
+        return np.flatnonzero(keep)
 
     def _retain(self, r: rec.Record, h: rec.BatchHeader, horizon: int, now: int,
                 stats: CleanerStats) -> bool:
