@@ -62,9 +62,11 @@ faults: venv system-deps
 
 # The transactions fault loop: STRATA_TXN_KILLS (30) SIGKILLs of the transaction coordinator and
 # of output partition leaders under an exactly-once consume-transform-produce loop; ~8 minutes.
+# Then transaction.version in ZooKeeper's /feature across three brokers (~20 s).
 faults-txn: venv system-deps
 	STRATA_TXN_KILLS=$${STRATA_TXN_KILLS:-30} \
-		$(VENV)/bin/pytest -q -m faults tests/integration/test_transactions_cluster.py
+		$(VENV)/bin/pytest -q -m faults tests/integration/test_transactions_cluster.py \
+		tests/integration/test_transactions_v2_cluster.py
 
 # The object store unreachable for STRATA_S3_OUTAGE_S (60) while producing and consuming on a
 # tiered topic (`make test` has a 20 s outage); about 2 minutes.
