@@ -1,13 +1,17 @@
 // A Kafka 4.x Java client run by tests/integration/test_transactions_v2.py (java's
 // source-file mode, Kafka's libs on the classpath). Prints one line per outcome:
 //   COMMITTED <txn> / ABORTED <txn> / ZOMBIE <exception class> / ZOMBIE_ABORT <class>
-//   OFFSET <committed offset of the group> / READ <value> (read_committed, in order)
+//   OFFSET <committed offset of the group> / READ <value> (read_committed, in order);
+// with "commits N": COMMITTED t<i> for N transactions (RETRY t<i> <error> for an aborted try)
 import java.time.Duration;
 import java.util.*;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.OutOfOrderSequenceException;
+import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -71,11 +75,21 @@ public class TransactionsV2Client {
         int partitions = Integer.parseInt(args[5]);
         if (args.length > 6) {   // "commits N": N committed transactions, nothing else
             KafkaProducer<String, String> p = producer(tid);
-            for (int i = 0; i < Integer.parseInt(args[7]); i++) {
-                p.beginTransaction();
-                send(p, input, partitions, "t" + i);
-                p.commitTransaction();
-                System.out.println("COMMITTED t" + i);
+            for (int i = 0; i < Integer.parseInt(args[7]); ) {
+                try {
+                    p.beginTransaction();
+                    send(p, input, partitions, "t" + i);
+                    p.commitTransaction();
+                    System.out.println("COMMITTED t" + i);
+                    i++;
+                } catch (ProducerFencedException | OutOfOrderSequenceException
+                         | AuthorizationException e) {
+                    throw e;     // fatal: the test fails
+                } catch (KafkaException e) {
+                    // abortable (a coordinator or leader lost meanwhile): abort, try i again
+                    System.out.println("RETRY t" + i + " " + e.getClass().getSimpleName());
+                    p.abortTransaction();
+                }
             }
             p.close();
             return;
