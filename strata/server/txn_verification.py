@@ -37,6 +37,11 @@ ADD_VERSION = 5                      # AddPartitionsToTxn of a V2 transaction's 
 FIRST_TXN_ABORTABLE_PRODUCE_VERSION = 11
 FIRST_ADD_PRODUCE_VERSION = 12       # Kafka's produceRequestVersionToTransactionSupportedOperation
 TV_2 = 2
+# Kafka's add.partitions.to.txn.retry.backoff.ms and .max.ms: a V2 add answered
+# CONCURRENT_TRANSACTIONS (the previous transaction's markers still being written) is asked
+# again on the broker for this long before the producer is told to retry
+ADD_RETRY_BACKOFF_S = 0.02
+ADD_RETRY_MAX_S = 0.1
 _RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
                         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                         ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
@@ -60,10 +65,14 @@ class TxnVerifier:
     ``__transaction_state`` partition whether a partition is in the producer's transaction."""
 
     def __init__(self, node_id: int, metadata, replica_manager, coordinator, *, security=None,
-                 channel: BrokerChannel | None = None, verification_enabled: bool = True):
+                 channel: BrokerChannel | None = None, verification_enabled: bool = True,
+                 add_retry_backoff_s: float = ADD_RETRY_BACKOFF_S,
+                 add_retry_max_s: float = ADD_RETRY_MAX_S):
         self.node_id = node_id
         # transaction.partition.verification.enable; the V2 add (Produce v12) is always done
         self.verification_enabled = verification_enabled
+        self.add_retry_backoff_s = add_retry_backoff_s
+        self.add_retry_max_s = add_retry_max_s
         self.metadata = metadata
         self.replica_manager = replica_manager
         self.coordinator = coordinator
@@ -95,8 +104,10 @@ class TxnVerifier:
                      ) -> dict[TopicPartition, ErrorCode]:
         """A produce error per partition that may not be appended (none: all verified, or
         added from Produce v12)."""
-        raw = await self._ask(transactional_id, producer_id, epoch, partitions,
-                              add=produce_version >= FIRST_ADD_PRODUCE_VERSION)
+        add = produce_version >= FIRST_ADD_PRODUCE_VERSION
+        raw = await self._ask(transactional_id, producer_id, epoch, partitions, add=add)
+        if add:
+            raw = await self._retry_concurrent(transactional_id, producer_id, epoch, raw)
         out = {}
         for tp in partitions:
             error = raw.get((tp.topic, tp.partition), ErrorCode.NETWORK_EXCEPTION)
@@ -112,12 +123,26 @@ class TxnVerifier:
             out[tp] = error
         return out
 
+    async def _retry_concurrent(self, transactional_id: str, producer_id: int, epoch: int,
+                                raw: dict[tuple[str, int], ErrorCode]
+                                ) -> dict[tuple[str, int], ErrorCode]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.add_retry_max_s
+        while True:
+            busy = [TopicPartition(*k) for k, e in raw.items()
+                    if e == ErrorCode.CONCURRENT_TRANSACTIONS]
+            if not busy or loop.time() + self.add_retry_backoff_s >= deadline:
+                return raw
+            await asyncio.sleep(self.add_retry_backoff_s)
+            raw = {**raw, **await self._ask(transactional_id, producer_id, epoch, busy, add=True)}
+
     async def add(self, transactional_id: str, producer_id: int, epoch: int,
                   partition: tuple[str, int]) -> ErrorCode:
         """The coordinator's answer to adding ``partition`` to the V2 transaction (TxnOffsetCommit
         v5's ``__consumer_offsets`` partition), untranslated."""
         raw = await self._ask(transactional_id, producer_id, epoch,
                               [TopicPartition(*partition)], add=True)
+        raw = await self._retry_concurrent(transactional_id, producer_id, epoch, raw)
         return raw.get(tuple(partition), ErrorCode.NETWORK_EXCEPTION)
 
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int,

@@ -98,3 +98,103 @@ def test_a_refused_verification_leaves_no_guard_behind(ulog):
     newer = ulog.start_transaction_verification(PID, EPOCH)
     ulog.end_transaction_verification(PID, guard)          # an older guard forgets nothing
     assert ulog._verification_guards == {PID: newer}
+
+
+# ---- transactions V2: the leader adds the partition (Produce v12) ---------------------------
+
+class _Metadata:
+    """One broker (node 1) leading every partition of ``__transaction_state`` (``remote``:
+    node 2 leads them, at ``remote_port``)."""
+
+    def __init__(self, leader: int = 1):
+        self.leader = leader
+
+    def topic(self, name):
+        return object()
+
+    def partition_state(self, topic, partition):
+        return type("State", (), {"leader": self.leader})()
+
+    def live_brokers(self):
+        return [type("Node", (), {"node_id": 2, "host": "broker-2", "port": 9092})()]
+
+
+class _Channel:
+    """Records each request; answers AddPartitionsToTxn with NONE for every partition."""
+
+    def __init__(self):
+        self.sent = []
+
+    def request(self, host, port, body, response_cls):
+        from strata.protocol.codec import make
+        self.sent.append((host, port, body))
+        return make(response_cls, results_by_transaction=tuple(make(
+            response_cls, "results_by_transaction", transactional_id=t.transactional_id,
+            topic_results=tuple(make(
+                response_cls, "results_by_transaction.topic_results", name=topic.name,
+                results_by_partition=tuple(make(
+                    response_cls, "results_by_transaction.topic_results.results_by_partition",
+                    partition_index=p) for p in topic.partitions)) for topic in t.topics))
+            for t in body.transactions))
+
+    def close(self):
+        pass
+
+
+def _verifier(coordinator, metadata=None, **kw):
+    from strata.server.txn_verification import TxnVerifier
+    return TxnVerifier(1, metadata or _Metadata(), None, coordinator, channel=_Channel(), **kw)
+
+
+def test_a_v12_produce_adds_its_partition_to_the_transaction_and_v11_only_verifies():
+    from strata.common.types import TopicPartition
+
+    async def run():
+        c = TransactionCoordinator(_Log(), iter(range(7000, 7100)).__next__)
+        c.load({p: 0 for p in range(c.config.num_partitions)})
+        init = await c.init_producer_id("app", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        v = _verifier(c)
+        old = await v.verify("app", pid, epoch, [TopicPartition("orders", 0)], 11)
+        new = await v.verify("app", pid, epoch, [TopicPartition("orders", 0)], 12)
+        return old, new, c.describe("app")
+    old, new, described = asyncio.run(run())
+    assert [e.name for e in old.values()] == ["TRANSACTION_ABORTABLE"]
+    assert new == {}
+    assert (described.state, described.partitions) == ("Ongoing", (("orders", 0),))
+
+
+def test_a_remote_coordinator_gets_add_partitions_to_txn_v5_without_verify_only():
+    from strata.common.types import TopicPartition
+    v = _verifier(None, _Metadata(leader=2))
+    v.coordinator = type("C", (), {"partition_for": staticmethod(lambda tid: 0)})()
+    assert asyncio.run(v.verify("app", 5, 1, [TopicPartition("orders", 3)], 12)) == {}
+    assert asyncio.run(v.verify("app", 5, 1, [TopicPartition("orders", 3)], 11)) == {}
+    (_, _, add), (_, _, verify) = v.channel.sent
+    assert (add.__version__, add.transactions[0].verify_only) == (5, False)
+    assert (verify.__version__, verify.transactions[0].verify_only) == (4, True)
+    assert [(t.name, tuple(t.partitions)) for t in add.transactions[0].topics] == [("orders", (3,))]
+
+
+def test_an_add_answered_concurrent_transactions_is_asked_again_until_it_succeeds():
+    from strata.common.errors import ErrorCode
+    from strata.common.types import TopicPartition
+
+    class Busy:
+        """CONCURRENT_TRANSACTIONS twice (the last transaction's markers), then NONE."""
+        calls = 0
+
+        def partition_for(self, tid):
+            return 0
+
+        async def add_partitions(self, tid, pid, epoch, partitions, tv):
+            Busy.calls += 1
+            return ErrorCode.CONCURRENT_TRANSACTIONS if Busy.calls < 3 else ErrorCode.NONE
+    v = _verifier(Busy(), add_retry_backoff_s=0, add_retry_max_s=60)
+    assert asyncio.run(v.verify("app", 5, 1, [TopicPartition("orders", 0)], 12)) == {}
+    assert Busy.calls == 3
+    Busy.calls = -100          # busy for good: answered as a retriable produce error
+    v = _verifier(Busy(), add_retry_backoff_s=0, add_retry_max_s=0)
+    assert [e.name for e in asyncio.run(
+        v.verify("app", 5, 1, [TopicPartition("orders", 0)], 12)).values()] == \
+        ["NOT_ENOUGH_REPLICAS"]
