@@ -59,6 +59,10 @@ _DIGEST_SIZE = 16  # MD5, Kafka's default hash for the offset map
 _LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor's default
 _APPEND_CHUNK = 1 << 20
 _digest = methodcaller("digest")
+try:   # CPython's own MD5: the same digests at half the cost of OpenSSL's per short key
+    from _md5 import md5 as _md5
+except ImportError:  # pragma: no cover - a Python built without it
+    _md5 = hashlib.md5
 # batches of fewer records are decoded into Records: numpy's per-call cost outweighs the scan's
 _SCAN_MIN_RECORDS = 8
 
@@ -78,11 +82,11 @@ class OffsetMap:
         self.latest_offset = -1
 
     def put(self, key: bytes, offset: int) -> None:
-        self._map[hashlib.md5(key).digest()] = offset
+        self._map[_md5(key).digest()] = offset
         self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
-        return self._map.get(hashlib.md5(key).digest(), -1)
+        return self._map.get(_md5(key).digest(), -1)
 
     def put_all(self, keys: list[bytes], offsets: list[int]) -> bool:
         """``put`` each key at its offset, in order, if they all fit before the map is full
@@ -90,13 +94,17 @@ class OffsetMap:
         if len(keys) > self.max_entries - len(self._map):
             return False
         if keys:
-            self._map.update(zip(map(_digest, map(hashlib.md5, keys)), offsets))
+            self._map.update(zip(map(_digest, map(_md5, keys)), offsets))
             self.latest_offset = offsets[-1]
         return True
 
+    def live_offsets(self) -> np.ndarray:
+        """The offsets the map holds, sorted: those of the latest record of each key."""
+        return np.sort(np.fromiter(self._map.values(), np.int64, len(self._map)))
+
     def get_all(self, keys: list[bytes]) -> list[int]:
         """``get`` of each key."""
-        return list(map(self._map.get, map(_digest, map(hashlib.md5, keys)), repeat(-1)))
+        return list(map(self._map.get, map(_digest, map(_md5, keys)), repeat(-1)))
 
     def is_full(self) -> bool:
         return len(self._map) >= self.max_entries
@@ -349,6 +357,9 @@ class Cleaner:
         stats = CleanerStats(self._clock)
         now = self._clock.milliseconds()
         self.offset_map.clear()
+        # batches of the dirty section the map skipped (markers, aborted data)
+        self._unmapped: set[int] = set()
+        self._map_start = cleanable.first_dirty_offset
         with ulog.lock:
             segments = ulog.local_log.segments
             producers = {pid: LastRecord(e.batch_metadata[-1].last_offset if e.batch_metadata
@@ -357,6 +368,7 @@ class Cleaner:
         end = self._build_offset_map(ulog, segments, cleanable.first_dirty_offset,
                                      cleanable.first_uncleanable_offset, stats)
         stats.buffer_utilization = self.offset_map.size / self.offset_map.slots
+        self._live = self.offset_map.live_offsets()
         to_clean = [s for s in segments[:-1] if s.base_offset < end]
         cfg: LogConfig = ulog.config
         for group in group_segments_by_size(to_clean, cfg.effective_segment_bytes,
@@ -394,6 +406,8 @@ class Cleaner:
                 if not (txns.on_batch_read(h, block) or h.is_control):
                     if not self._map_batch(block, h, start, upper, stats):
                         return
+                else:
+                    self._unmapped.add(h.base_offset)
                 # markers, aborted and keyless batches count as read too (Kafka's
                 # updateLatestOffset): the clean then ends past them, else a log whose dirty
                 # part ends with a marker stays dirty and is picked again at once, forever
@@ -484,7 +498,7 @@ class Cleaner:
             sb = scan_batch(block, h) if self._scan and not drop_all and not h.is_control \
                 and h.record_count >= _SCAN_MIN_RECORDS else None
             if sb is not None:
-                kept = self._retained(sb, horizon, now, stats)
+                kept = self._retained(sb, h, horizon, now, stats)
                 stats.messages_read += h.record_count
                 n_kept = len(kept)
                 all_kept = n_kept == h.record_count
@@ -528,9 +542,13 @@ class Cleaner:
         if out:
             self._append(dest, out, out_headers, stats)
 
-    def _retained(self, sb: ScannedBatch, horizon: int, now: int,
+    def _retained(self, sb: ScannedBatch, h: rec.BatchHeader, horizon: int, now: int,
                   stats: CleanerStats) -> np.ndarray:
-        """The indexes of the scanned records that ``_retain`` keeps, decided for all at once."""
+        """The indexes of the scanned records that ``_retain`` keeps, decided for all at once.
+
+        A keyed record the map was filled from (from the first dirty offset to the map's latest
+        offset) is the latest of its key exactly when the map holds its offset: that is looked
+        up in the sorted offsets, without hashing its key again."""
         offset_map = self.offset_map
         offsets = sb.offsets
         old = offsets <= offset_map.latest_offset
@@ -539,7 +557,18 @@ class Cleaner:
         keep = ~old
         index = np.flatnonzero(keyed)
         if len(index):
-            live = offsets[index] >= np.array(offset_map.get_all(keys_of(sb, index)), np.int64)
+            at = offsets[index]
+            live = np.empty(len(index), bool)
+            mapped = at >= self._map_start if h.base_offset not in self._unmapped and \
+                len(self._live) else np.zeros(len(index), bool)
+            if mapped.any():
+                found = at[mapped]
+                pos = np.minimum(np.searchsorted(self._live, found), len(self._live) - 1)
+                live[mapped] = self._live[pos] == found
+            rest = ~mapped
+            if rest.any():
+                live[rest] = at[rest] >= np.array(
+                    offset_map.get_all(keys_of(sb, index[rest])), np.int64)
             if not (horizon < 0 or now < horizon):
                 live &= ~sb.value_null[index]
             keep[index] = live
