@@ -141,9 +141,10 @@ class _Channel:
         pass
 
 
-def _verifier(coordinator, metadata=None, **kw):
+def _verifier(coordinator, metadata=None, replica_manager=None, **kw):
     from strata.server.txn_verification import TxnVerifier
-    return TxnVerifier(1, metadata or _Metadata(), None, coordinator, channel=_Channel(), **kw)
+    return TxnVerifier(1, metadata or _Metadata(), replica_manager, coordinator,
+                       channel=_Channel(), **kw)
 
 
 def test_a_v12_produce_adds_its_partition_to_the_transaction_and_v11_only_verifies():
@@ -198,3 +199,37 @@ def test_an_add_answered_concurrent_transactions_is_asked_again_until_it_succeed
     assert [e.name for e in asyncio.run(
         v.verify("app", 5, 1, [TopicPartition("orders", 0)], 12)).values()] == \
         ["NOT_ENOUGH_REPLICAS"]
+
+
+def test_a_v2_append_whose_add_waited_for_the_previous_transactions_marker_is_accepted(ulog):
+    """Produce v12 right after EndTxn v5: the partition still holds the previous transaction
+    (epoch E) when the add of the next one (epoch E + 1) starts; its marker (at the bumped
+    epoch E + 1) lands while the add waits. The append of the next transaction goes in."""
+    from types import SimpleNamespace as NS
+
+    from strata.common.errors import ErrorCode
+    from strata.common.types import TopicPartition
+    from strata.server.authorization import NOTHING_DENIED
+    from strata.server.handlers.produce import _verify_transaction
+    tp = TopicPartition("orders", 0)
+    ulog.append_as_leader(txn_batch(), 0)
+    bumped_marker = rec.build_control_batch(rec.CONTROL_COMMIT, producer_id=PID,
+                                            producer_epoch=EPOCH + 1)
+    next_txn = rec.build_batch([rec.SimpleRecord(b"n", b"k")], producer_id=PID,
+                               producer_epoch=EPOCH + 1, base_sequence=0, transactional=True)
+
+    class MarkersLandDuringTheAdd:
+        def partition_for(self, tid):
+            return 0
+
+        async def add_partitions(self, tid, pid, epoch, partitions, tv):
+            ulog.append_as_leader(bumped_marker, 0, origin=AppendOrigin.COORDINATOR)
+            return ErrorCode.NONE
+    rm = NS(get_log=lambda t: ulog)
+    ctx = NS(txn_verifier=_verifier(MarkersLandDuringTheAdd(), replica_manager=rm))
+    body = NS(transactional_id="app", topic_data=[
+        NS(name="orders", partition_data=[NS(index=0, records=next_txn)])])
+    refused, guards = asyncio.run(_verify_transaction(ctx, body, 12, NOTHING_DENIED))
+    assert refused == {} and tp in guards
+    ulog.append_as_leader(next_txn, 0, verification_guard=guards[tp])
+    assert [t.producer_id for t in ulog.producer_state.ongoing_txns.values()] == [PID]

@@ -14,7 +14,7 @@ from strata.security.authorizer import AclOperation, ResourceType
 from strata.server.authorization import NOTHING_DENIED, authorize, denied_topics
 from strata.server.network import CloseConnection
 from strata.server.purgatory import await_replication
-from strata.server.txn_verification import transactional_producer
+from strata.server.txn_verification import FIRST_ADD_PRODUCE_VERSION, transactional_producer
 
 
 def _append_time(ms: int):
@@ -58,6 +58,11 @@ async def _verify_transaction(ctx, body, version: int, denied):
                                     list(guards), version)
     for tp in refused:
         verifier.abandon(tp, producer[0], guards.pop(tp))
+    if version >= FIRST_ADD_PRODUCE_VERSION:
+        # V2: the previous transaction's marker may have ended a guard while the add waited
+        # for it; a marker ending this transaction bumps the epoch past this append's, which
+        # the append refuses by itself, so the guards start anew once added
+        guards = {tp: verifier.start(tp, *producer) for tp in guards}
     return refused, guards
 
 
