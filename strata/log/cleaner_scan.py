@@ -20,7 +20,8 @@ _PAD = b"\0" * 16   # so that reads past the last record's fields stay inside th
 
 
 class ScannedBatch(NamedTuple):
-    data: bytes              # the batch's records (decompressed)
+    """The records of one or more batches, their data joined in order."""
+    data: bytes              # the batches' records (decompressed)
     starts: np.ndarray       # where each record begins (its length prefix), int64
     ends: np.ndarray         # where each record ends
     offsets: np.ndarray      # absolute offsets, int64
@@ -28,6 +29,7 @@ class ScannedBatch(NamedTuple):
     key_ends: np.ndarray
     has_key: np.ndarray      # bool
     value_null: np.ndarray   # bool: a tombstone
+    first: list[int]         # the index of each batch's first record, then the record count
 
 
 def _width(arr: np.ndarray, pos: np.ndarray, max_width: int) -> np.ndarray | None:
@@ -60,11 +62,9 @@ def _zigzag(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] |
     return (value >> 1) ^ -(value & 1), width
 
 
-def _record_starts(data: bytes, count: int) -> tuple[list[int], int] | None:
-    """The start of each of ``count`` records and where the last one ends."""
-    starts = []
+def _record_starts(data: bytes, pos: int, count: int, starts: list[int]) -> int | None:
+    """Append the start of each of ``count`` records from ``pos``; where the last one ends."""
     append = starts.append
-    pos = 0
     try:
         for _ in range(count):
             append(pos)
@@ -83,7 +83,7 @@ def _record_starts(data: bytes, count: int) -> tuple[list[int], int] | None:
             pos += length
     except (IndexError, ValueError):
         return None
-    return starts, pos
+    return pos
 
 
 def batch_records(buf, h: rec.BatchHeader) -> bytes:
@@ -105,15 +105,35 @@ def batch_records(buf, h: rec.BatchHeader) -> bytes:
 def scan_batch(buf, h: rec.BatchHeader) -> ScannedBatch | None:
     """The records of data batch ``h`` (at least one record) in ``buf``; None when they do
     not frame as the header says. Raises ``CorruptRecordError`` for a bad CRC or codec."""
-    data = batch_records(buf, h)
-    walked = _record_starts(data, h.record_count) if h.record_count > 0 else None
-    if walked is None or walked[1] != len(data):
-        return None
+    return scan_batches([(buf, h)])
+
+
+def scan_batches(batches: list[tuple[bytes, rec.BatchHeader]], *,
+                 lenient: bool = False) -> ScannedBatch | None:
+    """The records of data batches (each of at least one record), in order; None when one's
+    records do not frame as its header says, or, ``lenient``, when one is corrupt."""
+    try:
+        parts = [batch_records(buf, h) for buf, h in batches]
+    except rec.CorruptRecordError:
+        if lenient:
+            return None
+        raise
+    data = b"".join(parts) if len(parts) > 1 else parts[0]
+    starts: list[int] = []
+    first = []
+    pos = 0
+    for (_, h), part in zip(batches, parts):
+        first.append(len(starts))
+        end = pos + len(part)
+        if h.record_count <= 0 or _record_starts(data, pos, h.record_count, starts) != end:
+            return None
+        pos = end
+    first.append(len(starts))
     arr = np.frombuffer(data + _PAD, np.uint8)
-    starts = np.array(walked[0], np.int64)
+    starts = np.array(starts, np.int64)
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
-    ends[-1] = walked[1]
+    ends[-1] = pos
     length_width = _width(arr, starts, 5)
     if length_width is None:
         return None
@@ -145,8 +165,10 @@ def scan_batch(buf, h: rec.BatchHeader) -> ScannedBatch | None:
     vlen, vwidth = value_len
     if (vlen < -1).any() or (key_ends + vwidth + np.maximum(vlen, 0) >= ends).any():
         return None
-    return ScannedBatch(data, starts, ends, h.base_offset + delta[0], key_starts, key_ends,
-                        has_key, vlen == -1)
+    counts = np.diff(first)
+    bases = np.repeat(np.array([h.base_offset for _, h in batches], np.int64), counts)
+    return ScannedBatch(data, starts, ends, bases + delta[0], key_starts, key_ends,
+                        has_key, vlen == -1, first)
 
 
 def keys_of(sb: ScannedBatch, index: np.ndarray) -> list[bytes]:

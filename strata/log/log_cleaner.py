@@ -46,7 +46,7 @@ import numpy as np
 from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import OffsetCheckpointFile
-from strata.log.cleaner_scan import ScannedBatch, keys_of, record_at, scan_batch
+from strata.log.cleaner_scan import ScannedBatch, keys_of, record_at, scan_batch, scan_batches
 from strata.log.indexes import AbortedTxn, OffsetIndex, TimeIndex
 from strata.log.log_config import LogConfig
 from strata.log.segment import CLEANED_SUFFIX, LogSegment
@@ -65,6 +65,7 @@ except ImportError:  # pragma: no cover - a Python built without it
     _md5 = hashlib.md5
 # batches of fewer records are decoded into Records: numpy's per-call cost outweighs the scan's
 _SCAN_MIN_RECORDS = 8
+_GROUP_RECORDS = 4096   # records of consecutive batches scanned at once
 
 
 class OffsetMap:
@@ -392,48 +393,74 @@ class Cleaner:
 
     def _fill_offset_map(self, segments, start: int, upper: int, txns: _TransactionMetadata,
                          stats: CleanerStats) -> None:
-        offset_map = self.offset_map
-        for seg in segments:
-            if seg.base_offset >= upper:
-                return
-            for h, block, _ in seg.iter_batches(0):
-                if h.last_offset < start:
-                    continue
-                if h.base_offset >= upper:
+        def batches():
+            for seg in segments:
+                if seg.base_offset >= upper:
                     return
-                stats.map_bytes_read += h.size
-                self._read(h)
-                if not (txns.on_batch_read(h, block) or h.is_control):
-                    if not self._map_batch(block, h, start, upper, stats):
+                for h, block, _ in seg.iter_batches(0):
+                    if h.last_offset < start:
+                        continue
+                    if h.base_offset >= upper:
                         return
-                else:
-                    self._unmapped.add(h.base_offset)
-                # markers, aborted and keyless batches count as read too (Kafka's
-                # updateLatestOffset): the clean then ends past them, else a log whose dirty
-                # part ends with a marker stays dirty and is picked again at once, forever
-                offset_map.latest_offset = max(offset_map.latest_offset, min(h.last_offset, upper - 1))
+                    yield h, block
 
-    def _map_batch(self, block, h: rec.BatchHeader, start: int, upper: int,
-                   stats: CleanerStats) -> bool:
-        """Put the keyed records of data batch ``h`` in [start, upper) into the map; False
-        once the map is full."""
         offset_map = self.offset_map
-        sb = scan_batch(block, h) if self._scan and h.record_count >= _SCAN_MIN_RECORDS \
-            else None
+        group: list[tuple[rec.BatchHeader, bytes]] = []   # data batches scanned together
+        records = 0
+        for h, block in batches():
+            self._read(h)
+            skip = txns.on_batch_read(h, block) or h.is_control
+            if not skip and h.record_count > 0:
+                group.append((h, block))
+                records += h.record_count
+                if records < _GROUP_RECORDS:
+                    continue
+            if group and not self._map_group(group, start, upper, stats):
+                return
+            if group and group[-1][0] is h:
+                group, records = [], 0
+                continue
+            group, records = [], 0
+            if not skip:   # an empty data batch
+                if not self._map_group([(h, block)], start, upper, stats):
+                    return
+                continue
+            self._unmapped.add(h.base_offset)
+            stats.map_bytes_read += h.size
+            # markers, aborted and keyless batches count as read too (Kafka's
+            # updateLatestOffset): the clean then ends past them, else a log whose dirty
+            # part ends with a marker stays dirty and is picked again at once, forever
+            offset_map.latest_offset = max(offset_map.latest_offset, min(h.last_offset, upper - 1))
+        if group:
+            self._map_group(group, start, upper, stats)
+
+    def _map_group(self, group: list[tuple[rec.BatchHeader, bytes]], start: int, upper: int,
+                   stats: CleanerStats) -> bool:
+        """Put the keyed records in [start, upper) of data batches ``group`` into the map, in
+        order; False once the map is full."""
+        offset_map = self.offset_map
+        sb = scan_batches([(b, h) for h, b in group], lenient=True) if self._scan else None
         if sb is not None:
             offsets = sb.offsets
             index = np.flatnonzero(sb.has_key & (offsets >= start) & (offsets < upper))
             if offset_map.put_all(keys_of(sb, index), offsets[index].tolist()):
-                stats.map_messages_read += h.record_count
+                stats.map_bytes_read += sum(h.size for h, _ in group)
+                stats.map_messages_read += len(offsets)
+                offset_map.latest_offset = max(offset_map.latest_offset,
+                                               min(group[-1][0].last_offset, upper - 1))
                 return True
-        # a small or odd batch, or one that may fill the map: record by record
-        for r in rec.decode_batch(block, h, check_crc=True):
-            stats.map_messages_read += 1
-            if r.key is None or r.offset < start or r.offset >= upper:
-                continue
-            if offset_map.is_full():
-                return False
-            offset_map.put(r.key, r.offset)
+        # record by record: an odd or corrupt batch (decode_batch raises), or the map filling
+        for h, block in group:
+            stats.map_bytes_read += h.size
+            for r in rec.decode_batch(block, h, check_crc=True):
+                stats.map_messages_read += 1
+                if r.key is None or r.offset < start or r.offset >= upper:
+                    continue
+                if offset_map.is_full():
+                    return False
+                offset_map.put(r.key, r.offset)
+            offset_map.latest_offset = max(offset_map.latest_offset,
+                                           min(h.last_offset, upper - 1))
         return True
 
     # ---- rewriting a group --------------------------------------------------------------------
