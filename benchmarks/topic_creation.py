@@ -22,6 +22,12 @@ AdminClient, operation timeout 120 s) to the cluster and measures
 
 The round's topics are then deleted (``delete_s``, until Metadata lists none of them) so every
 round starts from the same cluster.
+
+``--restarts N`` then creates the topics once more, keeps them, and N times stops every node
+(SIGTERM, one after the other; Strata's ZooKeeper keeps running) and starts them all again,
+measuring from the start: ``up_s`` (every node answers Metadata), ``ready_s`` (every kept
+partition led, its ISR all three replicas) and ``coordinator_s`` (FindCoordinator of a group
+answered without error by every node).
 """
 
 from __future__ import annotations
@@ -148,6 +154,34 @@ def creation_round(cluster, admin, number: int, topics: int, partitions: int) ->
             "delete_s": round(time.monotonic() - t, 3)}
 
 
+def coordinators_found(cluster) -> bool:
+    from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
+    from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse
+    req = FindCoordinatorRequest(key="bench-group", key_type=0)
+    for node in cluster.nodes.values():
+        try:
+            answer = roundtrip(node.bootstrap, req, FindCoordinatorResponse, timeout=10)
+        except OSError:
+            return False
+        if int(getattr(answer.error_code, "value", answer.error_code)) != 0:
+            return False
+    return True
+
+
+def restart_round(cluster, admin, number: int, names: set[str], partitions: int) -> dict:
+    from benchmarks.failover import Cluster
+    for node in cluster.nodes.values():
+        node.stop()
+    start = time.monotonic()
+    Cluster.start(cluster)   # the same nodes again (Strata's ZooKeeper still runs)
+    up = time.monotonic() - start
+    wait_for("kept topics ready", lambda: all_ready(admin, names, partitions), READY_TIMEOUT_S, 0.2)
+    ready = time.monotonic() - start
+    wait_for("group coordinator", lambda: coordinators_found(cluster), READY_TIMEOUT_S, 0.2)
+    return {"round": number, "up_s": round(up, 3), "ready_s": round(ready, 3),
+            "coordinator_s": round(time.monotonic() - start, 3)}
+
+
 def line(r: dict) -> str:
     return (f"round {r['round']}: created {r['created_s']:.2f} s, ready {r['ready_s']:.2f} s, "
             f"slowest ApiVersions {r['probe_max_s']:.2f} s, stalls {r['stalls']}, "
@@ -158,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = cluster_arguments(__doc__)
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=10)
+    ap.add_argument("--restarts", type=int, default=0, help="full restarts after the rounds")
     args = ap.parse_args(argv)
 
     from confluent_kafka.admin import AdminClient
     cluster, root = make_cluster(args, "topic-creation")
     rounds: list[dict] = []
+    restarts: list[dict] = []
     try:
         log(f"starting three {cluster.system} nodes under {root}")
         cluster.start()
@@ -171,6 +207,19 @@ def main(argv: list[str] | None = None) -> int:
         for n in range(1, args.rounds + 1):
             rounds.append(creation_round(cluster, admin, n, args.topics, args.partitions))
             print(line(rounds[-1]), flush=True)
+        if args.restarts:
+            from confluent_kafka.admin import NewTopic
+            kept = {f"kept-{i}" for i in range(args.topics)}
+            for fut in admin.create_topics([NewTopic(n, args.partitions, 3) for n in sorted(kept)],
+                                           operation_timeout=OPERATION_TIMEOUT_S).values():
+                fut.result()
+            wait_for("kept topics ready", lambda: all_ready(admin, kept, args.partitions),
+                     READY_TIMEOUT_S, 0.2)
+            for n in range(1, args.restarts + 1):
+                restarts.append(restart_round(cluster, admin, n, kept, args.partitions))
+                r = restarts[-1]
+                print(f"restart {n}: up {r['up_s']:.2f} s, partitions ready {r['ready_s']:.2f} s, "
+                      f"group coordinator {r['coordinator_s']:.2f} s", flush=True)
     except BaseException:
         for i, node in cluster.nodes.items():
             log(f"--- node {i} ({node.log_path}) ---\n{node.output_tail(15)}")
@@ -181,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     summary = summarize(rounds, ("created_s", "ready_s", "probe_max_s"))
+    if restarts:
+        summary["restart"] = summarize(restarts, ("up_s", "ready_s", "coordinator_s"))
     for key, s in summary.items():
+        if key == "restart":
+            continue
         print(f"{key}: median {s['median']:.3f} s (min {s['min']:.3f}, max {s['max']:.3f}) "
               f"over {args.rounds} rounds")
     if args.json:
@@ -189,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             "system": cluster.system, "version": cluster.version(),
             "command": shlex.join(["python", "-m", "benchmarks.topic_creation",
                                    *(argv if argv is not None else sys.argv[1:])]),
-            "cpus": os.cpu_count(), "rounds": rounds, "summary": summary}, indent=2) + "\n")
+            "cpus": os.cpu_count(), "rounds": rounds, "restarts": restarts,
+            "summary": summary}, indent=2) + "\n")
     return 0
 
 
