@@ -3,7 +3,7 @@
 # (make kafka-dist puts them under .cache/kafka/<version>/libs). Needs a JDK.
 set -eu
 cd "$(dirname "$0")/.."
-VERSION="${1:-4.3.1}"
+VERSION="${1:-4.4.0}"
 CP=".cache/kafka/$VERSION/libs/*"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT

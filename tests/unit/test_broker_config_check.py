@@ -21,6 +21,17 @@ def test_unknown_keys_are_named_with_the_nearest_known_key() -> None:
                                       ("qwertyuiop", None)]
 
 
+def test_kafka_4_4_broker_keys_are_known_and_typed() -> None:
+    # keys KafkaConfig.configDef() gained in Kafka 4.4.0 (the project's reference version)
+    props = {"max.decompressed.message.bytes": "1048576", "group.streams.assignors": "sticky",
+             "errors.deadletterqueue.topic.name.prefix": "dlq-",
+             "sasl.oauthbearer.allow.unverified.issuer": "false"}
+    assert cc.unknown_keys(props) == []
+    with pytest.raises(cc.ConfigProblem, match="'max.decompressed.message.bytes': expected an "
+                                               "integer"):
+        cc.check_values({"node.id": "1", "max.decompressed.message.bytes": "1MB"})
+
+
 def test_a_custom_plugin_prefix_makes_its_keys_known() -> None:
     props = {"remote.log.storage.manager.impl.prefix": "mystore.", "mystore.bucket": "b"}
     assert cc.unknown_keys(props) == []

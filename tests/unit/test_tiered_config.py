@@ -1,7 +1,7 @@
-"""Tiered-storage configuration: Kafka 4.3's RemoteLogManagerConfig keys and the topic and
+"""Tiered-storage configuration: Kafka 4.4's RemoteLogManagerConfig keys and the topic and
 broker rules of LogConfig, through ClusterMetadata and the admin APIs.
 
-Expected values and messages are Apache Kafka 4.3.1's (RemoteLogManagerConfig.configDef(),
+Expected values and messages are Apache Kafka 4.4.0's (RemoteLogManagerConfig.configDef(),
 LogConfig.validateTopicLogConfigValues / validateBrokerLogConfigValues,
 LogManager.updateTopicConfig).
 """
@@ -67,7 +67,7 @@ def invalid_config(fn, *args, **kwargs) -> str:
 
 # ---- RemoteLogManagerConfig: keys, types, defaults, validators -------------------------------
 
-# name: (type, default) -- Kafka 4.3.1, except the RLMM class (Strata's own topic-based RLMM)
+# name: (type, default) -- Kafka 4.4.0, except the RLMM class (Strata's own topic-based RLMM)
 KAFKA_KEYS = {
     "remote.log.storage.system.enable": (ConfigType.BOOLEAN, False),
     "remote.log.storage.manager.impl.prefix": (ConfigType.STRING, "rsm.config."),
