@@ -207,6 +207,7 @@ class StrataCluster(Cluster):
                 # config/server.properties turns tiering on, which a ZooKeeper cluster refuses
                 "remote.log.storage.system.enable": "false",
                 "log.remote.storage.enable": "false",
+                "strata.metrics.listener": "",   # the shipped config's port is one broker's
                 **self.overrides,
             }, port=port, config=self.config)
         super().start()

@@ -168,6 +168,7 @@ class StrataNet(NetCluster):
                 # config/server.properties turns tiering on, which a ZooKeeper cluster refuses
                 "remote.log.storage.system.enable": "false",
                 "log.remote.storage.enable": "false",
+                "strata.metrics.listener": "",   # the shipped config's port is one broker's
             }, port=BROKER_PORT, config=self.config)
             self._place(node, f"broker-{i}")
             self.nodes[i] = node

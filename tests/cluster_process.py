@@ -207,8 +207,9 @@ class StrataCluster:
                 "zookeeper.connect": self.zk.connect_string(chroot),
                 "rsm.config.storage.url": self.remote_dir.resolve().as_uri(),
             }
-            if metrics_port is not None:
-                props["strata.metrics.listener"] = f"http://{host}:{metrics_port}"
+            # without ``metrics`` none: the shipped config's fixed port would be every broker's
+            props["strata.metrics.listener"] = \
+                f"http://{host}:{metrics_port}" if metrics_port is not None else ""
             props.update(overrides or {})
             props.update((broker_overrides or {}).get(node_id, {}))
             self._brokers[node_id] = ClusterBroker(
