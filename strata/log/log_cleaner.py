@@ -46,7 +46,7 @@ import numpy as np
 from strata.common.clock import SYSTEM_CLOCK, Clock
 from strata.common.types import TopicPartition
 from strata.log.checkpoint import OffsetCheckpointFile
-from strata.log.cleaner_scan import ScannedBatch, keys_of, record_at, scan_batch, scan_batches
+from strata.log.cleaner_scan import ScannedBatch, keys_of, record_at, scan_batches
 from strata.log.indexes import AbortedTxn, OffsetIndex, TimeIndex
 from strata.log.log_config import LogConfig
 from strata.log.segment import CLEANED_SUFFIX, LogSegment
@@ -63,8 +63,6 @@ try:   # CPython's own MD5: the same digests at half the cost of OpenSSL's per s
     from _md5 import md5 as _md5
 except ImportError:  # pragma: no cover - a Python built without it
     _md5 = hashlib.md5
-# batches of fewer records are decoded into Records: numpy's per-call cost outweighs the scan's
-_SCAN_MIN_RECORDS = 8
 _GROUP_RECORDS = 4096   # records of consecutive batches scanned at once
 
 
@@ -507,11 +505,15 @@ class Cleaner:
     def _clean_into(self, source: LogSegment, dest: LogSegment, txns: _TransactionMetadata,
                     producers: dict[int, LastRecord], now: int, delete_retention_ms: int,
                     stats: CleanerStats) -> None:
-        out = bytearray()
-        out_headers: list[rec.BatchHeader] = []
+        output = _Output(self, dest, stats)
+        group: list[tuple] = []   # data batches scanned together
+        records = 0
         for h, block, _ in source.iter_batches(0):
             stats.bytes_read += h.size
             self._read(h)
+            if h.is_control and group:   # its txn index entry after the data before it
+                self._clean_group(group, output, now, delete_retention_ms, stats)
+                group, records = [], 0
             discard = txns.on_batch_read(h, block)
             horizon = h.base_timestamp if h.attributes & rec.DELETE_HORIZON_MASK else -1
             if h.is_control:
@@ -522,56 +524,85 @@ class Cleaner:
             keep_empty = last is not None and (
                 h.last_offset == last.last_data_offset if last.last_data_offset is not None
                 else h.is_control and h.producer_epoch == last.producer_epoch)
-            sb = scan_batch(block, h) if self._scan and not drop_all and not h.is_control \
-                and h.record_count >= _SCAN_MIN_RECORDS else None
-            if sb is not None:
-                kept = self._retained(sb, h, horizon, now, stats)
-                stats.messages_read += h.record_count
-                n_kept = len(kept)
-                all_kept = n_kept == h.record_count
-                tombstones = bool(sb.value_null[kept].any())
-            else:
-                records = rec.decode_batch(block, h, check_crc=True)
-                stats.messages_read += len(records)
-                retained = []
-                tombstones = False
-                for r in records:
-                    if drop_all:
-                        continue
-                    if not h.is_control and not self._retain(r, h, horizon, now, stats):
-                        continue
-                    retained.append(r)
-                    tombstones = tombstones or r.value is None
-                n_kept = len(retained)
-                all_kept = n_kept == len(records)
-            empty_txn_marker = discard and h.is_control
-            set_horizon = (tombstones or empty_txn_marker) and horizon < 0
-            if n_kept and all_kept and not set_horizon:   # the batch as it is, untouched
-                data = bytes(memoryview(block)[h.position:h.position + h.size])
-            elif n_kept:
-                if sb is not None:
-                    retained = [record_at(sb, h, i) for i in kept.tolist()]
-                data = rec.rebuild_batch(h, retained, now + delete_retention_ms if set_horizon
-                                         else horizon)
-            elif keep_empty:
-                data = rec.rebuild_batch(h, [], -1)
-            else:
+            if self._scan and not drop_all and not h.is_control and h.record_count > 0:
+                group.append((h, block, horizon, keep_empty))
+                records += h.record_count
+                if records >= _GROUP_RECORDS:
+                    self._clean_group(group, output, now, delete_retention_ms, stats)
+                    group, records = [], 0
                 continue
-            nh = rec.read_header(data, 0)
-            # an empty batch holds no record of its max timestamp: the time index skips it
-            out_headers.append(nh._replace(position=len(out), max_timestamp=nh.max_timestamp
-                                           if n_kept else -1))
-            out += data
-            stats.messages_written += n_kept
-            if len(out) >= _APPEND_CHUNK:
-                self._append(dest, out, out_headers, stats)
-                out, out_headers = bytearray(), []
-        if out:
-            self._append(dest, out, out_headers, stats)
+            if group:
+                self._clean_group(group, output, now, delete_retention_ms, stats)
+                group, records = [], 0
+            self._clean_batch(h, block, discard, horizon, drop_all, keep_empty, output, now,
+                              delete_retention_ms, stats)
+        if group:
+            self._clean_group(group, output, now, delete_retention_ms, stats)
+        output.flush()
 
-    def _retained(self, sb: ScannedBatch, h: rec.BatchHeader, horizon: int, now: int,
+    def _clean_batch(self, h: rec.BatchHeader, block, discard: bool, horizon: int,
+                     drop_all: bool, keep_empty: bool, output: "_Output", now: int,
+                     delete_retention_ms: int, stats: CleanerStats) -> None:
+        """One batch, record by record (markers, aborted data, odd or corrupt batches)."""
+        records = rec.decode_batch(block, h, check_crc=True)
+        stats.messages_read += len(records)
+        retained = []
+        tombstones = False
+        for r in records:
+            if drop_all:
+                continue
+            if not h.is_control and not self._retain(r, h, horizon, now, stats):
+                continue
+            retained.append(r)
+            tombstones = tombstones or r.value is None
+        empty_txn_marker = discard and h.is_control
+        set_horizon = (tombstones or empty_txn_marker) and horizon < 0
+        if retained and len(retained) == len(records) and not set_horizon:
+            output.add(bytes(memoryview(block)[h.position:h.position + h.size]), len(retained))
+        elif retained:
+            output.add(rec.rebuild_batch(h, retained, now + delete_retention_ms if set_horizon
+                                         else horizon), len(retained))
+        elif keep_empty:
+            output.add(rec.rebuild_batch(h, [], -1), 0)
+
+    def _clean_group(self, group: list[tuple], output: "_Output", now: int,
+                     delete_retention_ms: int, stats: CleanerStats) -> None:
+        """Data batches (none dropped whole) scanned and judged together; a batch keeping all
+        its records (and needing no delete horizon) is copied untouched, the others rebuilt
+        from their retained records only."""
+        sb = scan_batches([(block, h) for h, block, _, _ in group], lenient=True)
+        if sb is None:
+            for h, block, horizon, keep_empty in group:
+                self._clean_batch(h, block, False, horizon, False, keep_empty, output, now,
+                                  delete_retention_ms, stats)
+            return
+        counts = np.diff(sb.first)
+        keep = self._retained(
+            sb, np.repeat([h.base_offset not in self._unmapped for h, *_ in group], counts),
+            np.repeat([0 <= horizon <= now for _, _, horizon, _ in group], counts), stats)
+        starts = sb.first[:-1]
+        kept = np.add.reduceat(keep, starts).tolist()
+        tombstones = np.add.reduceat(keep & sb.value_null, starts).tolist()
+        for i, (h, block, horizon, keep_empty) in enumerate(group):
+            stats.messages_read += h.record_count
+            n_kept = kept[i]
+            set_horizon = tombstones[i] > 0 and horizon < 0
+            if n_kept == h.record_count and not set_horizon:   # the batch as it is
+                output.add(bytes(memoryview(block)[h.position:h.position + h.size]), n_kept)
+            elif n_kept:
+                first = sb.first[i]
+                retained = [record_at(sb, h, j) for j in
+                            (np.flatnonzero(keep[first:sb.first[i + 1]]) + first).tolist()]
+                output.add(rec.rebuild_batch(h, retained, now + delete_retention_ms
+                                             if set_horizon else horizon), n_kept)
+            elif keep_empty:
+                output.add(rec.rebuild_batch(h, [], -1), 0)
+
+    def _retained(self, sb: ScannedBatch, mapped_batch: np.ndarray, expired: np.ndarray,
                   stats: CleanerStats) -> np.ndarray:
-        """The indexes of the scanned records that ``_retain`` keeps, decided for all at once.
+        """Which scanned records ``_retain`` keeps, decided for all at once. ``mapped_batch``:
+        the record's batch was read into the map (not skipped); ``expired``: its batch's
+        delete horizon passed.
 
         A keyed record the map was filled from (from the first dirty offset to the map's latest
         offset) is the latest of its key exactly when the map holds its offset: that is looked
@@ -586,8 +617,8 @@ class Cleaner:
         if len(index):
             at = offsets[index]
             live = np.empty(len(index), bool)
-            mapped = at >= self._map_start if h.base_offset not in self._unmapped and \
-                len(self._live) else np.zeros(len(index), bool)
+            mapped = mapped_batch[index] & (at >= self._map_start) if len(self._live) \
+                else np.zeros(len(index), bool)
             if mapped.any():
                 found = at[mapped]
                 pos = np.minimum(np.searchsorted(self._live, found), len(self._live) - 1)
@@ -596,10 +627,9 @@ class Cleaner:
             if rest.any():
                 live[rest] = at[rest] >= np.array(
                     offset_map.get_all(keys_of(sb, index[rest])), np.int64)
-            if not (horizon < 0 or now < horizon):
-                live &= ~sb.value_null[index]
+            live &= ~(expired[index] & sb.value_null[index])
             keep[index] = live
-        return np.flatnonzero(keep)
+        return keep
 
     def _retain(self, r: rec.Record, h: rec.BatchHeader, horizon: int, now: int,
                 stats: CleanerStats) -> bool:
@@ -623,6 +653,30 @@ class Cleaner:
         dest.append(headers[-1].last_offset, max_ts, shallow, bytes(out), headers)
         stats.bytes_written += len(out)
         self.throttler.maybe_throttle(len(out))
+
+
+class _Output:
+    """The cleaned batches of a segment, appended to ``dest`` about 1 MiB at a time."""
+
+    def __init__(self, cleaner: Cleaner, dest: LogSegment, stats: CleanerStats):
+        self._cleaner, self._dest, self._stats = cleaner, dest, stats
+        self._out = bytearray()
+        self._headers: list[rec.BatchHeader] = []
+
+    def add(self, data: bytes, n_kept: int) -> None:
+        nh = rec.read_header(data, 0)
+        # an empty batch holds no record of its max timestamp: the time index skips it
+        self._headers.append(nh._replace(position=len(self._out),
+                                         max_timestamp=nh.max_timestamp if n_kept else -1))
+        self._out += data
+        self._stats.messages_written += n_kept
+        if len(self._out) >= _APPEND_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._out:
+            self._cleaner._append(self._dest, self._out, self._headers, self._stats)
+            self._out, self._headers = bytearray(), []
 
 
 class PreCleanStats:

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from strata.common.clock import MockClock
 from strata.common.types import TopicPartition
@@ -55,6 +55,12 @@ def files(directory: Path) -> dict[str, bytes]:
                               Compression.SNAPPY, Compression.GZIP]),
        log_append_time=st.booleans(), segment_bytes=st.sampled_from([700, 4000, 1 << 20]),
        map_slots=st.sampled_from([2, 7, 30, 1000]), idempotent=st.booleans())
+# tombstones that stay the latest of their key past their delete horizon, then go
+@example(rounds=[([[(b"a", None, [], 0)] * 3 + [(b"bb", b"x", [], 5)] * 3] * 2, 0),
+                 ([[(b"bb", b"y", [("h", None)], 9)] * 9], 70_000),
+                 ([[(b"d", b"z", [], 1)] * 9], 70_000)],
+         codec=Compression.NONE, log_append_time=False, segment_bytes=4000, map_slots=1000,
+         idempotent=False)
 def test_scanned_clean_writes_the_same_bytes_as_decoding_every_record(
         rounds, codec, log_append_time, segment_bytes, map_slots, idempotent):
     with tempfile.TemporaryDirectory() as d:
