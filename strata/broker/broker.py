@@ -553,6 +553,9 @@ class Broker:
             # inside the loop (loaded members' session timers start once loaded), in the
             # background: the listener serves everything else meanwhile
             ctx.group_coordinator.load_in_background()
+            if rlm is not None and rlm.manifests is not None:   # issue 52: cluster snapshots
+                from strata.tiered.bucket.snapshot import start_snapshots
+                start_snapshots(scheduler, props, rlm.manifests.catalog, metadata, ctx, loop)
         else:
             from strata.replication.replica_fetcher import ReplicaFetcherManager
 
@@ -738,8 +741,7 @@ class Broker:
             await server.stop()
         if zk is None:  # an admin change under way finishes; listeners hear nothing more
             await asyncio.to_thread(metadata.close)
-            if metadata.read_replicas is not None:
-                metadata.read_replicas.close()
+            metadata.read_replicas.close()   # NO_READ_REPLICAS's does nothing
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if self.rlm is not None:

@@ -43,6 +43,7 @@ STRATA_BROKER_CONFIGS: dict[str, ConfigType] = {
     "strata.remote.cluster.lease.ms": ConfigType.LONG,
     "strata.remote.manifest.interval.ms": ConfigType.LONG,
     "strata.remote.manifests.enable": ConfigType.BOOLEAN,
+    "strata.remote.cluster.snapshot.interval.ms": ConfigType.LONG,
 }
 # Prefixes whose keys belong to a plugin or a listener; the RSM's and RLMM's are read from
 # the props (remote.log.*.impl.prefix) as well.

@@ -227,6 +227,38 @@ def tiered_metadata(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cluster_restore(args: argparse.Namespace) -> int:
+    """``strata cluster restore``: start the broker of this config (empty, single broker),
+    restore the bucket's newest cluster snapshot into it, report, shut it down."""
+    if "kio" not in sys.modules:
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    try:
+        props = read_server_properties(args.config, args.override)
+    except OSError as exc:
+        return _fail(f"cannot read the config file {args.config}: {exc.strerror or exc}")
+    if props.get("zookeeper.connect"):
+        return _fail("strata cluster restore restores a single broker (no zookeeper.connect)")
+
+    async def main():
+        from strata.broker.broker import Broker
+        from strata.tiered.bucket.snapshot import restore
+        broker = Broker.build(props)
+        await broker.start()
+        try:
+            return await restore(broker, progress=lambda line: print(line, flush=True))
+        finally:
+            await broker.shutdown()
+    try:
+        report = asyncio.run(main())
+    except (ValueError, KafkaError) as exc:
+        return _fail(f"invalid configuration: {exc}")
+    except RuntimeError as exc:     # no remote tier, not an empty broker
+        return _fail(str(exc))
+    for line in report.lines():
+        print(line)
+    return 0 if report.restored else 1
+
+
 def spark_job(args: argparse.Namespace) -> int:
     """``strata spark JOB``: the pipelines of ``strata.spark.pipelines`` (backfill, audit, usage)."""
     from strata.spark.pipelines import run
@@ -268,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
                             "zookeeper-security-migration)")
     from strata.cli.zk_security_migration import add_arguments as add_migration_arguments
     add_migration_arguments(p)
+    p = sub.add_parser("cluster", help="cluster tools")
+    cluster = p.add_subparsers(dest="cluster_command", required=True)
+    p = cluster.add_parser("restore", help="restore the remote tier's newest cluster snapshot "
+                                           "(topics, committed offsets, quotas) into an empty "
+                                           "single broker, reading its config as serve does")
+    p.add_argument("--config", default=None, help="server.properties file")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(fn=cluster_restore)
     p = sub.add_parser("spark", help="Spark pipelines over topics: backfill, audit, usage")
     if "spark" in (sys.argv[1:] if argv is None else argv):
         # only then: importing the pipelines takes 0.2 s of every other command's start

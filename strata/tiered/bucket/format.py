@@ -29,7 +29,7 @@ from strata.tiered.api import (
 
 FORMAT_VERSION = 1
 MAGIC = "STRATA-MANIFEST"
-KINDS = ("partition", "pointer", "topic", "cluster")
+KINDS = ("partition", "pointer", "topic", "cluster", "snapshot")
 _HEADER = re.compile(rb"^STRATA-MANIFEST (?P<kind>[a-z]+) v(?P<version>\d+) "
                      rb"crc32c=(?P<crc>[0-9a-f]{8}) length=(?P<length>\d+)\n")
 
