@@ -510,6 +510,17 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    # a member using the classic protocol in a consumer group (tagged field 0), else None
+    classic: "ClassicMemberMetadata | None" = None
+
+
+@dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """Kafka's ConsumerGroupMemberMetadataValue.ClassicMemberMetadata: the JoinGroup session
+    timeout and protocols (name, metadata) of a classic member of a consumer group."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)
@@ -596,6 +607,20 @@ def encode_consumer_group_value(kind: int, value) -> bytes:
         w.string(value.subscribed_topic_regex, nullable=True)
         w.int32(value.rebalance_timeout_ms)
         w.string(value.server_assignor, nullable=True)
+        if value.classic is not None:
+            c = _Writer(flexible=True)
+            c.int32(value.classic.session_timeout_ms)
+            c.array_len(len(value.classic.protocols))
+            for name, metadata in value.classic.protocols:
+                c.string(name)
+                c.bytes_(metadata)
+                c.tagged_fields()
+            c.tagged_fields()
+            w.uvarint(1)          # one tagged field: tag 0, its size, its bytes
+            w.uvarint(0)
+            w.uvarint(len(c.buf))
+            w.buf += c.buf
+            return bytes(w.buf)
     elif kind == CONSUMER_GROUP_TARGET_METADATA_KEY:
         w.int32(value.assignment_epoch)
     elif kind == CONSUMER_GROUP_TARGET_MEMBER_KEY:
@@ -629,8 +654,23 @@ def decode_consumer_group_value(kind: int, data: bytes | None):
         client_host = r.string()
         names = tuple(r.string() for _ in range(r.array_len()))
         regex = r.string(nullable=True)
-        value = ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host,
-                                                 names, regex, r.int32(), r.string(nullable=True))
+        timeout = r.int32()
+        assignor = r.string(nullable=True)
+        classic = None
+        for _ in range(r.uvarint()):
+            tag = r.uvarint()
+            data = bytes(r._take(r.uvarint()))
+            if tag == 0:
+                c = _Reader(data, flexible=True)
+                session = c.int32()
+                protocols = []
+                for _ in range(c.array_len()):
+                    name = c.string()
+                    protocols.append((name, c.bytes_()))
+                    c.tagged_fields()
+                classic = ClassicMemberMetadata(session, tuple(protocols))
+        return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host,
+                                                names, regex, timeout, assignor, classic)
     elif kind == CONSUMER_GROUP_TARGET_METADATA_KEY:
         value = ConsumerGroupTargetMetadataValue(r.int32())
     elif kind == CONSUMER_GROUP_TARGET_MEMBER_KEY:
@@ -677,3 +717,63 @@ def encode_consumer_protocol_assignment(partitions: dict[str, list[int]]) -> byt
             w.int32(p)
     w.int32(-1)
     return bytes(w.buf)
+
+
+@dataclass(frozen=True)
+class ConsumerProtocolSubscription:
+    """A ``consumer`` protocol Subscription v0-3 as a classic member sends it."""
+
+    version: int
+    topics: tuple[str, ...]
+    owned: tuple[tuple[str, tuple[int, ...]], ...]   # v1+
+    rack_id: str | None                               # v3+
+
+
+def decode_consumer_protocol_subscription(metadata: bytes) -> ConsumerProtocolSubscription:
+    """RecordFormatError if the bytes do not parse (fields of newer versions are ignored)."""
+    try:
+        r = _Reader(metadata)
+        version = r.int16()
+        if version < 0:
+            raise RecordFormatError(f"consumer protocol subscription version {version}")
+        topics = tuple(r.string() for _ in range(r.array_len()))
+        n = r.int32()                      # user data
+        if n > 0:
+            r._take(n)
+        owned: list[tuple[str, tuple[int, ...]]] = []
+        rack = None
+        if version >= 1:
+            for _ in range(r.array_len()):
+                topic = r.string()
+                owned.append((topic, tuple(r.int32() for _ in range(r.array_len()))))
+        if version >= 2:
+            r.int32()                      # generation id
+        if version >= 3:
+            rack = r.string(nullable=True)
+        return ConsumerProtocolSubscription(version, topics, tuple(owned), rack)
+    except (UnicodeDecodeError, struct.error) as e:
+        raise RecordFormatError(str(e)) from None
+
+
+def encode_consumer_protocol_assignment_v(partitions: dict[str, list[int]], version: int) -> bytes:
+    """A consumer protocol Assignment of ``version`` (v0-3 share one layout)."""
+    body = encode_consumer_protocol_assignment(partitions)
+    return struct.pack(">h", max(0, min(version, 3))) + body[2:]
+
+
+def decode_consumer_protocol_assignment(data: bytes) -> dict[str, tuple[int, ...]]:
+    """The partitions of a consumer protocol Assignment (empty bytes: none); RecordFormatError
+    if they do not parse."""
+    if not data:
+        return {}
+    try:
+        r = _Reader(data)
+        if r.int16() < 0:
+            raise RecordFormatError("negative consumer protocol assignment version")
+        out: dict[str, tuple[int, ...]] = {}
+        for _ in range(r.array_len()):
+            topic = r.string()
+            out[topic] = tuple(r.int32() for _ in range(r.array_len()))
+        return out
+    except (UnicodeDecodeError, struct.error) as e:
+        raise RecordFormatError(str(e)) from None

@@ -30,6 +30,8 @@ class GroupCoordinatorConfig:
     consumer_group_max_heartbeat_interval_ms: int = 15_000
     consumer_group_max_size: int = 2**31 - 1
     consumer_group_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    # group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled
+    consumer_group_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
         """Kafka's GroupCoordinatorConfig requirements; ValueError names the broken one."""
@@ -58,6 +60,10 @@ class GroupCoordinatorConfig:
         require(self.consumer_group_heartbeat_interval_ms < self.consumer_group_session_timeout_ms,
                 "group.consumer.heartbeat.interval.ms must be less than "
                 "group.consumer.session.timeout.ms")
+        require(self.consumer_group_migration_policy in
+                ("bidirectional", "upgrade", "downgrade", "disabled"),
+                "group.consumer.migration.policy must be one of bidirectional, upgrade, "
+                "downgrade, disabled (case-insensitive)")
         require(self.consumer_group_max_size >= 1, "group.consumer.max.size must be at least 1")
         from strata.coordinator.group.assignors import ASSIGNORS
         require(bool(self.consumer_group_assignors), "group.consumer.assignors must not be empty")
@@ -90,6 +96,9 @@ class GroupCoordinatorConfig:
                 kwargs[attr] = int(props[prop])
         if props.get("offsets.retention.minutes") is not None:
             kwargs["offsets_retention_ms"] = int(props["offsets.retention.minutes"]) * 60_000
+        if props.get("group.consumer.migration.policy") is not None:
+            kwargs["consumer_group_migration_policy"] = str(
+                props["group.consumer.migration.policy"]).strip().lower()
         if props.get("group.consumer.assignors") is not None:
             from strata.coordinator.group.assignors import assignor_name
             raw = props["group.consumer.assignors"]

@@ -90,7 +90,7 @@ class ConsumerGroupMember:
                  "subscribed_topic_names", "subscribed_topic_regex", "rebalance_timeout_ms",
                  "server_assignor", "member_epoch", "previous_member_epoch", "state",
                  "assigned", "pending_revocation", "session_timer", "revocation_timer",
-                 "regex_topics")
+                 "regex_topics", "classic")
 
     def __init__(self, member_id: str):
         self.member_id = member_id
@@ -111,6 +111,8 @@ class ConsumerGroupMember:
         self.revocation_timer = None
         # the topic names its regex matched when last resolved (by the member's own heartbeat)
         self.regex_topics: frozenset[str] = frozenset()
+        # a member speaking the classic protocol: its ClassicMemberMetadata, else None
+        self.classic = None
 
     def subscribed_topics(self) -> frozenset[str]:
         return frozenset(self.subscribed_topic_names) | self.regex_topics
@@ -149,6 +151,16 @@ class ConsumerGroup:
             if m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
+
+    def waiting_on_unreleased(self, member: ConsumerGroupMember) -> bool:
+        """Whether a partition of ``member``'s target not yet given to it is still held by
+        another member (Kafka's waitingOnUnreleasedPartition)."""
+        for t, ps in _minus(self.target.get(member.member_id, {}), member.assigned).items():
+            for p in ps:
+                holder = self.owners.get((t, p))
+                if holder is not None and holder != member.member_id:
+                    return True
+        return False
 
     def subscribed_topic_names(self) -> set[str]:
         out: set[str] = set()
@@ -215,7 +227,7 @@ class ConsumerGroup:
         for attr in ("instance_id", "rack_id", "client_id", "client_host",
                      "subscribed_topic_names", "subscribed_topic_regex", "rebalance_timeout_ms",
                      "server_assignor", "member_epoch", "previous_member_epoch", "state",
-                     "regex_topics"):
+                     "regex_topics", "classic"):
             setattr(new, attr, getattr(old, attr))
         self.add_member(new)
         self.set_member_assignment(new, assigned, pending)

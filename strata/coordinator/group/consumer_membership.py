@@ -133,6 +133,8 @@ class ConsumerGroupManager:
         self._writers: dict[int, asyncio.Task] = {}
         self._regexes: dict[str, re.Pattern] = {}
         self._resolved: dict[str, tuple[int, frozenset[str]]] = {}   # pattern -> (at, topics)
+        # the online upgrade/downgrade with classic groups (``migration.GroupMigration``)
+        self.migration = None
 
     # ================================================================== records
     def _write(self, group_id: str, records: list[Record]) -> asyncio.Future:
@@ -175,7 +177,7 @@ class ConsumerGroupManager:
             ConsumerGroupMemberMetadataValue(
                 member.instance_id, member.rack_id, member.client_id, member.client_host,
                 tuple(member.subscribed_topic_names), member.subscribed_topic_regex,
-                member.rebalance_timeout_ms, member.server_assignor))
+                member.rebalance_timeout_ms, member.server_assignor, member.classic))
 
     @staticmethod
     def _assignment_record(group: ConsumerGroup, member: ConsumerGroupMember) -> Record:
@@ -301,7 +303,13 @@ class ConsumerGroupManager:
             return group
         classic = self._classic.get(group_id)
         if classic is not None and classic.state not in (GroupState.EMPTY, GroupState.DEAD):
-            raise _Reply(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group")
+            upgraded = None
+            if create and self.migration is not None:
+                upgraded = self.migration.upgrade(classic, records)
+            if upgraded is None:
+                raise _Reply(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is not a consumer group")
+            return upgraded
         if not create:
             raise _Reply(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         if classic is not None and classic.generation_id > 0:
@@ -408,6 +416,7 @@ class ConsumerGroupManager:
             member.rack_id = r.rack_id
         member.client_id = client_id
         member.client_host = client_host
+        member.classic = None     # a classic member that speaks the consumer protocol now
         if r.subscribed_topic_names is not None:
             member.subscribed_topic_names = tuple(r.subscribed_topic_names)
         if r.subscribed_topic_regex is not None:
@@ -476,7 +485,7 @@ class ConsumerGroupManager:
     def _metadata_of(member: ConsumerGroupMember) -> tuple:
         return (member.instance_id, member.rack_id, member.client_id, member.client_host,
                 tuple(member.subscribed_topic_names), member.subscribed_topic_regex,
-                member.rebalance_timeout_ms, member.server_assignor)
+                member.rebalance_timeout_ms, member.server_assignor, member.classic)
 
     def _compute_target(self, group: ConsumerGroup) -> list[Record]:
         """A new target assignment at the group epoch, by the preferred server assignor."""
@@ -543,6 +552,8 @@ class ConsumerGroupManager:
         records = self._removal_records(group, member.member_id)
         group.group_epoch += 1
         records.append(self._epoch_record(group))
+        if self.migration is not None:
+            records.extend(self.migration.maybe_downgrade(group))
         return records
 
     # ================================================================== timers
@@ -550,7 +561,8 @@ class ConsumerGroupManager:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self._rt.timers.call_later(
-            self.config.consumer_group_session_timeout_ms,
+            self.config.consumer_group_session_timeout_ms if member.classic is None
+            else member.classic.session_timeout_ms,
             lambda: self._on_session_expired(group, member))
 
     def _on_session_expired(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
@@ -609,6 +621,9 @@ class ConsumerGroupManager:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if instance_id is not None and member.instance_id != instance_id:
             return ErrorCode.FENCED_INSTANCE_ID
+        if member.classic is not None:
+            # a classic member commits with its generation, the member epoch
+            return None if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             # only OffsetCommit v9+ speaks member epochs
             return ErrorCode.UNSUPPORTED_VERSION
@@ -681,6 +696,7 @@ class ConsumerGroupManager:
                 member.subscribed_topic_regex = meta.subscribed_topic_regex
                 member.rebalance_timeout_ms = meta.rebalance_timeout_ms
                 member.server_assignor = meta.server_assignor
+                member.classic = meta.classic
                 if member.subscribed_topic_regex is not None:
                     try:
                         pattern = compile_topic_regex(member.subscribed_topic_regex)

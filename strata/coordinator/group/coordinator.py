@@ -44,6 +44,7 @@ from strata.common.errors import ErrorCode
 from strata.coordinator.group.classic_group import ClassicGroup
 from strata.coordinator.group.config import GroupCoordinatorConfig
 from strata.coordinator.group.consumer_membership import ConsumerGroupManager
+from strata.coordinator.group.migration import GroupMigration
 from strata.coordinator.group.loader import CoordinatorLoader
 from strata.coordinator.group.membership import GroupMetadataManager
 from strata.coordinator.group.offsets import OffsetMetadataManager
@@ -106,6 +107,9 @@ class GroupCoordinator:
         self._consumer = ConsumerGroupManager(self._runtime, self._membership.groups,
                                               topics if topics is not None else dict)
         self._consumer_groups = self._consumer.groups
+        self._migration = GroupMigration(self._consumer, self._membership,
+                                         topics if topics is not None else dict,
+                                         member_id_factory)
         self._offsets.is_active_consumer_group = (
             lambda group_id: bool(getattr(self._consumer_groups.get(group_id), "members", None)))
         self._offsets.after_expiry = self._drop_empty_consumer_groups
@@ -158,6 +162,15 @@ class GroupCoordinator:
         fut = asyncio.get_running_loop().create_future()
         member_id = member_id or UNKNOWN_MEMBER_ID
         error = self._status_error(group_id, allow_empty_id=False)
+        consumer = self._consumer_groups.get(group_id) if error is None else None
+        if consumer is not None and consumer.members:
+            # a classic member of a consumer group (KIP-848's mixed membership)
+            return await self._migration.join(
+                consumer, member_id, group_instance_id, require_known_member_id, client_id,
+                client_host,
+                session_timeout_ms if rebalance_timeout_ms is None or rebalance_timeout_ms < 0
+                else rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                [(str(name), bytes(meta or b"")) for name, meta in protocols])
         if error is None:
             error = self._classic_join_conflict(group_id)
         if error is not None:
@@ -174,14 +187,10 @@ class GroupCoordinator:
         return await fut
 
     def _classic_join_conflict(self, group_id: str) -> ErrorCode | None:
-        """A classic JoinGroup to a consumer group: an empty one becomes classic (as in
-        Kafka); one with members is INCONSISTENT_GROUP_PROTOCOL (mixed membership, Kafka's
-        online upgrade path, is not implemented)."""
+        """A classic JoinGroup to an empty consumer group: it becomes classic (as in Kafka)."""
         group = self._consumer_groups.get(group_id)
         if group is None:
             return None
-        if group.members:
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         self._consumer.delete(group)
         self._runtime.spawn(self._runtime.append_tombstones(
             {self.partition_for(group_id): self._consumer.group_tombstones(group_id)}),
@@ -250,6 +259,10 @@ class GroupCoordinator:
             fut.set_result(SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
         elif error is not None:
             fut.set_result(SyncGroupResult(error))
+        elif group_id in self._consumer_groups:
+            return await self._migration.sync(self._consumer_groups[group_id], generation_id,
+                                              member_id, group_instance_id, protocol_type,
+                                              protocol_name)
         else:
             self._membership.handle_sync(fut, group_id, generation_id, member_id,
                                          group_instance_id, protocol_type, protocol_name,
@@ -264,6 +277,9 @@ class GroupCoordinator:
             return ErrorCode.NONE  # still loading: answer blindly, as Kafka does
         if error is not None:
             return error
+        if group_id in self._consumer_groups:
+            return self._migration.heartbeat(self._consumer_groups[group_id], member_id,
+                                             generation_id, group_instance_id)
         return self._membership.heartbeat(group_id, member_id, generation_id,
                                           group_instance_id=group_instance_id)
 
@@ -274,6 +290,8 @@ class GroupCoordinator:
         error = self._status_error(group_id, allow_empty_id=False)
         if error is not None:
             return LeaveGroupResult(error)
+        if group_id in self._consumer_groups:
+            return self._migration.leave(self._consumer_groups[group_id], leaving)
         return self._membership.leave_group(group_id, leaving)
 
     # ================================================================== offsets
