@@ -78,6 +78,7 @@ from strata.tiered.config import (
 from strata.replication.quota import DYNAMIC_REPLICATION_QUOTA_CONFIGS, REPLICATION_QUOTA_CONFIG_DEF
 from strata.cluster.image import PartitionState
 from strata.cluster import scram_credentials
+from strata.cluster.read_replicas import NO_READ_REPLICAS, ReadReplicas
 from strata.security.scram import ScramCredential, user_credentials
 
 log = logging.getLogger(__name__)
@@ -671,7 +672,7 @@ class ClusterMetadata:
         self.remote_recovery: Any = None
         # Remote read replicas (issue 52): plan(topic, configs) -> the origin's topic manifest
         # (partition count); serves(topic), read_state, list_offset for the handlers.
-        self.read_replicas: Any = None
+        self.read_replicas: ReadReplicas = NO_READ_REPLICAS
         # Hook of the listeners' TLS: (effective broker props now, after a dynamic change); may
         # raise InvalidRequestError to refuse the change (a keystore Kafka would refuse).
         self.broker_config_validator: Callable[[dict, dict], None] | None = None
@@ -1042,7 +1043,7 @@ class ClusterMetadata:
                         code=ErrorCode.INVALID_PARTITIONS)
             if str(overrides.get("strata.remote.readreplica", "") or "").strip():
                 # a read-only copy of another cluster's topic: its partitions are the origin's
-                if self.read_replicas is None:
+                if self.read_replicas is NO_READ_REPLICAS:
                     raise InvalidConfigError("strata.remote.readreplica is served by a single "
                                              "broker (not a broker of a ZooKeeper cluster)")
                 origin = self.read_replicas.plan(name, overrides).manifest

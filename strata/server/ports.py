@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from strata.common.errors import ErrorCode
     from strata.common.types import TopicPartition
+    from strata.cluster.read_replicas import ReadReplicas
     from strata.log.producer_state import AppendOrigin
     from strata.protocol.codec import DecodedRequest
 
@@ -22,6 +23,9 @@ class ClusterMetadataPort(Protocol):
     (``strata.cluster.metadata.ClusterMetadata`` and its ZooKeeper subclass)."""
 
     cluster_id: str
+    # topics served read-only from another cluster's bucket (issue 52); NO_READ_REPLICAS
+    # (``strata.cluster.read_replicas``) when the broker has none
+    read_replicas: ReadReplicas
 
     @property
     def controller_id(self) -> int: ...

@@ -15,7 +15,7 @@ async def handle(ctx, request):
     # Kafka: DELETE on each topic, TOPIC_AUTHORIZATION_FAILED before anything else
     denied = denied_topics(ctx, AclOperation.DELETE, (t.name for t in request.body.topics))
     topics = []
-    replicas = getattr(ctx.metadata, "read_replicas", None)   # issue 52's read-only topics
+    replicas = ctx.metadata.read_replicas   # issue 52's read-only topics
     for t in request.body.topics:
         partitions = []
         for p in t.partitions:
@@ -23,7 +23,7 @@ async def handle(ctx, request):
                 code, low = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
             elif is_internal_topic(t.name):  # as Kafka: clients may not delete internal records
                 code, low = ErrorCode.INVALID_TOPIC_EXCEPTION, -1
-            elif replicas is not None and replicas.serves(t.name):
+            elif replicas.serves(t.name):
                 code, low = ErrorCode.POLICY_VIOLATION, -1   # read-only: the origin expires
             else:
                 code, low = ctx.replica_manager.delete_records(

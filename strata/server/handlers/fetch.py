@@ -101,14 +101,14 @@ def _read_all(ctx, request, isolation, partitions, first: bool = True, denied=NO
     throttle_ms = None   # the remote fetch quota, asked at the first remote partition
     # Fetch v11+ carries the consumer's rack and may read from a follower (KIP-392)
     rack = getattr(body, "rack_id", None) if request.api_version >= FIRST_VERSION_WITH_RACK else None
-    replicas = getattr(ctx.metadata, "read_replicas", None)   # issue 52's read-only topics
+    replicas = ctx.metadata.read_replicas   # issue 52's read-only topics
     for tp, p in partitions:
         if denied and tp.topic in denied:
             results.append((tp, _TOPIC_DENIED))
             continue
         budget = min(p.max_bytes, max(remaining, 0))
         epoch = p.current_leader_epoch
-        if replicas is not None and replicas.serves(tp.topic):
+        if replicas.serves(tp.topic):
             r = replicas.read_state(tp, p.fetch_offset)   # read from the origin's bucket
             if r.remote is not None:
                 remote.append(_RemoteRead(len(results), p.fetch_offset, budget, min_one))

@@ -37,7 +37,7 @@ async def handle(ctx, request):
     # Kafka: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED whether it exists or not
     denied = denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in body.topics))
     topics = []
-    replicas = getattr(ctx.metadata, "read_replicas", None)   # issue 52's read-only topics
+    replicas = ctx.metadata.read_replicas   # issue 52's read-only topics
     for t in body.topics:
         partitions = []
         for p in t.partitions:
@@ -50,7 +50,7 @@ async def handle(ctx, request):
                 continue
             args = (TopicPartition(t.name, p.partition_index), p.timestamp, isolation, from_consumer,
                     getattr(p, "current_leader_epoch", -1), leader_only)
-            if replicas is not None and replicas.serves(t.name):
+            if replicas.serves(t.name):
                 r = await asyncio.to_thread(replicas.list_offset, args[0], p.timestamp)
             elif p.timestamp >= 0 and ctx.replica_manager.remote_log_manager is not None:
                 # may search remote time indexes: off the event loop

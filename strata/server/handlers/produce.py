@@ -120,7 +120,7 @@ async def _produce(ctx, request):
             # Kafka: transactional records need the transactional id they belong to
             raise KafkaError("Transactional records require the request's transactional id",
                              code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    replicas = getattr(ctx.metadata, "read_replicas", None)   # issue 52's read-only topics
+    replicas = ctx.metadata.read_replicas   # issue 52's read-only topics
     for t in body.topic_data:
         for p in t.partition_data:
             key = (t.name, p.index)
@@ -130,7 +130,7 @@ async def _produce(ctx, request):
             if denied and t.name in denied:
                 results.append((key, _TOPIC_DENIED))
                 continue
-            if replicas is not None and replicas.serves(t.name):
+            if replicas.serves(t.name):
                 results.append((key, AppendResult(ErrorCode.POLICY_VIOLATION,
                                                   message=replicas.write_refusal(t.name))))
                 continue
