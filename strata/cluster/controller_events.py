@@ -108,6 +108,15 @@ class AlterPartition:
 
 
 @dataclass(frozen=True)
+class AlterPartitions:
+    """One AlterPartition request's proposals, decided in order on one image and written
+    together (one pipelined ZooKeeper batch); the response is a tuple of
+    ``AlterPartitionResult``, one per proposal."""
+
+    items: tuple[AlterPartition, ...]
+
+
+@dataclass(frozen=True)
 class ElectLeaders:
     partitions: tuple[TopicPartition, ...]
     election_type: ElectionType = ElectionType.PREFERRED

@@ -56,7 +56,7 @@ from typing import Callable, Iterable, Mapping
 from strata.cluster import election
 from strata.cluster.eligible_leaders import with_eligible_leaders
 from strata.cluster.controller_events import (
-    AlterPartition, AlterPartitionResult, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
+    AlterPartition, AlterPartitionResult, AlterPartitions, AutoLeaderRebalance, BrokerFailed, BrokerRegistered,
     ControlledShutdownRequested, ControllerFailover, ControllerResult, CreatePartitionState,
     CreateTopic, DeleteTopic, ElectionType, ElectLeaders, LeaderAndIsr, LogDirEventNotification,
     PartitionReassignmentRequested, PartitionsAdded, SetBrokerDirectories, SetTopicAssignment,
@@ -538,6 +538,27 @@ def on_alter_partition(image: MetadataImage, event: AlterPartition) -> Controlle
     return change.result(AlterPartitionResult(ErrorCode.NONE, reg))
 
 
+def on_alter_partitions(image: MetadataImage, event: AlterPartitions) -> ControllerResult:
+    """A batch of AlterPartition proposals: each decided (``handle``) on the image the ones
+    before it left, so every proposal is fenced by the epochs it would be alone; the writes
+    and notices of all, in order, and a tuple of their ``AlterPartitionResult``. A proposal
+    refused whole (KafkaError) is answered with its code and changes nothing."""
+    writes: list = []
+    notices: list = []
+    results: list[AlterPartitionResult] = []
+    for item in event.items:
+        try:
+            result = handle(image, item)
+        except KafkaError as e:
+            results.append(AlterPartitionResult(ErrorCode(e.code)))
+            continue
+        image = result.image
+        writes.extend(result.writes)
+        notices.extend(result.notices)
+        results.append(result.response)
+    return ControllerResult(image, tuple(writes), tuple(notices), tuple(results))
+
+
 _Elector = Callable[[MetadataImage, tuple[int, ...], PartitionRegistration], PartitionRegistration | None]
 
 
@@ -824,6 +845,7 @@ _HANDLERS: dict[type, Callable[[MetadataImage, object], ControllerResult]] = {
     PartitionsAdded: on_partitions_added,
     TopicDeleted: on_topic_deleted,
     AlterPartition: on_alter_partition,
+    AlterPartitions: on_alter_partitions,
     ElectLeaders: on_elect_leaders,
     AutoLeaderRebalance: on_auto_leader_rebalance,
     UncleanLeaderElectionChanged: on_unclean_leader_election_changed,

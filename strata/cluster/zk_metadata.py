@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from strata.cluster.controller_events import (
-    AlterPartition, ElectionType, ElectLeaders, PartitionReassignmentRequested,
+    AlterPartition, AlterPartitions, ElectionType, ElectLeaders, PartitionReassignmentRequested,
     TopicConfigsChanged)
 from strata.cluster.image import (
     Endpoint, LeaderRecoveryState, MetadataImage, frozen_map)
@@ -322,8 +322,9 @@ class ZkClusterMetadata(ClusterMetadata):
 
     def alter_partition(self, broker_id: int, broker_epoch: int,
                         items: list[AlterPartitionItem]) -> list[AlterPartitionItemResult]:
-        """AlterPartition on the active controller: one AlterPartition event per item, the
-        answers awaited up to ``zookeeper.metadata.wait.ms``. Top-level errors (raised, as
+        """AlterPartition on the active controller: the items as one AlterPartitions event
+        (decided in order, written as one pipelined batch), answered within
+        ``zookeeper.metadata.wait.ms``. Top-level errors (raised, as
         Kafka's ZooKeeper controller answers them): NOT_CONTROLLER here or if the controller
         resigns meanwhile, STALE_BROKER_EPOCH for a sender that is not the registered broker
         ``broker_id``, REQUEST_TIMED_OUT when the controller does not answer in time (the
@@ -337,31 +338,34 @@ class ZkClusterMetadata(ClusterMetadata):
         names = {t.topic_id: name for img in (image, self.view_image) if img is not None
                  for name, t in img.topics.items()}
         results: list[AlterPartitionItemResult | None] = [None] * len(items)
-        pending: list[tuple[int, concurrent.futures.Future]] = []
+        proposed: list[int] = []
         for i, item in enumerate(items):
             error = _alter_partition_item_error(item, names)
             if error is not None:
                 results[i] = AlterPartitionItemResult(item.topic_id, item.partition, error)
-                continue
-            pending.append((i, controller.submit(AlterPartition(
-                broker_id, broker_epoch, names[item.topic_id], item.partition, item.leader_epoch,
-                item.partition_epoch, tuple(item.new_isr),
-                LeaderRecoveryState(item.leader_recovery_state), item.topic_id,
-                item.isr_broker_epochs))))
-        deadline = time.monotonic() + self._wait_s
-        for i, future in pending:
-            item = items[i]
-            try:
-                response = future.result(max(0.0, deadline - time.monotonic())).response
-            except concurrent.futures.TimeoutError:
-                raise KafkaError("The controller did not answer AlterPartition in time",
-                                 ErrorCode.REQUEST_TIMED_OUT) from None
-            except KafkaError as exc:
-                if exc.code == ErrorCode.NOT_CONTROLLER:
-                    raise
+            else:
+                proposed.append(i)
+        if not proposed:
+            return results
+        future = controller.submit(AlterPartitions(tuple(AlterPartition(
+            broker_id, broker_epoch, names[items[i].topic_id], items[i].partition,
+            items[i].leader_epoch, items[i].partition_epoch, tuple(items[i].new_isr),
+            LeaderRecoveryState(items[i].leader_recovery_state), items[i].topic_id,
+            items[i].isr_broker_epochs) for i in proposed)))
+        try:
+            responses = future.result(self._wait_s).response
+        except concurrent.futures.TimeoutError:
+            raise KafkaError("The controller did not answer AlterPartition in time",
+                             ErrorCode.REQUEST_TIMED_OUT) from None
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NOT_CONTROLLER:
+                raise
+            for i in proposed:
                 results[i] = AlterPartitionItemResult(
-                    item.topic_id, item.partition, ErrorCode(exc.code))
-                continue
+                    items[i].topic_id, items[i].partition, ErrorCode(exc.code))
+            return results
+        for i, response in zip(proposed, responses):
+            item = items[i]
             if response.error == ErrorCode.STALE_BROKER_EPOCH:  # the sender's, not the partition's
                 raise KafkaError(f"Broker {broker_id}'s epoch {broker_epoch} is stale",
                                  ErrorCode.STALE_BROKER_EPOCH)

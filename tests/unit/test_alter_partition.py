@@ -18,7 +18,7 @@ import pytest
 from kio.serial import entity_reader
 
 from strata.cluster import controller_logic
-from strata.cluster.controller_events import AlterPartition
+from strata.cluster.controller_events import AlterPartition, AlterPartitions
 from strata.cluster.image import (
     BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map)
 from strata.cluster.metadata import AlterPartitionItemResult, ClusterMetadata
@@ -528,9 +528,9 @@ def test_the_controller_shrinks_the_isr_then_refuses_the_stale_retry(version):
     [p] = resp.topics[0].partitions
     assert (resp.error_code, p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr),
             p.partition_epoch) == (0, 0, 1, 3, (1, 2), 6)
-    assert controller.events == [AlterPartition(
+    assert controller.events == [AlterPartitions((AlterPartition(
         1, 101, "t", 0, 3, 5, (1, 2), topic_id=TOPIC_ID,
-        new_isr_broker_epochs=(-1, -1) if version == 3 else None)]  # v3: the epochs go on
+        new_isr_broker_epochs=(-1, -1) if version == 3 else None),))]  # v3: the epochs go on
     # the same proposal again is answered with the state it made (an idempotent retry) ...
     [p] = zk_send(md, version, [(TOPIC_ID, 0, 3, 5, (1, 2))]).topics[0].partitions
     assert (p.error_code, p.partition_epoch) == (0, 6)
