@@ -112,8 +112,7 @@ class ReplicaManager:
         # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
         self.remote_log_manager = None
         self.broker_id = broker_id
-        # Other brokers replicate: acks=all waits for the ISR and needs min.insync.replicas
-        # (one broker acknowledges acks=all at any min.insync.replicas, as Strata always has)
+        # Other brokers replicate (a failed log is never made again here)
         self._clustered = clustered
         # each partition hosted here, from the controller's states (``apply_states``)
         self._hosted_partitions: dict[TopicPartition, Partition] = {}
@@ -452,9 +451,18 @@ class ReplicaManager:
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.lease.in_doubt() or ulog.high_watermark < required_offset:
             return False, ErrorCode.NONE
-        if len(st.isr) < self.min_insync_replicas(tp.topic):
+        if len(st.isr) < self._effective_min_isr(tp):
             return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return True, ErrorCode.NONE
+
+    def _effective_min_isr(self, tp: TopicPartition) -> int:
+        """Kafka's effectiveMinIsr: the topic's min.insync.replicas capped at the replica count
+        (so one broker's RF 1 partition takes acks=all at any setting, as a Kafka broker's
+        does). A full ISR meets it whatever it is: 1 then, without the config lookup."""
+        st = self.state(tp)
+        if st is None or len(st.isr) >= len(st.replicas):
+            return 1
+        return min(self.min_insync_replicas(tp.topic), len(st.replicas))
 
     def leader_log(self, tp: TopicPartition, current_leader_epoch: int = UNDEFINED_EPOCH,
                    require_leader: bool = True) -> tuple[UnifiedLog | None, ErrorCode, int]:
@@ -516,9 +524,9 @@ class ReplicaManager:
             return AppendResult(error)
         if not records:
             return AppendResult(ErrorCode.INVALID_RECORD, message="no records")
-        if required_acks == -1 and self._clustered:
+        if required_acks == -1:
             isr = self.state(tp).isr
-            min_isr = self.min_insync_replicas(tp.topic)
+            min_isr = self._effective_min_isr(tp)
             if len(isr) < min_isr:
                 return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS, log_start_offset=ulog.log_start_offset,
                                     message=f"The size of the current ISR {set(isr)} is insufficient "

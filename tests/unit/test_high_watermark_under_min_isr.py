@@ -29,9 +29,9 @@ def manager(tmp_path):
     m.shutdown()
 
 
-def replica_manager(manager, min_isr: int) -> ReplicaManager:
+def replica_manager(manager, min_isr: int, clustered: bool = True) -> ReplicaManager:
     rm = ReplicaManager(manager, lambda topic: 1 if topic == "t" else None,
-                        broker_id=ME, clustered=True)
+                        broker_id=ME, clustered=clustered)
     rm.clock = MockClock()
     rm.min_insync_replicas = lambda topic: min_isr
     return rm
@@ -60,3 +60,26 @@ def test_a_min_isr_above_the_replica_count_is_capped_at_it(manager):
     rm.apply_states({TP: PartitionState(ME, 1, (ME,), (ME,))})
     end = append(rm)
     assert rm.get_log(TP).high_watermark == end        # RF 1: the effective min ISR is 1
+
+
+def acks_all(rm) -> ErrorCode:
+    return rm.append(TP, rec.build_batch([rec.SimpleRecord(b"v", b"k")]), produce_version=9,
+                     required_acks=-1).error
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_acks_all_takes_min_isr_capped_at_the_replica_count_as_kafka(manager, clustered):
+    # Kafka's Partition.appendRecordsToLeader refuses acks=all while the ISR is under
+    # min(min.insync.replicas, replicas): an RF 1 partition (one broker's) takes it at min ISR 2
+    rm = replica_manager(manager, min_isr=2, clustered=clustered)
+    rm.apply_states({TP: PartitionState(ME, 1, (ME,), (ME,))})
+    assert acks_all(rm) == ErrorCode.NONE
+    assert rm.enough_replicas_reached(TP, rm.get_log(TP).log_end_offset) == (True, ErrorCode.NONE)
+
+
+def test_acks_all_under_the_capped_min_isr_is_refused_and_fits_once_at_it(manager):
+    rm = replica_manager(manager, min_isr=3)   # RF 2: the effective min ISR is 2
+    rm.apply_states({TP: PartitionState(ME, 1, (ME,), (ME, 2))})
+    assert acks_all(rm) == ErrorCode.NOT_ENOUGH_REPLICAS
+    rm.apply_states({TP: PartitionState(ME, 1, (ME, 2), (ME, 2), partition_epoch=1)})
+    assert acks_all(rm) == ErrorCode.NONE
