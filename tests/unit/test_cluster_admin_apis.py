@@ -335,8 +335,8 @@ def test_api_versions_reports_the_features_strata_has(broker, version):
         assert supported == FEATURES
     else:  # a v3 reader cannot take a range starting at 0
         assert supported == {"metadata.version": (7, 7)}
-    assert finalized == {"metadata.version": (7, 7), "transaction.version": (2, 2),
-                         "eligible.leader.replicas.version": (1, 1)}
+    assert finalized == {"metadata.version": (7, 7), "group.version": (1, 1),
+                         "transaction.version": (2, 2), "eligible.leader.replicas.version": (1, 1)}
     assert r.finalized_features_epoch == 0
 
 
@@ -345,7 +345,7 @@ def test_api_versions_does_not_finalize_elr_when_eligible_leader_replicas_are_of
     ctx = replace(ctx, eligible_leader_replicas=False)
     r = send(ctx, A.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
     assert {f.name: f.max_version_level for f in r.finalized_features} == \
-        {"metadata.version": 7, "transaction.version": 2}
+        {"metadata.version": 7, "group.version": 1, "transaction.version": 2}
     assert {f.name: f.max_version for f in r.supported_features}[
         "eligible.leader.replicas.version"] == 1   # still supported, only not finalized
 
