@@ -272,8 +272,7 @@ def build_remote_log_manager(props: dict[str, str], metadata, log_manager: LogMa
         else rlmm_class()
     rlmm.configure(cfg.rlmm_props(broker_id=node_id, cluster_id=metadata.cluster_id,
                                   log_dir=str(log_dirs[0])))
-    if hasattr(rlmm, "start"):
-        rlmm.start()
+    rlmm.start()
     index_cache = RemoteIndexCache(rsm, log_dirs[0], cfg.index_cache_size_bytes)
     settings = TieringSettings(
         task_interval_ms=cfg.task_interval_ms, retry_backoff_ms=cfg.retry_backoff_ms,
@@ -336,7 +335,7 @@ def start_metrics_server(props: dict[str, str], log_manager: LogManager, rlm, me
                            topic_id=lambda topic: (t.topic_id if (t := metadata.topic(topic)) else None),
                            offline_log_dirs=log_manager.dir_failures.offline_log_directory_count,
                            cordoned_log_dirs=lambda: len(log_manager.cordoned))
-    cache = getattr(rlm.ctx.rsm, "chunk_cache", None) if rlm is not None else None
+    cache = rlm.ctx.rsm.chunk_cache if rlm is not None else None
     if cache is not None:
         server.add_stats("strata_remote_chunk_cache", cache.stats, gauges=cache.LEVEL_STATS,
                          doc="the remote storage manager's chunk cache (memory and disk tiers, prefetch)")

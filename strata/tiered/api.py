@@ -23,11 +23,11 @@ import concurrent.futures
 import dataclasses
 import enum
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from strata.common.types import TopicIdPartition, TopicPartition
 
@@ -423,6 +423,15 @@ class LogSegmentData:
 # --------------------------------------------------------------------------- interfaces
 
 
+class ChunkCacheStats(Protocol):
+    """What the metrics endpoint reads of a remote storage manager's cache: ``stats()`` by
+    name, of which the ``LEVEL_STATS`` names are gauges (the others counters)."""
+
+    LEVEL_STATS: AbstractSet[str]
+
+    def stats(self) -> Mapping[str, float]: ...
+
+
 class RemoteStorageManager(abc.ABC):
     """Copies, fetches and deletes log segments and their indexes in remote storage.
 
@@ -523,6 +532,17 @@ class RemoteStorageManager(abc.ABC):
         process. How many were removed. This default removes nothing."""
         return 0
 
+    def abort_waits(self) -> None:
+        """Uploads waiting in the plugin's rate limits fail now (Strata's, not Kafka's
+        interface): the remote log manager's shutdown does not wait them out. This default
+        has no such waits."""
+
+    @property
+    def chunk_cache(self) -> ChunkCacheStats | None:
+        """The plugin's cache of remote data, which the metrics endpoint reports (Strata's,
+        not Kafka's interface); this default has none."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release resources; no other method is called afterwards."""
@@ -619,6 +639,38 @@ class RemoteLogMetadataManager(abc.ABC):
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
         """Whether the partition's metadata is loaded and can be served (default: True)."""
         return True
+
+    # Strata's, not Kafka's interface: what the remote log manager asks beyond it. The
+    # defaults fit a manager whose metadata is at hand at once (nothing to load or wait for).
+
+    num_partitions: int = 0   # partitions of the metadata topic, where there is one
+
+    def start(self) -> None:
+        """Begin loading the stored metadata, after ``configure``; this default has none."""
+
+    def add_ready_listener(self, listener: Callable[[TopicIdPartition], None]) -> None:
+        """Call ``listener(tip)`` when a partition's metadata becomes ready; this default
+        never does (its partitions are ready at once)."""
+
+    def wait_ready(self, topic_id_partition: TopicIdPartition, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` for the partition's metadata to be ready; whether it
+        is. This default does not wait: False."""
+        return False
+
+    def read_offset(self, metadata_partition: int) -> int | None:
+        """How far metadata partition ``metadata_partition`` has been read, None before its
+        first read (the remote log manager resumes deletions once every one has been)."""
+        return None
+
+    def describe(self) -> Iterable[RemoteLogMetadata]:
+        """Every record the manager holds, of every partition (the remote log manager finds
+        deleted topics' partitions in it); this default: none."""
+        return ()
+
+    def metadata_partition(self, topic_id_partition: TopicIdPartition) -> int | None:
+        """The metadata topic's partition holding ``topic_id_partition``'s records, whose
+        leader removes its remote data; None without one (every broker removes)."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -416,19 +416,9 @@ class RemoteLogManager:
                 log.exception("closing %s failed", type(closeable).__name__)
 
     def _abort_store_waits(self) -> None:
-        """Uploads sleeping in the object store's rate limiter (``abort_waits`` on any layer
-        of the RSM's store) fail now rather than hold the copier pool's shutdown."""
-        try:
-            layer = getattr(self.ctx.rsm, "store", None)
-        except Exception:  # noqa: BLE001 - an RSM without a store (not configured)
-            return
-        for _ in range(32):
-            if layer is None:
-                return
-            abort = getattr(layer, "abort_waits", None)
-            if callable(abort):
-                abort()
-            layer = getattr(layer, "inner", None)
+        """Uploads sleeping in the RSM's rate limits fail now rather than hold the copier
+        pool's shutdown."""
+        self.ctx.rsm.abort_waits()
 
     def wake(self) -> None:
         """Run a scheduling round now (tests, config changes)."""
@@ -642,9 +632,7 @@ class RemoteLogManager:
         """Call ``callback(tp)`` when a partition's remote log metadata becomes ready, where
         the metadata manager tells (the topic-based one does): a follower whose rebuild found
         it not loaded yet retries then instead of after its back-off."""
-        add = getattr(self.ctx.rlmm, "add_ready_listener", None)
-        if add is not None:
-            add(lambda tip: callback(tip.topic_partition))
+        self.ctx.rlmm.add_ready_listener(lambda tip: callback(tip.topic_partition))
 
     def build_remote_log_aux_state(self, ulog: UnifiedLog, target_epoch: int,
                                    leader_local_start: int, leader_log_start: int) -> int:
@@ -663,8 +651,7 @@ class RemoteLogManager:
                 self.ctx.rlmm.on_partition_leadership_changes(set(), {tip})
                 # a broker that just started has it within milliseconds; waiting here beats
                 # the fetcher's back-off, which a long poll of its other partitions stretches
-                wait = getattr(self.ctx.rlmm, "wait_ready", None)
-                if wait is None or not wait(tip, AUX_STATE_METADATA_WAIT_S):
+                if not self.ctx.rlmm.wait_ready(tip, AUX_STATE_METADATA_WAIT_S):
                     raise RemoteStorageNotReadyException(
                         f"remote log metadata of {tip} is not loaded yet")
             meta = self.ctx.rlmm.remote_log_segment_metadata(tip, target_epoch, leader_local_start - 1)
@@ -791,9 +778,8 @@ class RemoteLogManager:
         if self._deletions_resumed and (self._leads_metadata_partition is None
                                         or now < self._next_deletion_scan_ms):
             return
-        read_offset = getattr(self.ctx.rlmm, "read_offset", None)
-        count = getattr(self.ctx.rlmm, "num_partitions", 0)
-        if read_offset is not None and any(read_offset(p) is None for p in range(count)):
+        rlmm = self.ctx.rlmm
+        if any(rlmm.read_offset(p) is None for p in range(rlmm.num_partitions)):
             return
         self._deletions_resumed = True
         self._next_deletion_scan_ms = now + max(INCOMPLETE_UPLOAD_SWEEP_INTERVAL_MS,
@@ -811,11 +797,8 @@ class RemoteLogManager:
     def _partitions_of_deleted_topics(self) -> list[TopicIdPartition]:
         """Partitions with remote metadata whose topic no longer exists (deleted, perhaps while
         this broker was down, or its removal interrupted): the remover finishes them."""
-        describe = getattr(self.ctx.rlmm, "describe", None)
-        if describe is None:
-            return []
         found = set()
-        for record in describe():
+        for record in self.ctx.rlmm.describe():
             tip = record.topic_id_partition
             if isinstance(record, RemotePartitionDeleteMetadata) and \
                     record.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
@@ -829,8 +812,8 @@ class RemoteLogManager:
         partition holding it does (every broker, in the one-broker setup)."""
         if self._leads_metadata_partition is None:
             return True
-        metadata_partition = getattr(self.ctx.rlmm, "metadata_partition", None)
-        return metadata_partition is None or self._leads_metadata_partition(metadata_partition(tip))
+        partition = self.ctx.rlmm.metadata_partition(tip)
+        return partition is None or self._leads_metadata_partition(partition)
 
     def _remove_partition(self, tip: TopicIdPartition) -> None:
         rlmm = self.ctx.rlmm

@@ -571,6 +571,17 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def key_prefix(self) -> str:
         return self._key_prefix
 
+    def abort_waits(self) -> None:
+        """``abort_waits`` on every layer of the store that has one (the rate limiter's)."""
+        layer: Any = self._store
+        for _ in range(32):
+            if layer is None:
+                return
+            abort = getattr(layer, "abort_waits", None)
+            if callable(abort):
+                abort()
+            layer = getattr(layer, "inner", None)
+
     # ---- layout -----------------------------------------------------------------------------
 
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
