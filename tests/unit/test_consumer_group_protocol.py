@@ -172,7 +172,7 @@ def test_bad_heartbeats_get_kafkas_error_codes(fields, error):
     run(scenario())
 
 
-def test_a_classic_group_with_members_is_not_a_consumer_group():
+def test_a_classic_group_whose_subscriptions_do_not_parse_is_not_a_consumer_group():
     async def scenario():
         h = Harness()
         join = asyncio.ensure_future(h.coord.join_group(
@@ -185,7 +185,8 @@ def test_a_classic_group_with_members_is_not_a_consumer_group():
         r = await h.hb("a", 0)
         assert (r.error, r.message) == (ErrorCode.GROUP_ID_NOT_FOUND,
                                         f"Group {GROUP} is not a consumer group")
-        # and a classic JoinGroup to a consumer group with members is refused
+        # and a classic JoinGroup without a consumer protocol subscription to a consumer group
+        # with members is refused
         await h.hb("a", 0, group="cg2")
         j = await h.coord.join_group("cg2", "", "consumer", [("range", b"")],
                                      session_timeout_ms=10_000)

@@ -110,6 +110,10 @@ def test_a_consumer_member_joining_a_classic_group_upgrades_it_and_the_classic_m
         assert group.members[x].assigned == {ORDERS: frozenset({0, 1})}
         assert group.group_epoch == 2 and a.member_epoch == 2 and not a.assignment
         assert h.coord.group_state(GROUP) == GroupState.EMPTY   # the classic side holds offsets only
+        [described] = h.coord.consumer_group_describe([GROUP])
+        assert {m.member_id: m.member_type for m in described.members} == {x: 0, y: 0, "a": 1}
+        # the consumer protocol does not know the classic members
+        assert (await h.hb(x, 1)).error == ErrorCode.UNKNOWN_MEMBER_ID
         # the classic members are told to rejoin; they give up what the target moved away
         assert h.coord.heartbeat(GROUP, x, 1) == ErrorCode.REBALANCE_IN_PROGRESS
         assert h.coord.heartbeat(GROUP, x, 7) == ErrorCode.ILLEGAL_GENERATION

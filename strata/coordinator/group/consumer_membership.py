@@ -15,7 +15,8 @@ a lost leadership, unloads the group anyway).
 
 A consumer group's committed offsets live on a ``ClassicGroup`` of the same id that has no
 members (an Empty classic group becomes a consumer group as in Kafka; a non-empty one is
-GROUP_ID_NOT_FOUND to a consumer heartbeat); ``offsets`` handles them once the commit or fetch
+converted by ``migration.GroupMigration`` when the policy allows, else GROUP_ID_NOT_FOUND to a
+consumer heartbeat); ``offsets`` handles them once the commit or fetch
 is validated here (member epochs). Runs on the event loop only.
 """
 
@@ -362,7 +363,7 @@ class ConsumerGroupManager:
                 if member is None:
                     return self._new_member(group, r), True
                 return member, False
-            if member is None:
+            if member is None or member.classic is not None:
                 raise _Reply(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {r.member_id} is not a member of group {group.group_id}.")
         self._check_epoch(member, r)
@@ -657,7 +658,8 @@ class ConsumerGroupManager:
             DescribedConsumerMember(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
                 m.client_host, tuple(m.subscribed_topic_names), m.subscribed_topic_regex,
-                dict(m.assigned), dict(group.target.get(m.member_id, {})))
+                dict(m.assigned), dict(group.target.get(m.member_id, {})),
+                0 if m.classic is not None else 1)
             for m in group.members.values())
         return DescribedConsumerGroup(
             group_id, ErrorCode.NONE, None, group.state, group.group_epoch,

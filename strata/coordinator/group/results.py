@@ -204,6 +204,7 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: TopicIdPartitions
     target_assignment: TopicIdPartitions
+    member_type: int = -1     # ConsumerGroupDescribe v1: 0 classic, 1 consumer protocol
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ async def handle(ctx, request):
                  client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
                  subscribed_topic_regex=m.subscribed_topic_regex,
                  assignment=_assignment(rc, ctx, m.assignment),
-                 target_assignment=_assignment(rc, ctx, m.target_assignment))
+                 target_assignment=_assignment(rc, ctx, m.target_assignment),
+                 member_type=m.member_type)
             for m in g.members)
         ops = authz.OMITTED
         if body.include_authorized_operations:
