@@ -3,7 +3,7 @@ functions included): ``protocol`` imports no asyncio, sockets or Strata package 
 ``log`` imports no asyncio and none of the packages that sit on it; ``tiered.api`` imports only
 ``common``; ``net`` (client connections) only ``common`` and ``protocol``; nothing but ``cli``
 and ``broker`` imports ``server``, so ``spark`` never does; nothing but ``cli`` imports ``broker``; ``protocol``'s modules import each other without a
-cycle; the server never asks ``getattr(ctx, ...)``; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
+cycle; the server never asks ``getattr(ctx, ...)`` nor probes a context's member (``ctx.metadata``, ``rlm.ctx.rsm``) in ``server``, ``broker`` or ``tiered.manager``; nothing imports the benchmarks (the top-level ``benchmarks`` package); a coordinator
 package (``coordinator.group``) is imported by its name only, never by its modules."""
 
 from __future__ import annotations
@@ -175,22 +175,33 @@ def test_a_coordinator_package_is_imported_by_its_name_only(package):
 
 
 
+def _on_the_context(target: ast.expr) -> bool:
+    """Whether ``target`` is a context (``ctx``, ``self.ctx``, ``rlm.ctx``) or reached through
+    one (``ctx.metadata``, ``self.ctx.rlmm``, ``ctx.replica_manager.remote_log_manager``)."""
+    while isinstance(target, ast.Attribute):
+        if target.attr == "ctx":
+            return True
+        target = target.value
+    return isinstance(target, ast.Name) and target.id == "ctx"
+
+
 def _context_probes(source: str) -> list[int]:
-    """The lines of ``getattr``/``hasattr`` calls on the broker context (``ctx``, ``self.ctx``)."""
+    """The lines of ``getattr``/``hasattr`` calls on a context or on one of its members."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr") and node.args):
-            target = node.args[0]
-            if (isinstance(target, ast.Name) and target.id == "ctx") or (
-                    isinstance(target, ast.Attribute) and target.attr == "ctx"):
-                found.append(node.lineno)
+                and node.func.id in ("getattr", "hasattr") and node.args
+                and _on_the_context(node.args[0])):
+            found.append(node.lineno)
     return sorted(found)
 
 
-def test_the_probe_finder_sees_getattr_and_hasattr_on_the_context():
+def test_the_probe_finder_sees_getattr_and_hasattr_on_the_context_and_its_members():
     assert _context_probes("getattr(ctx, 'x', None)\nhasattr(self.ctx, 'y')\n"
-                           "getattr(body, 'z', -1)\nctx.quotas\n") == [1, 2]
+                           "getattr(body, 'z', -1)\nctx.quotas\n"
+                           "getattr(ctx.metadata, 'read_replicas', None)\n"
+                           "hasattr(rlm.ctx.rsm.store, 'inner')\n"
+                           "getattr(self.context, 'x', None)\ngetattr(p.ctx_id, 'x')\n") == [1, 2, 5, 6]
 
 
 def test_the_server_never_probes_the_context_with_getattr():
@@ -199,4 +210,15 @@ def test_the_server_never_probes_the_context_with_getattr():
     that asks ``getattr(ctx, ...)`` depends on something no type declares."""
     assert [f"{path.relative_to(ROOT.parent)}:{line}"
             for path in sorted((ROOT / "server").rglob("*.py"))
+            for line in _context_probes(path.read_text())] == []
+
+
+@pytest.mark.parametrize("package", ["server", "broker", "tiered/manager"])
+def test_no_part_of_a_context_is_probed(package):
+    """Nor a member of a context: the cluster metadata's optional parts (``read_replicas``)
+    are declared on its port with a null object, and what the remote log manager and the
+    broker ask of the metadata and storage managers (``rlm.ctx.rlmm``, ``rlm.ctx.rsm``) is
+    declared on ``tiered.api``'s classes, with defaults."""
+    assert [f"{path.relative_to(ROOT.parent)}:{line}"
+            for path in sorted((ROOT / package).rglob("*.py"))
             for line in _context_probes(path.read_text())] == []
