@@ -88,8 +88,9 @@ def test_kafka_features_describe_prints_the_finalized_features(broker):
         r"Feature: (\S+)\s+SupportedMinVersion: (\S+)\s+SupportedMaxVersion: (\S+)\s+"
         r"FinalizedVersionLevel: (\S+)\s+Epoch: (\S+)", out)}
     assert features["metadata.version"] == ("3.3-IV3", "3.3-IV3", "3.3-IV3", "0"), out
-    for name in ("group.version", "kraft.version", "share.version", "streams.version"):
+    for name in ("kraft.version", "share.version", "streams.version"):
         assert features[name] == ("0", "0", "0", "0"), out
+    assert features["group.version"] == ("0", "1", "1", "0"), out         # KIP-848
     assert features["transaction.version"] == ("0", "2", "2", "0"), out   # transactions V2
     assert features["eligible.leader.replicas.version"] == ("0", "1", "1", "0"), out
 
