@@ -14,6 +14,7 @@ from pathlib import Path
 
 from strata.common.errors import KafkaError
 from strata.common.files import raise_descriptor_limit
+from strata.common.late_bound import LateBound
 from strata.common.scheduler import KafkaScheduler
 from strata.common.types import TopicPartition
 from strata.log.log_manager import LogManager
@@ -350,7 +351,7 @@ class Broker:
     def __init__(self, *, props: dict[str, str], node_id: int, loop, zk, leadership_lease,
                  listeners, inter_broker_security, metadata, scheduler, manager: LogManager,
                  cleaner, watchers, replica_manager, rlm, ctx, dir_failures, metrics_server,
-                 servers: list, stalls):
+                 servers: list, stalls, alter_partition_slot: LateBound):
         self.props = props
         self.node_id = node_id
         self.loop = loop
@@ -370,6 +371,7 @@ class Broker:
         self.metrics_server = metrics_server
         self.servers = servers
         self.stalls = stalls
+        self.alter_partition_slot = alter_partition_slot   # set once registered (``start``)
         self.controller = None   # the ZooKeeper controller, once registered (``start``)
 
     @classmethod
@@ -437,6 +439,10 @@ class Broker:
         if clustered:   # KIP-73's replication throttles
             leader_quota, follower_quota = _replication_quotas(node_id, metadata)
         rack_aware = _rack_aware_selector(props) and clustered
+        # made after the replica manager, from it: set below (the sender once registered)
+        rlm_slot: LateBound = LateBound("remote log manager")
+        fetchers_slot: LateBound = LateBound("follower fetchers")
+        alter_partition_slot: LateBound = LateBound("AlterPartition sender")
         replica_manager = ReplicaManager(
             manager, lambda topic: (t.partitions if (t := metadata.topic(topic)) else None),
             on_append=watchers.notifier(loop),
@@ -452,13 +458,16 @@ class Broker:
             leader_quota=leader_quota,
             # ISR-expansion retries run on the loop, as the fetches that propose expansions do
             call_later=(lambda delay_s, fn: loop.call_soon_threadsafe(
-                loop.call_later, delay_s, fn)) if clustered else None)
+                loop.call_later, delay_s, fn)) if clustered else None,
+            remote_log_manager=rlm_slot, fetchers=fetchers_slot,
+            alter_partition=alter_partition_slot)
         if zk is None:   # a cluster of one: its metadata grants this broker every partition
             metadata.add_listener(GrantedStatesPublisher(replica_manager))
             replica_manager.apply_states(metadata.hosted_states())
         tiering = build_remote_log_manager(props, metadata, manager, replica_manager, node_id, log_dirs)
         rlm = tiering[0] if tiering else None
-        replica_manager.remote_log_manager = rlm
+        if rlm is not None:
+            rlm_slot.set(rlm)
         if rlm is not None:
             metadata.config_validator = rlm.validate_topic_config
         remote_tier = rlm if rlm is not None else NO_REMOTE_TIER
@@ -563,13 +572,14 @@ class Broker:
                 return None if found is None else (found.host, found.port)
             guard = _tier_bootstrap_guard(props, manager, metadata)
             scheduler.schedule_periodic("tier-bootstrap-guard", guard.poll, 1000)
-            replica_manager.fetchers = ReplicaFetcherManager.from_properties(
+            fetchers = ReplicaFetcherManager.from_properties(
                 node_id, props, endpoint_of, replica_manager.get_log,
                 on_append=watchers.notifier(loop), quota=follower_quota, loop=loop,
                 remote_aux_state=_guarded_aux_state(rlm, guard) if rlm is not None else None,
                 security=inter_broker_security)
+            fetchers_slot.set(fetchers)
             if rlm is not None:
-                rlm.on_metadata_ready(replica_manager.fetchers.retry_now)
+                rlm.on_metadata_ready(fetchers.retry_now)
             follow = LeadershipPublisher(replica_manager, manager, metadata, loop,
                                          ctx.group_coordinator, remote_tier, ctx.txn_coordinator)
             metadata.add_listener(follow)
@@ -630,7 +640,8 @@ class Broker:
                    inter_broker_security=inter_broker_security, metadata=metadata,
                    scheduler=scheduler, manager=manager, cleaner=cleaner, watchers=watchers,
                    replica_manager=replica_manager, rlm=rlm, ctx=ctx, dir_failures=dir_failures,
-                   metrics_server=metrics_server, servers=servers, stalls=STALLS)
+                   metrics_server=metrics_server, servers=servers, stalls=STALLS,
+                   alter_partition_slot=alter_partition_slot)
 
     @property
     def port(self) -> int:
@@ -669,8 +680,8 @@ class Broker:
                 auto_leader_rebalance_interval_s=_int(
                     props, "leader.imbalance.check.interval.seconds") if rebalance else None).start()
             metadata.controller = self.controller
-            replica_manager.alter_partition = _alter_partition_manager(
-                node_id, metadata, self.leadership_lease, self.inter_broker_security)
+            self.alter_partition_slot.set(_alter_partition_manager(
+                node_id, metadata, self.leadership_lease, self.inter_broker_security))
         if zk is not None:  # Kafka's isr-expiration and highwatermark-checkpoint tasks
             scheduler.schedule_periodic("isr-expiration", replica_manager.shrink_isrs,
                                         replica_manager.replica_lag_time_max_ms // 2)

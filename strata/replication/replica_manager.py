@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from strata.cluster.image import PartitionState
 from strata.common.clock import SYSTEM_CLOCK
 from strata.common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from strata.common.late_bound import LateBound
 from strata.common.leadership_lease import ALWAYS_HELD, LeadershipLease
 from strata.common.types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, TopicPartition
 from strata.log.log_manager import LogManager
@@ -105,12 +106,16 @@ class ReplicaManager:
                  broker_epoch_of: Callable[[int], int] = lambda broker_id: -1,
                  broker_racks: Callable[[], Mapping[int, str | None]] | None = None,
                  leader_quota=None,
-                 call_later: Callable[[float, Callable[[], None]], None] | None = None):
+                 call_later: Callable[[float, Callable[[], None]], None] | None = None,
+                 remote_log_manager: Any = None, fetchers: Any = None,
+                 alter_partition: Any = None):
         self.log_manager = log_manager
         self._partitions = partitions
         self._on_append = on_append or (lambda tp: None)
-        # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker
-        self.remote_log_manager = None
+        # strata.tiered.manager.RemoteLogManager when tiered storage is enabled on this broker;
+        # it, the follower fetchers and the AlterPartition sender are made with this replica
+        # manager, so a broker gives each as a LateBound it sets once (a test: the part)
+        self._remote_log_manager = LateBound.of("remote log manager", remote_log_manager)
         self.broker_id = broker_id
         # Other brokers replicate (a failed log is never made again here)
         self._clustered = clustered
@@ -124,10 +129,10 @@ class ReplicaManager:
         self.clock = SYSTEM_CLOCK
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas   # a topic's min.insync.replicas
-        # Set by the broker in a cluster: the follower fetchers (add_partitions /
-        # remove_partitions) and the AlterPartition sender (submit -> Future of PartitionState).
-        self.fetchers = None
-        self.alter_partition = None
+        # A cluster broker's follower fetchers (add_partitions / remove_partitions) and
+        # AlterPartition sender (submit -> Future of PartitionState); None on one broker.
+        self._fetchers = LateBound.of("follower fetchers", fetchers)
+        self._alter_partition = LateBound.of("AlterPartition sender", alter_partition)
         # KIP-903: a broker's registration epoch as this broker's metadata shows it now (-1:
         # unknown), stamped on each follower fetch; Fetch v12 carries no ReplicaState (v15+)
         self.broker_epoch_of = broker_epoch_of
@@ -142,6 +147,18 @@ class ReplicaManager:
         self.isr_expands = 0   # IsrExpandsPerSec)
 
     # ---- leadership -------------------------------------------------------------------------
+
+    @property
+    def remote_log_manager(self) -> Any:
+        return self._remote_log_manager.get()
+
+    @property
+    def fetchers(self) -> Any:
+        return self._fetchers.get()
+
+    @property
+    def alter_partition(self) -> Any:
+        return self._alter_partition.get()
 
     @property
     def clustered(self) -> bool:

@@ -79,7 +79,8 @@ class ReplicaManagerPort(Protocol):
     """The partitions this broker hosts (``strata.replication.replica_manager.ReplicaManager``)."""
 
     log_manager: Any
-    remote_log_manager: Any     # the remote tier's reads, or None without tiered storage
+    @property
+    def remote_log_manager(self) -> Any: ...   # the remote tier's reads, or None
 
     @property
     def clustered(self) -> bool: ...

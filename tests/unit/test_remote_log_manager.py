@@ -441,9 +441,9 @@ def test_a_fetch_racing_local_retention_is_served_from_the_remote_tier(env):
         return local_read(*args, **kwargs)
 
     env.log.read = read_after_retention
-    replicas = ReplicaManager(Logs(), lambda t: 1 if t == TP.topic else None)
+    replicas = ReplicaManager(Logs(), lambda t: 1 if t == TP.topic else None,
+                              remote_log_manager=env.rlm)
     lead_alone(replicas, TP)
-    replicas.remote_log_manager = env.rlm
     result = replicas.read(TP, 0, 1000, FetchIsolation.HIGH_WATERMARK, True)
     assert env.log.local_log_start_offset > 0
     assert result.error == ErrorCode.NONE and result.remote is env.log

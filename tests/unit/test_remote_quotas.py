@@ -203,9 +203,9 @@ class _Logs:
 
 
 def _fetch(env, offset: int = 0, max_wait_ms: int = 0):
-    replicas = ReplicaManager(_Logs(env.log), lambda t: 1 if t == "orders" else None)
+    replicas = ReplicaManager(_Logs(env.log), lambda t: 1 if t == "orders" else None,
+                              remote_log_manager=env.rlm)
     lead_alone(replicas, TP)
-    replicas.remote_log_manager = env.rlm
     ctx = BrokerContext(node_id=1, advertised_host="h", advertised_port=1, metadata=NO_METADATA,
                         replica_manager=replicas)
     v = 12

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from strata.common.errors import ErrorCode
+from strata.common.late_bound import LateBound
 from strata.common.scheduler import ImmediateScheduler
 from strata.common.types import TopicPartition
 from strata.log.log_config import LogConfig
@@ -21,11 +22,18 @@ ME = 2
 
 
 @pytest.fixture
-def rm(tmp_path):
+def parts():
+    """The replica manager's parts made after it, set by a test as a broker sets them."""
+    return {"fetchers": LateBound("follower fetchers"),
+            "alter_partition": LateBound("AlterPartition sender")}
+
+
+@pytest.fixture
+def rm(tmp_path, parts):
     manager = LogManager([tmp_path], LogConfig({}), scheduler=ImmediateScheduler())
     manager.startup()
     yield ReplicaManager(manager, lambda topic: 2 if topic == "t" else None,
-                         broker_id=ME, clustered=True)
+                         broker_id=ME, clustered=True, **parts)
     manager.shutdown()
 
 
@@ -142,7 +150,7 @@ def test_a_leader_throttles_out_of_sync_followers_of_throttled_partitions_only(r
     assert rm.follower_fetch(TP, 4, 0, -1, 1 << 20, 1).records
 
 
-def test_a_follower_becoming_leader_stops_its_fetcher_before_taking_the_new_epoch(rm):
+def test_a_follower_becoming_leader_stops_its_fetcher_before_taking_the_new_epoch(rm, parts):
     """Kafka's makeLeader order: a batch the old leader's fetcher appends after the new epoch
     began would corrupt the leader epoch cache, so the fetcher lets go first."""
     seen = []
@@ -155,7 +163,7 @@ def test_a_follower_becoming_leader_stops_its_fetcher_before_taking_the_new_epoc
             ulog = rm.get_log(TP)
             seen.append(("remove", list(tps), ulog.leader_epoch_cache.latest_epoch() if ulog else None,
                          rm.state(TP).leader if rm.state(TP) else None))
-    rm.fetchers = Fetchers()
+    parts["fetchers"].set(Fetchers())
     rm.apply_states({TP: PartitionState(3, 4, (3, ME), (ME, 3))})
     assert seen[-1] == ("add", {TP: (3, 4)})
     rm.apply_states({TP: PartitionState(ME, 5, (3, ME), (ME, 3))})
@@ -186,7 +194,7 @@ def test_an_append_at_an_epoch_older_than_the_logs_is_refused(rm):
     assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
 
 
-def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
+def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm, parts):
     """Kafka's DelayedFetch: the follower's position is recorded when its Fetch arrives. A
     re-read after the wait (record=False) must not take an out-of-sync follower back into the
     ISR: the follower may be gone since."""
@@ -199,7 +207,7 @@ def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
             proposals.append(isr)
             return Future()   # left pending
 
-    rm.alter_partition = Sender()
+    parts["alter_partition"].set(Sender())
     rm.apply_states({TP: PartitionState(ME, 1, (ME, 3), (ME, 3, 4))})   # 4 is out of sync
     assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE
     end = rm.get_log(TP).log_end_offset
@@ -210,7 +218,7 @@ def test_a_parked_fetch_read_again_does_not_record_the_follower_again(rm):
     assert proposals == [(ME, 3, 4)]
 
 
-def test_an_isr_expansion_names_the_broker_epoch_the_follower_fetched_at(rm):
+def test_an_isr_expansion_names_the_broker_epoch_the_follower_fetched_at(rm, parts):
     """KIP-903: the follower's registration when its fetch arrived goes with the proposal, so
     the controller refuses it if that incarnation is gone (the same broker id registered again,
     say with an empty disk, before the proposal reached it)."""
@@ -224,7 +232,7 @@ def test_an_isr_expansion_names_the_broker_epoch_the_follower_fetched_at(rm):
             return Future()   # left pending
 
     epochs = {3: 300, 4: 400}
-    rm.alter_partition = Sender()
+    parts["alter_partition"].set(Sender())
     rm.broker_epoch_of = lambda broker: epochs.get(broker, -1)
     rm.apply_states({TP: PartitionState(ME, 1, (ME, 3), (ME, 3, 4))})   # 4 is out of sync
     assert rm.append(TP, batch(), produce_version=9).error == ErrorCode.NONE

@@ -65,10 +65,10 @@ def woken():
 @pytest.fixture
 def rm(manager, lease, woken):
     rm = ReplicaManager(manager, lambda topic: 1 if topic == "t" else None,
-                        on_append=woken.append, broker_id=ME, clustered=True, lease=lease)
+                        on_append=woken.append, broker_id=ME, clustered=True, lease=lease,
+                        alter_partition=Sender())
     rm.clock = MockClock()
     rm.replica_lag_time_max_ms = LAG_MS
-    rm.alter_partition = Sender()
     return rm
 
 

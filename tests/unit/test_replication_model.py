@@ -109,10 +109,10 @@ class ReplicationMatchesModel(RuleBasedStateMachine):
         self.lease.connected()
         self.hw_in_doubt = -1                          # the HW when the lease went in doubt
         self.rm = ReplicaManager(self.manager, lambda topic: 1 if topic == "t" else None,
-                                 broker_id=LEADER, clustered=True, lease=self.lease)
+                                 broker_id=LEADER, clustered=True, lease=self.lease,
+                                 alter_partition=FakeSender(self))
         self.rm.clock = self.clock
         self.rm.replica_lag_time_max_ms = LAG_MS
-        self.rm.alter_partition = FakeSender(self)
         self.timers: list = []          # ReplicaManager.call_later: fired by a rule
         self.rm.call_later = lambda delay_s, fn: self.timers.append(fn)
         self.retrying = False
