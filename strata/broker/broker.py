@@ -423,7 +423,6 @@ class Broker:
             metadata.start_view()
         else:
             metadata = ClusterMetadata(log_dirs[0], node_id, props)
-        metadata.rack = props.get("broker.rack") or None
         scheduler = KafkaScheduler(threads=2)
         manager = LogManager(log_dirs, metadata.default_log_config(), topic_config=metadata.log_config,
                              scheduler=scheduler, dir_failures=metadata.dir_failures,

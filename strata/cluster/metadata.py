@@ -664,6 +664,7 @@ class ClusterMetadata:
         self.log_dir = Path(log_dir)
         self.node_id = int(node_id)
         self.broker_props: dict[str, str] = {k: str(v) for k, v in broker_props.items()}
+        self.rack: str | None = self.broker_props.get("broker.rack") or None
         # Hook for the tiered-storage layer: (topic, new config, old config or None); may raise
         # InvalidConfigError to refuse a topic config.
         self.config_validator: ConfigValidator | None = None
