@@ -64,9 +64,10 @@ async def classic_join(h, member_id, owned_partitions=None, **kw):
         client_host="/h", **kw)
 
 
-async def classic_group(h):
+async def classic_group(h, instance_ids=(None, None)):
     """Members x and y in generation 1 of a classic group, two partitions each."""
-    joins = await settle(h, [asyncio.ensure_future(classic_join(h, "")) for _ in range(2)])
+    joins = await settle(h, [asyncio.ensure_future(classic_join(h, "", group_instance_id=i))
+                             for i in instance_ids])
     assert all(j.error == ErrorCode.NONE for j in joins)
     x, y = sorted(j.member_id for j in joins)
     leader = joins[0].leader_id
@@ -151,6 +152,9 @@ def test_a_consumer_member_joining_a_classic_group_upgrades_it_and_the_classic_m
         assert reloaded.members[x].classic == group.members[x].classic
         assert reloaded.members["a"].classic is None
         assert again.coord.heartbeat(GROUP, x, 2) == ErrorCode.NONE
+        fetched = again.coord.fetch_offsets(GROUP)
+        assert fetched.error == ErrorCode.NONE
+        assert [o.offset for o in fetched.offsets.values()] == [5]
     run(scenario())
 
 
@@ -200,6 +204,23 @@ def test_a_classic_member_leaving_a_consumer_group_bumps_its_epoch():
         assert bad.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         s = await h.coord.sync_group(GROUP, j.generation_id, j.member_id, protocol_name="other")
         assert s.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    run(scenario())
+
+
+def test_an_upgrade_is_stored_even_when_the_joining_member_is_refused():
+    async def scenario():
+        h = Harness()
+        await classic_group(h, ("i-x", "i-y"))
+        r = await h.hb("a", 0, instance_id="i-x")
+        assert r.error == ErrorCode.UNRELEASED_INSTANCE_ID
+        group = h.coord.consumer_group(GROUP)
+        assert group is not None and "a" not in group.members
+        for _ in range(5):
+            await asyncio.sleep(0)
+        again = Harness(log=h.log)
+        reloaded = again.coord.consumer_group(GROUP)
+        assert set(reloaded.members) == set(group.members)
+        assert all(m.classic is not None for m in reloaded.members.values())
     run(scenario())
 
 

@@ -306,7 +306,7 @@ class ConsumerGroupManager:
         if classic is not None and classic.state not in (GroupState.EMPTY, GroupState.DEAD):
             upgraded = None
             if create and self.migration is not None:
-                upgraded = self.migration.upgrade(classic, records)
+                upgraded = self.migration.upgrade(classic)
             if upgraded is None:
                 raise _Reply(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group")

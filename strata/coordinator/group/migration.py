@@ -78,9 +78,10 @@ class GroupMigration:
         return self.config.consumer_group_migration_policy
 
     # ================================================================== upgrade
-    def upgrade(self, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup | None:
-        """The consumer group ``classic`` becomes (its records appended), or None when the
-        policy, the protocol type, a malformed subscription or the size forbids it."""
+    def upgrade(self, classic: ClassicGroup) -> ConsumerGroup | None:
+        """The consumer group ``classic`` becomes (its records queued for the group's
+        partition), or None when the policy, the protocol type, a malformed subscription or
+        the size forbids it."""
         if self._policy not in ("bidirectional", "upgrade"):
             log.info("cannot upgrade classic group %s: the online upgrade is disabled",
                      classic.group_id)
@@ -136,15 +137,16 @@ class GroupMigration:
             ClassicGroup.invoke_sync(m, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
         self._classic.cancel_group_timers(classic)
         _empty_classic(classic, self._classic._rt.now())
-        records.append(group_metadata_record(group.group_id, None))
-
         c = self._consumer
-        records.append(c._epoch_record(group))
+        converted = [group_metadata_record(group.group_id, None), c._epoch_record(group)]
         for member in group.members.values():
-            records.append(c._member_records(group, member))
-            records.append(_target_record(group, member.member_id))
-            records.append(c._assignment_record(group, member))
-        records.extend(_target_metadata(group))
+            converted.append(c._member_records(group, member))
+            converted.append(_target_record(group, member.member_id))
+            converted.append(c._assignment_record(group, member))
+        converted.extend(_target_metadata(group))
+        # queued now, ahead of the heartbeat's own records, so that they are written even if
+        # the heartbeat is refused after the conversion
+        c._write(group.group_id, converted)
         c.groups[group.group_id] = group
         for member in group.members.values():
             c._schedule_session(group, member)
