@@ -63,6 +63,6 @@ class BrokerContext:
 
     def __post_init__(self) -> None:
         # Clients learn this broker's endpoint from the metadata (Metadata, FindCoordinator, ...)
-        if self.advertised_host and hasattr(self.metadata, "advertised_endpoints"):
+        if self.advertised_host:
             self.metadata.advertised_endpoints = {
                 "PLAINTEXT": (self.advertised_host, self.advertised_port)}

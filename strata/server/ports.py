@@ -26,6 +26,8 @@ class ClusterMetadataPort(Protocol):
     # topics served read-only from another cluster's bucket (issue 52); NO_READ_REPLICAS
     # (``strata.cluster.read_replicas``) when the broker has none
     read_replicas: ReadReplicas
+    # where clients reach this broker, by listener name (set once the listeners are bound)
+    advertised_endpoints: Mapping[str, tuple[str, int]]
 
     @property
     def controller_id(self) -> int: ...

@@ -26,6 +26,7 @@ from strata.server.metrics import ClientQuotaCollector
 from strata.server.network import ConnectionInfo, KafkaServer
 from strata.server.quotas import ANONYMOUS, ClientQuotaManager, QuotaType
 from wire import client_frame
+from support.metadata_stand_in import no_metadata
 
 PRODUCE, FETCH, REQUEST, MUTATION = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST,
                                      QuotaType.CONTROLLER_MUTATION)
@@ -223,7 +224,8 @@ def dispatch(ctx, conn, api, version, client_id="app", **fields):
 
 
 def context(m=None, store=None, metadata=None) -> BrokerContext:
-    return BrokerContext(node_id=1, advertised_host="h", advertised_port=9092, metadata=metadata,
+    return BrokerContext(node_id=1, advertised_host="h", advertised_port=9092,
+                         metadata=no_metadata() if metadata is None else metadata,
                          replica_manager=None, client_quotas=store or ClientQuotaStore(), quotas=m)
 
 

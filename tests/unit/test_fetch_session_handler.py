@@ -29,7 +29,7 @@ from strata.server.handlers import fetch
 from strata.server.network import KafkaServer
 from strata.server.purgatory import PartitionWatchers
 from support.replicas import lead_alone
-from support.metadata_stand_in import NO_METADATA
+from support.metadata_stand_in import no_metadata
 
 TOPIC = "t"
 P0, P1, P2 = (TopicPartition(TOPIC, i) for i in range(3))
@@ -50,7 +50,7 @@ class Broker:
         lead_alone(self.rm, *(TopicPartition(TOPIC, p) for p in range(3)))
         self.cache = FetchSessionCache(slots)
         self.ctx = BrokerContext(node_id=1, advertised_host="127.0.0.1", advertised_port=0,
-                                 metadata=NO_METADATA, replica_manager=self.rm, fetch_watchers=watchers,
+                                 metadata=no_metadata(), replica_manager=self.rm, fetch_watchers=watchers,
                                  fetch_sessions=self.cache)
         self.requests: list = []
 

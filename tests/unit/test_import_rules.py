@@ -175,23 +175,24 @@ def test_a_coordinator_package_is_imported_by_its_name_only(package):
 
 
 
-def _on_the_context(target: ast.expr) -> bool:
-    """Whether ``target`` is a context (``ctx``, ``self.ctx``, ``rlm.ctx``) or reached through
-    one (``ctx.metadata``, ``self.ctx.rlmm``, ``ctx.replica_manager.remote_log_manager``)."""
+def _on_the_context(target: ast.expr, names: tuple[str, ...] = ("ctx",)) -> bool:
+    """Whether ``target`` is a context (``ctx``, ``self.ctx``, ``rlm.ctx``; ``self`` too in
+    the context's own module) or reached through one (``ctx.metadata``, ``self.ctx.rlmm``,
+    ``ctx.replica_manager.remote_log_manager``)."""
     while isinstance(target, ast.Attribute):
         if target.attr == "ctx":
             return True
         target = target.value
-    return isinstance(target, ast.Name) and target.id == "ctx"
+    return isinstance(target, ast.Name) and target.id in names
 
 
-def _context_probes(source: str) -> list[int]:
+def _context_probes(source: str, names: tuple[str, ...] = ("ctx",)) -> list[int]:
     """The lines of ``getattr``/``hasattr`` calls on a context or on one of its members."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id in ("getattr", "hasattr") and node.args
-                and _on_the_context(node.args[0])):
+                and _on_the_context(node.args[0], names)):
             found.append(node.lineno)
     return sorted(found)
 
@@ -202,6 +203,8 @@ def test_the_probe_finder_sees_getattr_and_hasattr_on_the_context_and_its_member
                            "getattr(ctx.metadata, 'read_replicas', None)\n"
                            "hasattr(rlm.ctx.rsm.store, 'inner')\n"
                            "getattr(self.context, 'x', None)\ngetattr(p.ctx_id, 'x')\n") == [1, 2, 5, 6]
+    assert _context_probes("hasattr(self.metadata, 'advertised_endpoints')\n",
+                           names=("ctx", "self")) == [1]
 
 
 def test_the_server_never_probes_the_context_with_getattr():
@@ -222,3 +225,9 @@ def test_no_part_of_a_context_is_probed(package):
     assert [f"{path.relative_to(ROOT.parent)}:{line}"
             for path in sorted((ROOT / package).rglob("*.py"))
             for line in _context_probes(path.read_text())] == []
+
+
+def test_the_context_probes_none_of_its_own_members():
+    """``BrokerContext`` itself (``self`` there) asks nothing of its parts that their ports do
+    not declare."""
+    assert _context_probes((ROOT / "server" / "context.py").read_text(), names=("ctx", "self")) == []

@@ -31,7 +31,7 @@ from strata.tiered.storage import ObjectStoreRemoteStorageManager
 from test_group_handlers import Client
 from tiered_env import T0, TP, TieredEnv
 from support.replicas import lead_alone
-from support.metadata_stand_in import NO_METADATA
+from support.metadata_stand_in import no_metadata
 
 COPY = "remote.log.manager.copy.max.bytes.per.second"
 FETCH = "remote.log.manager.fetch.max.bytes.per.second"
@@ -206,7 +206,7 @@ def _fetch(env, offset: int = 0, max_wait_ms: int = 0):
     replicas = ReplicaManager(_Logs(env.log), lambda t: 1 if t == "orders" else None,
                               remote_log_manager=env.rlm)
     lead_alone(replicas, TP)
-    ctx = BrokerContext(node_id=1, advertised_host="h", advertised_port=1, metadata=NO_METADATA,
+    ctx = BrokerContext(node_id=1, advertised_host="h", advertised_port=1, metadata=no_metadata(),
                         replica_manager=replicas)
     v = 12
     part = Client.nested(ApiKey.FETCH, v, "topics.partitions", partition=0,

@@ -30,7 +30,7 @@ from strata.protocol import records as rec
 from strata.protocol.codec import kio_error_code
 from strata.replication.replica_fetcher import ReplicaFetcherManager, fetcher_id
 from support.waiting import eventually
-from support.metadata_stand_in import NO_METADATA
+from support.metadata_stand_in import no_metadata
 
 TP = TopicPartition("t", 0)
 ME = 2
@@ -907,7 +907,7 @@ class WireLeader:
                 LEADER, 0, (LEADER,), (LEADER, ME)) for p in range(partitions)})
         self.sessions = FetchSessionCache()
         ctx = BrokerContext(node_id=LEADER, advertised_host="127.0.0.1", advertised_port=0,
-                            metadata=NO_METADATA, replica_manager=self.rm, fetch_sessions=self.sessions)
+                            metadata=no_metadata(), replica_manager=self.rm, fetch_sessions=self.sessions)
         self.fetches: list[tuple] = []
 
         async def fetched(ctx, request):

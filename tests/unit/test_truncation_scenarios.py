@@ -51,7 +51,7 @@ from strata.replication.replica_manager import ReplicaManager
 from strata.server.context import BrokerContext
 from strata.server.handlers import fetch as fetch_handler
 from strata.server.handlers import list_offsets as list_offsets_handler
-from support.metadata_stand_in import NO_METADATA
+from support.metadata_stand_in import no_metadata
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000
@@ -119,7 +119,7 @@ class Broker:
         self.rm = ReplicaManager(self.lm, lambda topic: 1 if topic == TP.topic else None,
                                  broker_id=self.id, clustered=True)
         self.ctx = BrokerContext(node_id=self.id, advertised_host="", advertised_port=0,
-                                 metadata=NO_METADATA, replica_manager=self.rm)
+                                 metadata=no_metadata(), replica_manager=self.rm)
         self.fetcher = None
         self.alive = True
 

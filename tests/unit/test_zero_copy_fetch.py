@@ -34,7 +34,7 @@ from strata.server.network import KafkaServer
 from strata.protocol.client import client_frame, framed
 from support.replicas import lead_alone
 from support.waiting import eventually
-from support.metadata_stand_in import NO_METADATA
+from support.metadata_stand_in import no_metadata
 
 TOPIC = "t"
 SEGMENT_BYTES = 64 * 1024
@@ -67,7 +67,7 @@ class Broker:
         self.servers = {}
         for name, rm in (("zero_copy", self.rm), ("copying", copying)):
             ctx = BrokerContext(node_id=1, advertised_host="127.0.0.1", advertised_port=0,
-                                metadata=NO_METADATA, replica_manager=rm)
+                                metadata=no_metadata(), replica_manager=rm)
             self.servers[name] = KafkaServer(
                 lambda request, info, ctx=ctx: fetch.handle(ctx, request), "127.0.0.1", 0,
                 sendfile=name == "zero_copy")
