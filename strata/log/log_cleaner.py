@@ -18,7 +18,15 @@ One clean of a log (``Cleaner.clean``):
 4. The cleaned segment replaces the group through ``LocalLog.replace_segments`` (``.cleaned`` ->
    ``.swap`` -> final name), which ``load_log`` completes after a crash.
 
-Every batch the cleaner reads is decoded with its CRC checked: a corrupt batch fails the clean
+Data batches are read in groups of consecutive batches (``cleaner_scan.scan_batches``): each
+record's offset, key and tombstone flag land in numpy arrays without a ``Record`` being built,
+the map takes a group's keys in one call, and a record of the dirty section is the latest of
+its key when the map holds its offset. Only the retained records of a batch that loses some are
+decoded and re-encoded (and re-compressed). Markers, aborted data and batches the scan cannot
+frame go record by record (``Cleaner(scan=False)`` does so for every batch: the reference the
+scan is tested against, byte for byte).
+
+Every batch the cleaner reads has its CRC checked: a corrupt batch fails the clean
 (and marks the partition uncleanable, see ``LogCleaner``) instead of being rewritten under a
 fresh CRC.
 
