@@ -591,11 +591,24 @@ def answer(req, response) -> dict:
             for t in decoded.topics for p in t.partitions}
 
 
+class AddingVerifier:
+    """The leader's add of a partition to a V2 transaction, recorded."""
+
+    def __init__(self):
+        self.added = []
+
+    async def add(self, transactional_id, producer_id, producer_epoch, partition):
+        self.added.append((transactional_id, producer_id, producer_epoch, partition))
+        return ErrorCode.NONE
+
+
 @pytest.mark.parametrize("version", range(6))
 def test_the_handler_commits_the_existing_partitions_in_every_version(version):
     async def main():
         h = harness()
-        ctx = SimpleNamespace(metadata=Topics(orders=2), group_coordinator=h.coord, authorizer=None)
+        verifier = AddingVerifier()
+        ctx = SimpleNamespace(metadata=Topics(orders=2), group_coordinator=h.coord, authorizer=None,
+                              txn_verifier=verifier)
         fields = {}
         if version >= 3:
             fields = dict(generation_id=-1, member_id="", group_instance_id=None)
@@ -609,6 +622,9 @@ def test_the_handler_commits_the_existing_partitions_in_every_version(version):
         got = h.coord.fetch_offsets(GROUP, [("orders", 0)]).offsets[("orders", 0)]
         assert (got.offset, got.metadata) == (10, "m")
         assert h.log.batches[-1] == (h.partition, PID, EPOCH, True, 1)
+        # v5 (transactions V2): the group's offsets partition joins the transaction implicitly
+        assert [a[3] for a in verifier.added] == ([("__consumer_offsets", h.partition)]
+                                                  if version >= 5 else [])
     run(main())
 
 
@@ -649,7 +665,9 @@ def test_the_handler_refuses_an_empty_group_id():
     async def main():
         h = harness()
         ctx = SimpleNamespace(metadata=Topics(orders=1), group_coordinator=h.coord, authorizer=None)
+        ctx.txn_verifier = AddingVerifier()
         req = request(5, group_id="")
         assert answer(req, await txn_offset_commit.handle(ctx, req))[("orders", 0)] == (
             ErrorCode.INVALID_GROUP_ID)
+        assert ctx.txn_verifier.added == []   # refused before anything joins the transaction
     run(main())

@@ -41,6 +41,8 @@ _ADD_ERRORS = {
 
 async def _add_offsets_partition(ctx, body) -> ErrorCode:
     """TxnOffsetCommit v5: the group's offsets partition added to the V2 transaction."""
+    if not body.group_id:
+        return ErrorCode.NONE   # the commit answers INVALID_GROUP_ID, as Kafka checks it first
     partition = ctx.group_coordinator.partition_for(body.group_id)
     if partition not in ctx.group_coordinator.owned_partitions:
         return ErrorCode.NONE   # not the group's coordinator: the commit answers that
