@@ -71,7 +71,9 @@ try:   # CPython's own MD5: the same digests at half the cost of OpenSSL's per s
     from _md5 import md5 as _md5
 except ImportError:  # pragma: no cover - a Python built without it
     _md5 = hashlib.md5
-_GROUP_RECORDS = 4096   # records of consecutive batches scanned at once
+# consecutive batches are scanned together up to this many records or stored bytes
+_GROUP_RECORDS = 4096
+_GROUP_BYTES = 4 << 20
 
 
 class OffsetMap:
@@ -412,21 +414,22 @@ class Cleaner:
 
         offset_map = self.offset_map
         group: list[tuple[rec.BatchHeader, bytes]] = []   # data batches scanned together
-        records = 0
+        records = size = 0
         for h, block in batches():
             self._read(h)
             skip = txns.on_batch_read(h, block) or h.is_control
             if not skip and h.record_count > 0:
                 group.append((h, block))
                 records += h.record_count
-                if records < _GROUP_RECORDS:
+                size += h.size
+                if records < _GROUP_RECORDS and size < _GROUP_BYTES:
                     continue
             if group and not self._map_group(group, start, upper, stats):
                 return
             if group and group[-1][0] is h:
-                group, records = [], 0
+                group, records, size = [], 0, 0
                 continue
-            group, records = [], 0
+            group, records, size = [], 0, 0
             if not skip:   # an empty data batch
                 if not self._map_group([(h, block)], start, upper, stats):
                     return
@@ -515,13 +518,13 @@ class Cleaner:
                     stats: CleanerStats) -> None:
         output = _Output(self, dest, stats)
         group: list[tuple] = []   # data batches scanned together
-        records = 0
+        records = size = 0
         for h, block, _ in source.iter_batches(0):
             stats.bytes_read += h.size
             self._read(h)
             if h.is_control and group:   # its txn index entry after the data before it
                 self._clean_group(group, output, now, delete_retention_ms, stats)
-                group, records = [], 0
+                group, records, size = [], 0, 0
             discard = txns.on_batch_read(h, block)
             horizon = h.base_timestamp if h.attributes & rec.DELETE_HORIZON_MASK else -1
             if h.is_control:
@@ -535,13 +538,14 @@ class Cleaner:
             if self._scan and not drop_all and not h.is_control and h.record_count > 0:
                 group.append((h, block, horizon, keep_empty))
                 records += h.record_count
-                if records >= _GROUP_RECORDS:
+                size += h.size
+                if records >= _GROUP_RECORDS or size >= _GROUP_BYTES:
                     self._clean_group(group, output, now, delete_retention_ms, stats)
-                    group, records = [], 0
+                    group, records, size = [], 0, 0
                 continue
             if group:
                 self._clean_group(group, output, now, delete_retention_ms, stats)
-                group, records = [], 0
+                group, records, size = [], 0, 0
             self._clean_batch(h, block, discard, horizon, drop_all, keep_empty, output, now,
                               delete_retention_ms, stats)
         if group:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from strata.common.clock import MockClock
 from strata.common.types import TopicPartition
 from strata.log.cleaner_scan import scan_batch
+from strata.log import log_cleaner
 from strata.log.log_cleaner import Cleaner, OffsetMap, log_to_clean
 from strata.log.log_config import LogConfig
 from strata.log.unified_log import UnifiedLog
@@ -54,15 +55,25 @@ def files(directory: Path) -> dict[str, bytes]:
        codec=st.sampled_from([Compression.NONE, Compression.LZ4, Compression.ZSTD,
                               Compression.SNAPPY, Compression.GZIP]),
        log_append_time=st.booleans(), segment_bytes=st.sampled_from([700, 4000, 1 << 20]),
-       map_slots=st.sampled_from([2, 7, 30, 1000]), idempotent=st.booleans())
+       map_slots=st.sampled_from([2, 7, 30, 1000]), idempotent=st.booleans(),
+       group_records=st.sampled_from([1, 10, 4096]))
 # tombstones that stay the latest of their key past their delete horizon, then go
 @example(rounds=[([[(b"a", None, [], 0)] * 3 + [(b"bb", b"x", [], 5)] * 3] * 2, 0),
                  ([[(b"bb", b"y", [("h", None)], 9)] * 9], 70_000),
                  ([[(b"d", b"z", [], 1)] * 9], 70_000)],
          codec=Compression.NONE, log_append_time=False, segment_bytes=4000, map_slots=1000,
-         idempotent=False)
+         idempotent=False, group_records=4096)
 def test_scanned_clean_writes_the_same_bytes_as_decoding_every_record(
-        rounds, codec, log_append_time, segment_bytes, map_slots, idempotent):
+        rounds, codec, log_append_time, segment_bytes, map_slots, idempotent, group_records):
+    default = log_cleaner._GROUP_RECORDS
+    log_cleaner._GROUP_RECORDS = group_records   # where groups of scanned batches end
+    try:
+        clean_both_ways(rounds, codec, log_append_time, segment_bytes, map_slots, idempotent)
+    finally:
+        log_cleaner._GROUP_RECORDS = default
+
+
+def clean_both_ways(rounds, codec, log_append_time, segment_bytes, map_slots, idempotent):
     with tempfile.TemporaryDirectory() as d:
         clock = MockClock(T0)
         logs = {scan: open_log(Path(d) / f"{scan}-0", clock, segment_bytes)
