@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, NamedTuple
 
 from strata.cluster.image import PartitionState
@@ -51,6 +52,8 @@ from strata.replication.partition import (
 log = logging.getLogger(__name__)
 
 ISR_EXPANSION_RETRY_MS = 100  # after the controller refused a follower as INELIGIBLE_REPLICA
+APPLY_THREADS = 8         # partitions whose logs are opened and epochs flushed side by side
+PARALLEL_APPLY_MIN = 16   # fewer logs to open than this: applied on the caller's thread
 
 
 class StateChange(NamedTuple):
@@ -220,42 +223,52 @@ class ReplicaManager:
         removed = [a.tp for a in actions if isinstance(a, RemoveFetcher)]
         if removed and self.fetchers is not None:
             self.fetchers.remove_partitions(removed)
-        gained, lost = [], []
-        for partition, decision in decided:
-            tp = partition.tp
-            ulog = None
-            log_failed = False
-            if any(isinstance(a, OpenLog) for a in decision.actions):
-                try:
-                    ulog = self.get_log(tp, create=True)
-                except KafkaError as exc:
-                    log.error("cannot host %s: %s", tp, exc)
-                    log_failed = True
-            partition.commit(decision)
-            partition.log_failed = log_failed
-            if decision.state is None:
-                del self._hosted_partitions[tp]
-            else:
-                self._hosted_partitions[tp] = partition
-            for action in decision.actions:
-                if isinstance(action, StampEpoch) and ulog is not None:
-                    with ulog.lock:   # serialized with appends (which check the epoch)
-                        ulog.leader_epoch_cache.assign(action.leader_epoch, ulog.log_end_offset)
-                elif isinstance(action, AdvanceHighWatermark) and ulog is not None:
-                    self._maybe_advance_high_watermark(tp, ulog)
-            if decision.became_leader:
-                gained.append(tp)
-            elif decision.stopped_leading:
-                lost.append(tp)
-            if decision.new_epoch:   # Kafka's state-change log
-                st = decision.state
-                log.info("%s: %s at leader epoch %d (leader %d, ISR %s)", tp,
-                         "leading" if partition.is_leader else "following", st.leader_epoch,
-                         st.leader, list(st.isr))
+        opening = sum(1 for _, d in decided if any(isinstance(a, OpenLog) for a in d.actions))
+        if opening >= PARALLEL_APPLY_MIN:
+            # each partition's log opened and epoch flushed on its own (the fsyncs overlap);
+            # a partition's steps keep their order, and every one is done before the fetchers
+            with ThreadPoolExecutor(min(APPLY_THREADS, opening),
+                                    thread_name_prefix="apply-states") as pool:
+                list(pool.map(lambda pd: self._apply_one(*pd), decided))   # raises as serial
+        else:
+            for p, d in decided:
+                self._apply_one(p, d)
+        gained = [p.tp for p, d in decided if d.became_leader]
+        lost = [p.tp for p, d in decided if not d.became_leader and d.stopped_leading]
         follow = {a.tp: (a.leader, a.leader_epoch) for a in actions if isinstance(a, AddFetcher)}
         if follow and self.fetchers is not None:
             self.fetchers.add_partitions(follow)
         return StateChange(tuple(gained), tuple(lost))
+
+    def _apply_one(self, partition: Partition, decision: Decision) -> None:
+        """One partition's decision: its log opened (made if new), the decision committed,
+        then its epoch stamped (serialized with appends) and its high watermark moved."""
+        tp = partition.tp
+        ulog = None
+        log_failed = False
+        if any(isinstance(a, OpenLog) for a in decision.actions):
+            try:
+                ulog = self.get_log(tp, create=True)
+            except KafkaError as exc:
+                log.error("cannot host %s: %s", tp, exc)
+                log_failed = True
+        partition.commit(decision)
+        partition.log_failed = log_failed
+        if decision.state is None:
+            self._hosted_partitions.pop(tp, None)
+        else:
+            self._hosted_partitions[tp] = partition
+        for action in decision.actions:
+            if isinstance(action, StampEpoch) and ulog is not None:
+                with ulog.lock:   # serialized with appends (which check the epoch)
+                    ulog.leader_epoch_cache.assign(action.leader_epoch, ulog.log_end_offset)
+            elif isinstance(action, AdvanceHighWatermark) and ulog is not None:
+                self._maybe_advance_high_watermark(tp, ulog)
+        if decision.new_epoch:   # Kafka's state-change log
+            st = decision.state
+            log.info("%s: %s at leader epoch %d (leader %d, ISR %s)", tp,
+                     "leading" if partition.is_leader else "following", st.leader_epoch,
+                     st.leader, list(st.isr))
 
     # ---- leader: followers, ISR, high watermark ---------------------------------------------
 
