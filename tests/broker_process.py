@@ -11,13 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from support.ports import free_port  # noqa: F401 - re-exported for the tests
 from support.waiting import eventually
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:

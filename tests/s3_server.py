@@ -20,15 +20,12 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from support.ports import free_port
 from support.waiting import eventually
 
 __all__ = ["S3Server", "TcpProxy", "free_port"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _reset(sock: socket.socket) -> None:
