@@ -40,8 +40,12 @@ run-cluster: venv system-deps
 
 # The benchmark harnesses' own tests (tests/bench/, the `bench` marker) run in `make bench-smoke`,
 # which CI (.ci/run) runs after `make test`.
+# Test files run on TEST_WORKERS pytest-xdist workers (--dist loadfile: a file's tests stay on
+# one worker, in order): the integration tests mostly wait on brokers and clients, so four
+# workers on two cores take about half the time of one. TEST_WORKERS=0 runs them in-process.
+TEST_WORKERS ?= 4
 test: venv system-deps kafka-dist spark-kafka-dist
-	$(VENV)/bin/pytest -q -m "not faults and not faults_net and not bench" --durations=25
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not faults and not faults_net and not bench" --durations=25
 
 test-fast: venv
 	$(VENV)/bin/pytest -q -m "not slow and not bench"

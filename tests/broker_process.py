@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -72,16 +73,26 @@ class BrokerProcess:
                                      env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"})
         return self
 
+    def listener_addresses(self) -> list[tuple[str, int]]:
+        """Every (host, port) of the ``listeners`` override (the broker binds them one after
+        another); a listener without a host is reached on ``self.host``."""
+        found = re.findall(r"://([^,]*):(\d+)", self.overrides.get("listeners", ""))
+        return [(h.strip("[]") or self.host, int(p)) for h, p in found if int(p)] or [
+            (self.host, self.port)]
+
     def wait_listening(self, timeout: float = 30) -> "BrokerProcess":
+        """Wait until every listener accepts connections."""
         def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
             try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return True
+                for address in self.listener_addresses():
+                    with socket.create_connection(address, timeout=0.5):
+                        pass
+                return True
             except OSError:
                 return False
-        eventually(listening, f"the broker listening on {self.port}", timeout,
+        eventually(listening, f"the broker listening on {self.listener_addresses()}", timeout,
                    report=lambda: f"\n{self.output()}")
         return self
 
