@@ -34,17 +34,31 @@ def _fail(message: str) -> int:
     return 1
 
 
-def serve(args: argparse.Namespace) -> int:
+def _broker_config(args: argparse.Namespace) -> dict[str, str]:
+    """``--config`` and ``--override`` read as ``strata serve`` reads them; an unreadable file
+    raises ``_ConfigUnreadable`` with the line to print."""
     # kio registers hypothesis strategies for its types whenever hypothesis is importable (a
     # test dependency, in development installs): 0.15-0.2 s of every broker start. A broker
     # process never uses them.
     if "kio" not in sys.modules:
         sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    from strata.broker import config_check
     try:
-        props = read_server_properties(args.config, args.override)
+        return read_server_properties(args.config, args.override)
     except OSError as exc:
-        return _fail(f"cannot read the config file {args.config}: {exc.strerror or exc}")
+        raise _ConfigUnreadable(
+            f"cannot read the config file {args.config}: {exc.strerror or exc}") from None
+
+
+class _ConfigUnreadable(Exception):
+    pass
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        props = _broker_config(args)
+    except _ConfigUnreadable as exc:
+        return _fail(str(exc))
+    from strata.broker import config_check
     log = logging.getLogger("strata.broker.config")
     file_keys = load_properties(Path(args.config).read_text()) if args.config else {}
     for line in config_check.unknown_key_warnings(
@@ -230,12 +244,10 @@ def tiered_metadata(args: argparse.Namespace) -> int:
 def cluster_restore(args: argparse.Namespace) -> int:
     """``strata cluster restore``: start the broker of this config (empty, single broker),
     restore the bucket's newest cluster snapshot into it, report, shut it down."""
-    if "kio" not in sys.modules:
-        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     try:
-        props = read_server_properties(args.config, args.override)
-    except OSError as exc:
-        return _fail(f"cannot read the config file {args.config}: {exc.strerror or exc}")
+        props = _broker_config(args)
+    except _ConfigUnreadable as exc:
+        return _fail(str(exc))
     if props.get("zookeeper.connect"):
         return _fail("strata cluster restore restores a single broker (no zookeeper.connect)")
 

@@ -100,6 +100,23 @@ class RecordingProxy:
             s.close()
 
 
+def _consume_in_group(bootstrap: str, config: dict) -> None:
+    """The 300 records of fuzz-topic read by a group member, its offsets committed."""
+    ck = pytest.importorskip("confluent_kafka")
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, **config})
+    consumer.subscribe(["fuzz-topic"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 300 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen += 1
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert seen == 300
+
+
 def _client_traffic(bootstrap: str) -> None:
     """What a new user's first hour sends: admin calls, produce, a consumer group, commits."""
     ck = pytest.importorskip("confluent_kafka")
@@ -115,32 +132,9 @@ def _client_traffic(bootstrap: str) -> None:
         producer.produce("fuzz-topic", key=b"k%d" % i, value=b"v" * (i % 50),
                          headers=[("h", b"%d" % i)])
     assert producer.flush(30) == 0
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-group",
-                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe(["fuzz-topic"])
-    seen = 0
-    deadline = time.monotonic() + 60
-    while seen < 300 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            seen += 1
-    consumer.commit(asynchronous=False)
-    consumer.close()
-    assert seen == 300
+    _consume_in_group(bootstrap, {"group.id": "fuzz-group"})
     # a KIP-848 consumer group: ConsumerGroupHeartbeat, OffsetCommit v9, OffsetFetch v9
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-kip848",
-                            "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                            "enable.auto.commit": False})
-    consumer.subscribe(["fuzz-topic"])
-    seen = 0
-    deadline = time.monotonic() + 60
-    while seen < 300 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            seen += 1
-    consumer.commit(asynchronous=False)
-    consumer.close()
-    assert seen == 300
+    _consume_in_group(bootstrap, {"group.id": "fuzz-kip848", "group.protocol": "consumer"})
     admin.describe_consumer_groups(["fuzz-kip848"])["fuzz-kip848"].result(30)
     kafka = pytest.importorskip("kafka")
     kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, compression_type="gzip", acks="all")
