@@ -187,9 +187,7 @@ class TopicRecovery:
             return
         remap = max(e for s, _ in pp.segments for e in s.leader_epochs) > leader_epoch
         self.rlmm.on_partition_leadership_changes({tip}, set())
-        wait = getattr(self.rlmm, "wait_ready", None)
-        if wait is not None:
-            wait(tip, 30)
+        self.rlmm.wait_ready(tip, 30)
         last = None
         for entry, origin in pp.segments:
             meta = entry.metadata(tip, None)
