@@ -110,7 +110,9 @@ def manifest_end(bucket, topic_id, topic, partition) -> int:
     m = cat.read_partition(TopicIdPartition(topic_id, TopicPartition(topic, partition)))
     if m is None or not m.segments:
         return -1
-    return max(s.end_offset for s in m.segments if s.state.name == "COPY_SEGMENT_FINISHED")
+    # a manifest may hold only segments still being copied (COPY_SEGMENT_STARTED)
+    return max((s.end_offset for s in m.segments if s.state.name == "COPY_SEGMENT_FINISHED"),
+               default=-1)
 
 
 def test_a_tiered_topic_comes_back_from_the_bucket_on_a_fresh_broker(tmp_path, bucket):
