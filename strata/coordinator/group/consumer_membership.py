@@ -172,6 +172,20 @@ class ConsumerGroupManager:
             queue.clear()
 
     @staticmethod
+    def _refresh_subscription(group, image) -> bool:
+        """The subscribed topics' ids and partition counts from ``image`` into the group;
+        whether they changed (a new group epoch)."""
+        subscribed = {}
+        for name in group.subscribed_topic_names():
+            info = image.get(name)
+            if info is not None:
+                subscribed[name] = (info.topic_id, info.partitions)
+        if subscribed == group.subscription_metadata:
+            return False
+        group.subscription_metadata = subscribed
+        return True
+
+    @staticmethod
     def _member_records(group: ConsumerGroup, member: ConsumerGroupMember) -> Record:
         return consumer_group_record(
             _member_key(CONSUMER_GROUP_MEMBER_METADATA_KEY, group.group_id, member.member_id),
@@ -443,13 +457,7 @@ class ConsumerGroupManager:
         bump = is_new or (member.subscribed_topics(), member.server_assignor) != subscription_before
 
         # ---- the subscribed topics' partitions
-        subscribed = {}
-        for name in group.subscribed_topic_names():
-            info = image.get(name)
-            if info is not None:
-                subscribed[name] = (info.topic_id, info.partitions)
-        if subscribed != group.subscription_metadata:
-            group.subscription_metadata = subscribed
+        if self._refresh_subscription(group, image):
             bump = True
         if bump:
             group.group_epoch += 1

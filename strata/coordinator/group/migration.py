@@ -264,13 +264,7 @@ class GroupMigration:
             records.append(c._member_records(group, member))
         image = self._topics()
         bump = is_new or member.subscribed_topics() != subscription_before
-        subscribed = {}
-        for name in group.subscribed_topic_names():
-            info = image.get(name)
-            if info is not None:
-                subscribed[name] = (info.topic_id, info.partitions)
-        if subscribed != group.subscription_metadata:
-            group.subscription_metadata = subscribed
+        if c._refresh_subscription(group, image):
             bump = True
         if bump:
             group.group_epoch += 1
